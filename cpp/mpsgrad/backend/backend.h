@@ -1,0 +1,93 @@
+// The compute interface between the kernel classes and a device backend.
+//
+// A backend op knows nothing of MPS objects: it receives a params struct with fully
+// resolved geometry (metal/*_params.h, shared with the .metal kernels), buffer slices,
+// and the command buffer to encode into. Nothing runs until the command buffer commits.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "metal/convolution_params.h"
+#include "metal/neuron_params.h"
+
+namespace mpsgrad {
+
+class CommandBuffer;
+
+// Device memory visible to the host (aligned host memory on the CPU, a shared-storage
+// MTLBuffer on Metal). Zero-filled at allocation.
+class Buffer {
+public:
+    virtual ~Buffer() = default;
+    virtual void* contents() = 0;
+    virtual size_t length() const = 0;
+};
+
+// A byte offset into a buffer: what a backend op binds.
+struct BufferSlice {
+    std::shared_ptr<Buffer> buffer;
+    size_t offset = 0;
+
+    explicit operator bool() const { return buffer != nullptr; }
+    float* floats() const {
+        return buffer ? reinterpret_cast<float*>(static_cast<char*>(buffer->contents()) + offset) : nullptr;
+    }
+    BufferSlice advancedBy(size_t bytes) const { return BufferSlice{buffer, offset + bytes}; }
+};
+
+// The backend side of one command buffer.
+class BackendCommandBuffer {
+public:
+    virtual ~BackendCommandBuffer() = default;
+    // Starts executing everything encoded, in order. `done` is called exactly once when the
+    // work has finished, with an empty string on success or the error's description.
+    virtual void commit(std::function<void(const std::string& error)> done) = 0;
+    // Blocks until `done` has been called (backends that run work lazily run it here).
+    virtual void wait() = 0;
+};
+
+// The backend side of a command queue: buffers from one queue execute in commit order.
+class BackendQueue {
+public:
+    virtual ~BackendQueue() = default;
+    virtual std::unique_ptr<BackendCommandBuffer> newCommandBuffer() = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual std::string name() const = 0;
+    // Zero-filled, host-visible memory of `bytes` bytes.
+    virtual std::shared_ptr<Buffer> newBuffer(size_t bytes) = 0;
+    virtual std::shared_ptr<BackendQueue> newQueue() = 0;
+
+    // ---- utility ops -----------------------------------------------------------------
+    // Copies `bytes` bytes from source to destination when the command buffer runs.
+    virtual void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
+                            size_t bytes) = 0;
+
+    // ---- convolution family (metal/convolution_params.h) -----------------------------
+    virtual void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
+                                    const BufferSlice& weights, const BufferSlice& biases,
+                                    const BufferSlice& neuronData, const BufferSlice& destination,
+                                    const BufferSlice& preactivation) = 0;
+    virtual void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
+                                         const BufferSlice& gradient, const BufferSlice& weights,
+                                         const BufferSlice& destination) = 0;
+    virtual void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
+                                           const BufferSlice& gradient, const BufferSlice& source,
+                                           const BufferSlice& weightGradient, const BufferSlice& biasGradient) = 0;
+
+    // ---- neuron family (metal/neuron_params.h) ----------------------------------------
+    virtual void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
+                               const BufferSlice& neuronData, const BufferSlice& destination) = 0;
+    virtual void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
+                                const BufferSlice& source, const BufferSlice& neuronData,
+                                const BufferSlice& destination) = 0;
+};
+
+}  // namespace mpsgrad

@@ -1,0 +1,195 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/command_buffer.h"
+
+namespace mpsgrad {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class CpuBuffer final : public Buffer {
+public:
+    explicit CpuBuffer(size_t bytes) : length_(bytes) {
+        size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+        data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+        if (!data_) throw std::bad_alloc();
+        std::memset(data_, 0, rounded == 0 ? kAlignment : rounded);
+    }
+    ~CpuBuffer() override { std::free(data_); }
+    void* contents() override { return data_; }
+    size_t length() const override { return length_; }
+
+private:
+    void* data_;
+    size_t length_;
+};
+
+using WorkItem = std::function<void()>;
+
+struct Submission {
+    std::vector<WorkItem> work;
+    std::function<void(const std::string&)> done;
+};
+
+// The worker thread and its FIFO. The thread owns a reference to this state, so the
+// queue handle may be destroyed on any thread (even the worker itself, when a completion
+// releases the last command buffer) without joining.
+struct QueueWorker {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<Submission> pending;
+    bool started = false;
+    bool stopping = false;
+
+    static void run(std::shared_ptr<QueueWorker> self) {
+        for (;;) {
+            Submission next;
+            {
+                std::unique_lock<std::mutex> lock(self->mutex);
+                self->wake.wait(lock, [&] { return self->stopping || !self->pending.empty(); });
+                if (self->pending.empty()) return;  // stopping, and everything submitted has run
+                next = std::move(self->pending.front());
+                self->pending.pop_front();
+            }
+            std::string error;
+            for (auto& item : next.work) {
+                try {
+                    item();
+                } catch (const std::exception& e) {
+                    error = e.what();
+                } catch (...) {
+                    error = "unknown error in CPU work item";
+                }
+                if (!error.empty()) break;  // later items may depend on the failed one
+            }
+            next.work.clear();  // release captured resources before completion is reported
+            next.done(error.empty() ? error : "mpsgrad CPU backend: " + error);
+        }
+    }
+};
+
+// Runs committed command buffers in commit order on one worker thread.
+class CpuQueue final : public BackendQueue, public std::enable_shared_from_this<CpuQueue> {
+public:
+    CpuQueue() : worker_(std::make_shared<QueueWorker>()) {}
+    ~CpuQueue() override {
+        std::lock_guard<std::mutex> lock(worker_->mutex);
+        worker_->stopping = true;
+        worker_->wake.notify_all();
+    }
+
+    std::unique_ptr<BackendCommandBuffer> newCommandBuffer() override;
+
+    void submit(Submission submission) {
+        std::lock_guard<std::mutex> lock(worker_->mutex);
+        if (!worker_->started) {
+            std::thread(QueueWorker::run, worker_).detach();
+            worker_->started = true;
+        }
+        worker_->pending.push_back(std::move(submission));
+        worker_->wake.notify_all();
+    }
+
+private:
+    std::shared_ptr<QueueWorker> worker_;
+};
+
+class CpuCommandBuffer final : public BackendCommandBuffer {
+public:
+    explicit CpuCommandBuffer(std::shared_ptr<CpuQueue> queue) : queue_(std::move(queue)) {}
+
+    void add(WorkItem item) { work_.push_back(std::move(item)); }
+
+    void commit(std::function<void(const std::string&)> done) override {
+        queue_->submit(Submission{std::move(work_), std::move(done)});
+        work_.clear();
+    }
+    // The worker runs the work on its own; the core CommandBuffer waits for `done`.
+    void wait() override {}
+
+private:
+    std::shared_ptr<CpuQueue> queue_;
+    std::vector<WorkItem> work_;
+};
+
+std::unique_ptr<BackendCommandBuffer> CpuQueue::newCommandBuffer() {
+    return std::make_unique<CpuCommandBuffer>(shared_from_this());
+}
+
+class CpuBackend final : public Backend {
+public:
+    std::string name() const override { return "cpu"; }
+    std::shared_ptr<Buffer> newBuffer(size_t bytes) override { return std::make_shared<CpuBuffer>(bytes); }
+    std::shared_ptr<BackendQueue> newQueue() override { return std::make_shared<CpuQueue>(); }
+
+    void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
+                    size_t bytes) override {
+        encode(cb, [source, destination, bytes] {
+            std::memmove(destination.floats(), source.floats(), bytes);
+        });
+    }
+
+    void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
+                            const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
+                            const BufferSlice& destination, const BufferSlice& preactivation) override {
+        encode(cb, [=] {
+            cpu::convolutionForward(p, source.floats(), weights.floats(), biases.floats(), neuronData.floats(),
+                                    destination.floats(), preactivation.floats());
+        });
+    }
+
+    void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
+                                 const BufferSlice& gradient, const BufferSlice& weights,
+                                 const BufferSlice& destination) override {
+        encode(cb, [=] {
+            cpu::convolutionDataGradient(p, gradient.floats(), weights.floats(), destination.floats());
+        });
+    }
+
+    void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
+                                   const BufferSlice& gradient, const BufferSlice& source,
+                                   const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
+        encode(cb, [=] {
+            cpu::convolutionWeightGradient(p, gradient.floats(), source.floats(), weightGradient.floats(),
+                                           biasGradient.floats());
+        });
+    }
+
+    void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
+                       const BufferSlice& neuronData, const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::cnnNeuronForward(p, source.floats(), neuronData.floats(), destination.floats()); });
+    }
+
+    void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& source, const BufferSlice& neuronData,
+                        const BufferSlice& destination) override {
+        encode(cb, [=] {
+            cpu::cnnNeuronGradient(p, gradient.floats(), source.floats(), neuronData.floats(), destination.floats());
+        });
+    }
+
+private:
+    // Work items capture their BufferSlices by value, which keeps the memory alive until
+    // the item has run.
+    static void encode(CommandBuffer& cb, WorkItem item) {
+        cb.checkEncodable();
+        static_cast<CpuCommandBuffer&>(cb.backend()).add(std::move(item));
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> makeCpuBackend() { return std::make_shared<CpuBackend>(); }
+
+}  // namespace mpsgrad

@@ -1,0 +1,82 @@
+// CommandQueue and CommandBuffer (MTLCommandQueue / MTLCommandBuffer semantics).
+//
+// Kernels encode work into a command buffer; nothing runs until commit(). commit() is
+// asynchronous on every backend; wait_until_completed() blocks. A failure while the work
+// runs sets status() to Error and error() to its description; it never crashes.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/device.h"
+#include "core/types.h"
+
+namespace mpsgrad {
+
+class CommandBuffer;
+
+class CommandQueue {
+public:
+    explicit CommandQueue(Device device);
+    const Device& device() const { return device_; }
+    // -[MTLCommandQueue commandBuffer]
+    std::shared_ptr<CommandBuffer> commandBuffer();
+
+    std::string label;
+
+private:
+    Device device_;
+    std::shared_ptr<BackendQueue> backend_;
+};
+
+class CommandBuffer : public std::enable_shared_from_this<CommandBuffer> {
+public:
+    using CompletedHandler = std::function<void(CommandBuffer&)>;
+
+    CommandBuffer(Device device, std::unique_ptr<BackendCommandBuffer> backend);
+    ~CommandBuffer();
+
+    const Device& device() const { return device_; }
+    CommandBufferStatus status() const;
+    // The failure description; empty unless status() == Error.
+    std::string error() const;
+
+    // Submits the encoded work; returns at once. Committing twice raises CommandBufferError.
+    void commit();
+    // Blocks until the work has run (CommandBufferError when the buffer was never committed).
+    void waitUntilCompleted();
+    // Registers a handler run once the work completes (or fails); must precede commit().
+    void addCompletedHandler(CompletedHandler handler);
+
+    std::string label;
+
+    // ---- for kernels and backends -------------------------------------------------------
+    // Throws CommandBufferError unless work can still be encoded (not yet committed).
+    void checkEncodable() const;
+    BackendCommandBuffer& backend() { return *backend_; }
+    // Keeps an object alive until the work has completed.
+    void retain(std::shared_ptr<const void> object);
+    // A completion callback used by the library itself (runs before user handlers).
+    void addInternalCompletion(std::function<void()> fn);
+
+private:
+    void finish(const std::string& error);
+
+    Device device_;
+    std::unique_ptr<BackendCommandBuffer> backend_;
+    mutable std::mutex mutex_;
+    std::condition_variable completed_;
+    CommandBufferStatus status_ = CommandBufferStatus::NotEnqueued;
+    std::string error_;
+    std::vector<CompletedHandler> handlers_;
+    std::vector<std::function<void()>> internalCompletions_;
+    std::vector<std::shared_ptr<const void>> retained_;
+    bool handlersDone_ = false;
+};
+
+}  // namespace mpsgrad

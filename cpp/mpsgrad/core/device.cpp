@@ -1,0 +1,54 @@
+#include "core/device.h"
+
+#include <mutex>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/errors.h"
+
+#ifdef MPSGRAD_HAS_METAL
+#include "backend/metal/metal_backend.h"
+#endif
+
+namespace mpsgrad {
+namespace {
+
+// One backend object per device kind for the life of the process.
+std::shared_ptr<Backend> backendNamed(const std::string& name) {
+    static std::mutex mutex;
+    static std::shared_ptr<Backend> cpu, metal;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (name == "cpu") {
+        if (!cpu) cpu = makeCpuBackend();
+        return cpu;
+    }
+#ifdef MPSGRAD_HAS_METAL
+    if (name == "metal") {
+        if (!metal) metal = makeMetalBackend();  // null when no Metal device is present
+        return metal;
+    }
+#endif
+    return nullptr;
+}
+
+}  // namespace
+
+Device::Device(const std::string& name) : name_(name), backend_(backendNamed(name)) {
+    if (!backend_) {
+        std::string available;
+        for (const auto& n : availableDevices()) available += (available.empty() ? "" : ", ") + n;
+        throwValueError("device: '", name, "' is not available in this build (available: ", available, ")");
+    }
+}
+
+std::vector<std::string> Device::availableDevices() {
+    std::vector<std::string> names;
+#ifdef MPSGRAD_HAS_METAL
+    if (backendNamed("metal")) names.push_back("metal");
+#endif
+    names.push_back("cpu");
+    return names;
+}
+
+Device Device::defaultDevice() { return Device(availableDevices().front()); }
+
+}  // namespace mpsgrad

@@ -1,0 +1,287 @@
+#include "core/image.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/command_buffer.h"
+#include "core/errors.h"
+
+namespace mpsgrad {
+
+// ---- ImageDescriptor ------------------------------------------------------------------------
+
+ImageDescriptor ImageDescriptor::make(ImageFeatureChannelFormat format, int64_t width, int64_t height,
+                                      int64_t featureChannels, int64_t numberOfImages, uint32_t usage) {
+    ImageDescriptor d;
+    d.featureChannelFormat = format;
+    d.width = width;
+    d.height = height;
+    d.featureChannels = featureChannels;
+    d.numberOfImages = numberOfImages;
+    d.usage = usage;
+    return d;
+}
+
+void ImageDescriptor::validate(const char* what) const {
+    if (width < 1 || height < 1 || featureChannels < 1 || numberOfImages < 1)
+        throwValueError(what, ": width, height, feature_channels and number_of_images must be >= 1, got ", width,
+                        "x", height, "x", featureChannels, " with ", numberOfImages, " image(s)");
+    if (featureChannelFormat != ImageFeatureChannelFormat::Float32)
+        throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 storage is supported, got format ",
+                        static_cast<uint32_t>(featureChannelFormat));
+}
+
+// ---- Image ----------------------------------------------------------------------------------
+
+namespace {
+size_t bytesPerImage(const ImageDescriptor& d) {
+    return size_t(roundUpTo4(d.featureChannels)) * d.width * d.height * sizeof(float);
+}
+}  // namespace
+
+Image::Image(const Device& device, const ImageDescriptor& descriptor)
+    : device_(device), descriptor_(descriptor), pixelStride_(roundUpTo4(descriptor.featureChannels)) {
+    descriptor_.validate("image_descriptor");
+    storage_ = BufferSlice{device_.backend().newBuffer(bytesPerImage(descriptor_) * descriptor_.numberOfImages), 0};
+}
+
+Image::Image(const Device& device, const ImageDescriptor& descriptor, BufferSlice storage, int64_t pixelStride,
+             int64_t channelBase, ImagePtr parent)
+    : device_(device),
+      descriptor_(descriptor),
+      storage_(std::move(storage)),
+      pixelStride_(pixelStride),
+      channelBase_(channelBase),
+      parent_(std::move(parent)) {}
+
+ImageBatch Image::makeBatch(const Device& device, const ImageDescriptor& descriptor, size_t count) {
+    descriptor.validate("image_descriptor");
+    if (count == 0) throwValueError("count: an image batch needs at least one image");
+    size_t each = bytesPerImage(descriptor) * descriptor.numberOfImages;
+    auto buffer = device.backend().newBuffer(each * count);
+    ImageBatch batch;
+    for (size_t i = 0; i < count; ++i)
+        batch.push_back(ImagePtr(new Image(device, descriptor, BufferSlice{buffer, i * each},
+                                           roundUpTo4(descriptor.featureChannels), 0, nullptr)));
+    return batch;
+}
+
+ImagePtr Image::wrap(const Device& device, const ImageDescriptor& descriptor, BufferSlice storage,
+                     int64_t pixelStride) {
+    descriptor.validate("image_descriptor");
+    return ImagePtr(new Image(device, descriptor, std::move(storage), pixelStride, 0, nullptr));
+}
+
+size_t Image::resourceSize() const { return size_t(imageStride()) * numberOfImages() * sizeof(float); }
+
+void Image::checkAccessible(const char*) const {}
+
+BufferSlice Image::storage(int64_t imageIndex) const {
+    checkAccessible("image");
+    return storage_.advancedBy(size_t(imageIndex) * imageStride() * sizeof(float));
+}
+
+ImageLayout Image::layout(int64_t channelOffset, int64_t channels) const {
+    ImageLayout l;
+    l.width = int32_t(width());
+    l.height = int32_t(height());
+    l.pixelStride = int32_t(pixelStride_);
+    l.imageStride = int32_t(imageStride());
+    l.channelOffset = int32_t(channelBase_ + channelOffset);
+    l.channels = int32_t(channels);
+    return l;
+}
+
+void Image::checkUsable(const CommandBuffer& cb, const char* what) const {
+    if (device_ != cb.device())
+        throwValueError(what, ": the image belongs to device '", device_.name(), "' but the command buffer to '",
+                        cb.device().name(), "'");
+    checkAccessible(what);
+}
+
+bool Image::isFollowedBy(const Image& other) const {
+    return storage_.buffer == other.storage_.buffer && pixelStride_ == other.pixelStride_ &&
+           channelBase_ == other.channelBase_ && width() == other.width() && height() == other.height() &&
+           featureChannels() == other.featureChannels() &&
+           other.storage_.offset == storage_.offset + size_t(imageStride()) * numberOfImages() * sizeof(float);
+}
+
+ImagePtr Image::subImageWithFeatureChannelRange(int64_t location, int64_t length) {
+    checkAccessible("image");
+    if (location < 0 || location % 4 != 0)
+        throwValueError("feature_channel_range: location must be a non-negative multiple of 4, got ", location);
+    if (length < 1 || location + length > featureChannels())
+        throwValueError("feature_channel_range: [", location, ", ", location + length, ") is outside the image's ",
+                        featureChannels(), " feature channels");
+    if (length % 4 != 0 && location + length != featureChannels())
+        throwValueError("feature_channel_range: length must be a multiple of 4 unless the range ends at the last "
+                        "channel, got ", length);
+    ImageDescriptor d = descriptor_;
+    d.featureChannels = length;
+    return ImagePtr(new Image(device_, d, storage_, pixelStride_, channelBase_ + location, shared_from_this()));
+}
+
+ImageBatch Image::batchRepresentation() {
+    checkAccessible("image");
+    ImageBatch batch;
+    ImageDescriptor d = descriptor_;
+    d.numberOfImages = 1;
+    for (int64_t n = 0; n < numberOfImages(); ++n)
+        batch.push_back(ImagePtr(new Image(device_, d, storage(n), pixelStride_, channelBase_, shared_from_this())));
+    return batch;
+}
+
+int64_t Image::channelsForReadWrite(const ImageReadWriteParams& params) const {
+    int64_t offset = params.featureChannelOffset;
+    if (offset < 0 || offset > featureChannels() - 1)
+        throwValueError("feature_channel_offset: must be in [0, ", featureChannels() - 1, "], got ", offset);
+    if (offset % 4 != 0) throwValueError("feature_channel_offset: must be a multiple of 4, got ", offset);
+    int64_t count = params.numberOfFeatureChannelsToReadWrite < 0 ? featureChannels() - offset
+                                                                  : params.numberOfFeatureChannelsToReadWrite;
+    if (count < 1 || offset + count > featureChannels())
+        throwValueError("number_of_feature_channels: ", count, " channels from offset ", offset,
+                        " exceed the image's ", featureChannels(), " feature channels");
+    return count;
+}
+
+namespace {
+void checkImageIndex(int64_t index, int64_t count) {
+    if (index < 0 || index >= count)
+        throwValueError("image_index: must be in [0, ", count - 1, "], got ", index);
+}
+}  // namespace
+
+void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
+    checkImageIndex(imageIndex, numberOfImages());
+    int64_t count = channelsForReadWrite(params);
+    const float* base = storage(imageIndex).floats() + channelBase_ + params.featureChannelOffset;
+    int64_t pixels = width() * height();
+    for (int64_t p = 0; p < pixels; ++p) {
+        const float* px = base + p * pixelStride_;
+        if (layout == DataLayout::HeightxWidthxFeatureChannels)
+            std::memcpy(bytes + p * count, px, count * sizeof(float));
+        else
+            for (int64_t c = 0; c < count; ++c) bytes[c * pixels + p] = px[c];
+    }
+}
+
+void Image::writeBytes(const float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) {
+    checkImageIndex(imageIndex, numberOfImages());
+    int64_t count = channelsForReadWrite(params);
+    float* base = storage(imageIndex).floats() + channelBase_ + params.featureChannelOffset;
+    int64_t pixels = width() * height();
+    for (int64_t p = 0; p < pixels; ++p) {
+        float* px = base + p * pixelStride_;
+        if (layout == DataLayout::HeightxWidthxFeatureChannels)
+            std::memcpy(px, bytes + p * count, count * sizeof(float));
+        else
+            for (int64_t c = 0; c < count; ++c) px[c] = bytes[c * pixels + p];
+    }
+}
+
+void Image::synchronizeOnCommandBuffer(CommandBuffer& cb) { checkUsable(cb, "image"); }
+
+// ---- TemporaryImage -------------------------------------------------------------------------
+
+TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor)
+    : Image(cb.device(), descriptor), commandBuffer_(&cb) {
+    cb.checkEncodable();
+}
+
+TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor, BufferSlice storage)
+    : Image(cb.device(), descriptor, std::move(storage), roundUpTo4(descriptor.featureChannels), 0, nullptr),
+      commandBuffer_(&cb) {}
+
+ImageBatch TemporaryImage::makeBatch(CommandBuffer& cb, const ImageDescriptor& descriptor, size_t count) {
+    cb.checkEncodable();
+    descriptor.validate("image_descriptor");
+    if (count == 0) throwValueError("count: an image batch needs at least one image");
+    size_t each = bytesPerImage(descriptor) * descriptor.numberOfImages;
+    auto buffer = cb.device().backend().newBuffer(each * count);
+    ImageBatch batch;
+    for (size_t i = 0; i < count; ++i)
+        batch.push_back(ImagePtr(new TemporaryImage(cb, descriptor, BufferSlice{buffer, i * each})));
+    return batch;
+}
+
+void TemporaryImage::setReadCount(int64_t count) {
+    if (readCount_ == 0)
+        throwValueError("read_count: the temporary image's read count already reached 0 and its storage was "
+                        "released; it cannot be changed");
+    if (count < 0) throwValueError("read_count: must be >= 0, got ", count);
+    readCount_ = count;
+    if (readCount_ == 0) storage_.buffer.reset();  // encoded work keeps its own reference
+}
+
+void TemporaryImage::checkAccessible(const char* what) const {
+    if (readCount_ == 0)
+        throwValueError(what, ": the temporary image's read_count is 0; it was already consumed by the reads it "
+                              "was created for (raise read_count before the last read to read it again)");
+}
+
+void TemporaryImage::checkUsable(const CommandBuffer& cb, const char* what) const {
+    Image::checkUsable(cb, what);
+    if (&cb != commandBuffer_)
+        throwValueError(what, ": a temporary image is valid only on the command buffer it was created for");
+}
+
+void TemporaryImage::noteRead() {
+    checkAccessible("image");
+    if (--readCount_ == 0) storage_.buffer.reset();
+}
+
+// ---- allocators -----------------------------------------------------------------------------
+
+ImageBatch ImageAllocator::imageBatchForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& descriptor,
+                                                      const Kernel* kernel, size_t count) {
+    ImageBatch batch;
+    for (size_t i = 0; i < count; ++i) batch.push_back(imageForCommandBuffer(cb, descriptor, kernel));
+    return batch;
+}
+
+namespace {
+class TemporaryAllocator final : public ImageAllocator {
+public:
+    ImagePtr imageForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& d, const Kernel*) override {
+        return std::make_shared<TemporaryImage>(cb, d);
+    }
+    ImageBatch imageBatchForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& d, const Kernel*,
+                                          size_t count) override {
+        return TemporaryImage::makeBatch(cb, d, count);
+    }
+};
+
+class PersistentAllocator final : public ImageAllocator {
+public:
+    ImagePtr imageForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& d, const Kernel*) override {
+        return std::make_shared<Image>(cb.device(), d);
+    }
+    ImageBatch imageBatchForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& d, const Kernel*,
+                                          size_t count) override {
+        return Image::makeBatch(cb.device(), d, count);
+    }
+};
+}  // namespace
+
+std::shared_ptr<ImageAllocator> ImageAllocator::temporaryAllocator() {
+    static auto allocator = std::make_shared<TemporaryAllocator>();
+    return allocator;
+}
+
+std::shared_ptr<ImageAllocator> ImageAllocator::persistentAllocator() {
+    static auto allocator = std::make_shared<PersistentAllocator>();
+    return allocator;
+}
+
+size_t imageBatchIncrementReadCount(const ImageBatch& batch, int64_t amount) {
+    std::set<Image*> unique;
+    for (const auto& image : batch)
+        if (image && unique.insert(image.get()).second) {
+            if (auto* temp = dynamic_cast<TemporaryImage*>(image.get()))
+                temp->setReadCount(temp->readCount() + amount);
+        }
+    return unique.size();
+}
+
+}  // namespace mpsgrad

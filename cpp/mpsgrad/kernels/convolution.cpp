@@ -1,0 +1,575 @@
+#include "kernels/convolution.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/errors.h"
+
+namespace mpsgrad {
+
+// ---- descriptor ---------------------------------------------------------------------------------
+
+CNNConvolutionDescriptor::CNNConvolutionDescriptor(int64_t kw, int64_t kh, int64_t in, int64_t out)
+    : kernelWidth(kw), kernelHeight(kh), inputFeatureChannels(in), outputFeatureChannels(out) {}
+
+int64_t CNNConvolutionDescriptor::weightsPerOutputChannel() const {
+    int64_t g = effectiveGroups();
+    return kernelWidth * kernelHeight * (g > 0 ? inputFeatureChannels / g : 0);
+}
+
+void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
+    const std::vector<float>& mean, const std::vector<float>& variance, const std::vector<float>& gamma,
+    const std::vector<float>& beta, float epsilon) {
+    size_t n = size_t(outputFeatureChannels);
+    for (auto* v : {&mean, &variance, &gamma, &beta})
+        if (v->size() != n)
+            throwValueError("batch normalization parameters: expected ", n,
+                            " values each (output_feature_channels), got ", v->size());
+    foldedScale.resize(n);
+    foldedShift.resize(n);
+    for (size_t o = 0; o < n; ++o) {
+        foldedScale[o] = gamma[o] / std::sqrt(variance[o] + epsilon);
+        foldedShift[o] = beta[o] - foldedScale[o] * mean[o];
+    }
+}
+
+void CNNConvolutionDescriptor::validate() const {
+    auto positive = [](int64_t v, const char* name) {
+        if (v < 1) throwValueError(name, ": must be >= 1, got ", v);
+    };
+    positive(kernelWidth, "kernel_width");
+    positive(kernelHeight, "kernel_height");
+    positive(inputFeatureChannels, "input_feature_channels");
+    positive(outputFeatureChannels, "output_feature_channels");
+    positive(strideInPixelsX, "stride_in_pixels_x");
+    positive(strideInPixelsY, "stride_in_pixels_y");
+    positive(dilationRateX, "dilation_rate_x");
+    positive(dilationRateY, "dilation_rate_y");
+    positive(groups, "groups");
+    if (depthwise) {
+        if (groups != 1) throwValueError("groups: a depthwise convolution descriptor needs groups == 1, got ", groups);
+        if (outputFeatureChannels != inputFeatureChannels)
+            throwValueError("output_feature_channels: a depthwise convolution supports channel multiplier 1 only, so "
+                            "output_feature_channels must equal input_feature_channels (",
+                            inputFeatureChannels, "), got ", outputFeatureChannels);
+    } else if (groups > 1) {
+        if (inputFeatureChannels % groups || outputFeatureChannels % groups)
+            throwValueError("groups: ", groups, " does not divide input_feature_channels ", inputFeatureChannels,
+                            " and output_feature_channels ", outputFeatureChannels);
+        if ((inputFeatureChannels / groups) % 4 || (outputFeatureChannels / groups) % 4)
+            throwValueError("groups: MPS needs a multiple of 4 channels per group; ", groups, " groups give ",
+                            inputFeatureChannels / groups, " input and ", outputFeatureChannels / groups,
+                            " output channels per group");
+    }
+    fusedNeuronDescriptor.validate("fused_neuron_descriptor");
+    if (fusedNeuronDescriptor.neuronType == CNNNeuronType::PReLU &&
+        int64_t(fusedNeuronDescriptor.data.size()) != outputFeatureChannels)
+        throwValueError("fused_neuron_descriptor: PReLU data has ", fusedNeuronDescriptor.data.size(),
+                        " values but the convolution has ", outputFeatureChannels, " output channels");
+}
+
+// ---- data sources and weights ----------------------------------------------------------------------
+
+CNNConvolutionWeightsDataSource::CNNConvolutionWeightsDataSource(CNNConvolutionDescriptor descriptor,
+                                                                 std::vector<float> weights,
+                                                                 std::vector<float> biases, std::string label)
+    : descriptor_(std::move(descriptor)), weights_(std::move(weights)), biases_(std::move(biases)),
+      label_(std::move(label)) {
+    descriptor_.validate();
+    if (int64_t(weights_.size()) != descriptor_.weightCount())
+        throwValueError("weights: expected ", descriptor_.weightCount(), " values (O x kH x kW x I/groups), got ",
+                        weights_.size());
+    if (!biases_.empty() && int64_t(biases_.size()) != descriptor_.outputFeatureChannels)
+        throwValueError("biases: expected ", descriptor_.outputFeatureChannels, " values, got ", biases_.size());
+}
+
+namespace {
+
+BufferSlice uploadFloats(const Device& device, const float* values, size_t count) {
+    BufferSlice slice{device.backend().newBuffer(count * sizeof(float)), 0};
+    if (values && count) std::memcpy(slice.floats(), values, count * sizeof(float));
+    return slice;
+}
+
+// Reads a data source between load and purge into fresh device buffers. Fresh buffers keep
+// work encoded earlier on its old weights (reloads act at encode order).
+ConvolutionWeights loadWeights(const Device& device, CNNConvolutionDataSource& source) {
+    if (source.dataType() != DataType::Float32)
+        throwValueError("data_source: data_type must be DataType.FLOAT32, got ",
+                        static_cast<uint32_t>(source.dataType()));
+    ConvolutionWeights w;
+    w.descriptor = source.descriptor();
+    w.descriptor.validate();
+    if (!source.load()) throwValueError("data_source: load() returned False");
+    struct Purge {
+        CNNConvolutionDataSource& s;
+        ~Purge() { s.purge(); }
+    } purgeOnExit{source};
+    const float* weights = source.weights();
+    if (!weights) throwValueError("data_source: weights() returned no data");
+    size_t count = size_t(w.descriptor.weightCount());
+    size_t out = size_t(w.descriptor.outputFeatureChannels);
+    std::vector<float> folded(weights, weights + count);
+    const float* bias = source.biasTerms();
+    std::vector<float> biases(out, 0.0f);
+    if (bias) biases.assign(bias, bias + out);
+    w.hasBias = bias != nullptr;
+    if (!w.descriptor.foldedScale.empty()) {
+        int64_t per = w.descriptor.weightsPerOutputChannel();
+        for (size_t o = 0; o < out; ++o) {
+            for (int64_t k = 0; k < per; ++k) folded[o * per + k] *= w.descriptor.foldedScale[o];
+            biases[o] = biases[o] * w.descriptor.foldedScale[o] + w.descriptor.foldedShift[o];
+        }
+        w.hasBias = true;
+    }
+    w.weights = uploadFloats(device, folded.data(), count);
+    w.biases = uploadFloats(device, biases.data(), out);
+    const auto& neuron = w.descriptor.fusedNeuronDescriptor;
+    if (!neuron.data.empty()) w.neuronData = uploadFloats(device, neuron.data.data(), neuron.data.size());
+    return w;
+}
+
+// Encodes a copy of a weights state into fresh buffers of `w`.
+void reloadFromState(CommandBuffer& cb, ConvolutionWeights& w, const char* kernelName,
+                     const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state) {
+    if (!state) throwTypeError("state: expected a CNNConvolutionWeightsAndBiasesState, got None");
+    state->checkUsable(cb, "state");
+    const auto& d = state->descriptor();
+    if (d.weightCount() != w.descriptor.weightCount() || d.outputFeatureChannels != w.descriptor.outputFeatureChannels)
+        throwValueError("state: holds ", d.weightCount(), " weights and ", d.outputFeatureChannels,
+                        " biases but the ", kernelName, " needs ", w.descriptor.weightCount(), " and ",
+                        w.descriptor.outputFeatureChannels);
+    Backend& backend = cb.device().backend();
+    BufferSlice weights{backend.newBuffer(size_t(d.weightCount()) * sizeof(float)), 0};
+    BufferSlice biases{backend.newBuffer(size_t(d.outputFeatureChannels) * sizeof(float)), 0};
+    backend.copyBuffer(cb, state->weights(), weights, size_t(d.weightCount()) * sizeof(float));
+    backend.copyBuffer(cb, state->biases(), biases, size_t(d.outputFeatureChannels) * sizeof(float));
+    w.weights = weights;
+    w.biases = biases;
+    w.hasBias = true;
+    state->noteRead();
+}
+
+std::shared_ptr<CNNConvolutionDataSource> requireDataSource(std::shared_ptr<CNNConvolutionDataSource> source) {
+    if (!source) throwTypeError("weights: expected a CNNConvolutionDataSource, got None");
+    return source;
+}
+
+int32_t edgeModeCode(ImageEdgeMode mode, const char* what) {
+    if (mode == ImageEdgeMode::Zero) return kEdgeZero;
+    if (mode == ImageEdgeMode::Clamp) return kEdgeClamp;
+    throwValueError(what, ": convolution supports ImageEdgeMode.ZERO and CLAMP, got ", static_cast<uint32_t>(mode));
+}
+
+}  // namespace
+
+CNNConvolutionWeightsAndBiasesState::CNNConvolutionWeightsAndBiasesState(const Device& device,
+                                                                         const CNNConvolutionDescriptor& descriptor,
+                                                                         bool temporary, const CommandBuffer* cb)
+    : State(device, {}, temporary, cb), descriptor_(descriptor) {
+    descriptor_.validate();
+    addBuffer(size_t(descriptor_.weightCount()) * sizeof(float));
+    addBuffer(size_t(descriptor_.outputFeatureChannels) * sizeof(float));
+}
+
+CNNConvolutionWeightsAndBiasesState::CNNConvolutionWeightsAndBiasesState(const Device& device,
+                                                                         const CNNConvolutionDescriptor& descriptor)
+    : CNNConvolutionWeightsAndBiasesState(device, descriptor, false, nullptr) {}
+
+CNNConvolutionWeightsAndBiasesState::CNNConvolutionWeightsAndBiasesState(BufferSlice weights, BufferSlice biases,
+                                                                         const Device& device,
+                                                                         const CNNConvolutionDescriptor& descriptor)
+    : State(device, {}, false, nullptr), descriptor_(descriptor) {
+    descriptor_.validate();
+    size_t wBytes = size_t(descriptor_.weightCount()) * sizeof(float);
+    size_t bBytes = size_t(descriptor_.outputFeatureChannels) * sizeof(float);
+    if (!weights || weights.offset % 4 || weights.buffer->length() < weights.offset + wBytes)
+        throwValueError("weights: the buffer must hold ", wBytes, " bytes after a 4-byte aligned weights_offset");
+    if (!biases || biases.offset % 4 || biases.buffer->length() < biases.offset + bBytes)
+        throwValueError("biases: the buffer must hold ", bBytes, " bytes after a 4-byte aligned biases_offset");
+    buffers_.push_back(weights);
+    buffers_.push_back(biases);
+}
+
+std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolutionWeightsAndBiasesState::temporary(
+    CommandBuffer& cb, const CNNConvolutionDescriptor& descriptor) {
+    cb.checkEncodable();
+    return std::shared_ptr<CNNConvolutionWeightsAndBiasesState>(
+        new CNNConvolutionWeightsAndBiasesState(cb.device(), descriptor, true, &cb));
+}
+
+BufferSlice CNNConvolutionWeightsAndBiasesState::weights() const { return resourceAtIndex(0); }
+BufferSlice CNNConvolutionWeightsAndBiasesState::biases() const { return resourceAtIndex(1); }
+
+// ---- gradient state ----------------------------------------------------------------------------------
+
+CNNConvolutionGradientState::CNNConvolutionGradientState(std::shared_ptr<CNNConvolution> convolution,
+                                                         const CNNConvolutionDescriptor& descriptor,
+                                                         int64_t sourceWidth, int64_t sourceHeight, bool temporary,
+                                                         const CommandBuffer* cb)
+    : NNGradientState(convolution ? convolution->device() : Device("cpu"), temporary, cb),
+      convolution_(std::move(convolution)),
+      descriptor_(descriptor) {
+    addBuffer(size_t(descriptor.weightCount()) * sizeof(float));
+    addBuffer(size_t(descriptor.outputFeatureChannels) * sizeof(float));
+    snapshot.sourceWidth = sourceWidth;
+    snapshot.sourceHeight = sourceHeight;
+}
+
+BufferSlice CNNConvolutionGradientState::gradientForWeights() const { return resourceAtIndex(0); }
+BufferSlice CNNConvolutionGradientState::gradientForBiases() const { return resourceAtIndex(1); }
+
+// ---- forward ----------------------------------------------------------------------------------------
+
+CNNConvolution::CNNConvolution(const Device& device, std::shared_ptr<CNNConvolutionDataSource> dataSource)
+    : CNNKernel(device), dataSource_(requireDataSource(std::move(dataSource))) {
+    weights_ = loadWeights(device_, *dataSource_);
+}
+
+void CNNConvolution::reloadWeightsAndBiasesFromDataSource() {
+    ConvolutionWeights fresh = loadWeights(device_, *dataSource_);
+    if (fresh.descriptor.weightCount() != weights_.descriptor.weightCount() ||
+        fresh.descriptor.outputFeatureChannels != weights_.descriptor.outputFeatureChannels)
+        throwValueError("data_source: its descriptor changed shape since the kernel was created");
+    fresh.descriptor = weights_.descriptor;
+    weights_ = fresh;
+}
+
+void CNNConvolution::reloadWeightsAndBiasesWithCommandBuffer(
+    CommandBuffer& cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state) {
+    checkCommandBuffer(cb);
+    reloadFromState(cb, weights_, className(), state);
+}
+
+std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolution::exportWeightsAndBiasesWithCommandBuffer(
+    CommandBuffer& cb, bool resultStateCanBeTemporary) {
+    checkCommandBuffer(cb);
+    auto state = resultStateCanBeTemporary
+                     ? CNNConvolutionWeightsAndBiasesState::temporary(cb, weights_.descriptor)
+                     : std::make_shared<CNNConvolutionWeightsAndBiasesState>(device_, weights_.descriptor);
+    Backend& backend = device_.backend();
+    backend.copyBuffer(cb, weights_.weights, state->weights(), size_t(weights_.descriptor.weightCount()) * 4);
+    backend.copyBuffer(cb, weights_.biases, state->biases(), size_t(weights_.descriptor.outputFeatureChannels) * 4);
+    return state;
+}
+
+StatePtr CNNConvolution::makeResultState(const Image& source, CommandBuffer* cb) {
+    std::shared_ptr<CNNConvolution> self;
+    try {
+        self = std::static_pointer_cast<CNNConvolution>(shared_from_this());
+    } catch (const std::bad_weak_ptr&) {
+        // The kernel is not owned by a shared_ptr; the state's `convolution` stays null.
+    }
+    auto state = std::make_shared<CNNConvolutionGradientState>(self, weights_.descriptor, source.width(),
+                                                               source.height(), cb != nullptr, cb);
+    state->producer = self;
+    return state;
+}
+
+void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
+                                const StateBatch& states) {
+    const CNNConvolutionDescriptor& d = weights_.descriptor;
+    int32_t edge = edgeModeCode(edgeMode, "edge_mode");
+    auto* state = states.empty() ? nullptr : dynamic_cast<CNNConvolutionGradientState*>(states.front().get());
+    if (!states.empty() && !state)
+        throwTypeError("destination_state: CNNConvolution writes a CNNConvolutionGradientState, got a ",
+                       states.front()->className());
+    int64_t totalImages = 0;
+    for (const auto& dispatch : dispatches) {
+        if (dispatch.sourceChannels != d.inputFeatureChannels)
+            throwValueError("source_image: CNNConvolution reads ", d.inputFeatureChannels,
+                            " input feature channels but the source image provides ", dispatch.sourceChannels,
+                            " (feature_channels ", dispatch.source->featureChannels(),
+                            ", source_feature_channel_offset ", sourceFeatureChannelOffset, ")");
+        checkDestinationChannels(*dispatch.destination, d.outputFeatureChannels);
+        if (state) {
+            const auto& first = dispatches.front();
+            if (dispatch.clip.size.width != first.clip.size.width || dispatch.clip.size.height != first.clip.size.height ||
+                dispatch.source->width() != first.source->width() || dispatch.source->height() != first.source->height())
+                throwValueError("source_images: every image of a batch sharing one gradient state must have the "
+                                "same size");
+            if (state->descriptor().weightCount() != d.weightCount())
+                throwValueError("destination_state: was made by a convolution of another shape");
+        }
+        totalImages += dispatch.imageCount;
+    }
+
+    const bool fused = d.fusedNeuronDescriptor.neuronType != CNNNeuronType::None;
+    ConvolutionParams base{};
+    base.groups = int32_t(d.effectiveGroups());
+    base.kernelWidth = int32_t(d.kernelWidth);
+    base.kernelHeight = int32_t(d.kernelHeight);
+    base.strideX = int32_t(d.strideInPixelsX);
+    base.strideY = int32_t(d.strideInPixelsY);
+    base.dilationX = int32_t(d.dilationRateX);
+    base.dilationY = int32_t(d.dilationRateY);
+    base.windowLeftX = int32_t(offset.x - (dilatedKernelWidth() >> 1));
+    base.windowTopY = int32_t(offset.y - (dilatedKernelHeight() >> 1));
+    base.edgeMode = edge;
+    base.hasBias = weights_.hasBias ? 1 : 0;
+    base.neuron = d.fusedNeuronDescriptor.params();
+
+    if (state) {
+        const auto& first = dispatches.front();
+        ForwardSnapshot& s = state->snapshot;
+        s.offset = offset;
+        s.clipRect = first.clip;
+        s.edgeMode = edgeMode;
+        s.kernelWidth = d.kernelWidth;
+        s.kernelHeight = d.kernelHeight;
+        s.strideX = d.strideInPixelsX;
+        s.strideY = d.strideInPixelsY;
+        s.dilationX = d.dilationRateX;
+        s.dilationY = d.dilationRateY;
+        s.sourceWidth = first.source->width();
+        s.sourceHeight = first.source->height();
+        s.sourceFeatureChannels = first.source->featureChannels();
+        s.destinationWidth = first.destination->width();
+        s.destinationHeight = first.destination->height();
+        s.destinationFeatureChannels = first.destination->featureChannels();
+        s.sourceFeatureChannelOffset = sourceFeatureChannelOffset;
+        s.sourceFeatureChannelCount = d.inputFeatureChannels;
+        s.destinationFeatureChannelOffset = destinationFeatureChannelOffset;
+        s.batchSize = totalImages;
+        s.paddingMethod = padding ? padding->paddingMethod() : 0;
+        s.encoded = true;
+        state->neuron = base.neuron;
+        state->neuronData = weights_.neuronData;
+        state->preactivation = BufferSlice{};
+        if (fused) {
+            ImageLayout& l = state->preactivationLayout;
+            l.width = int32_t(first.clip.size.width);
+            l.height = int32_t(first.clip.size.height);
+            l.pixelStride = int32_t(d.outputFeatureChannels);
+            l.imageStride = l.width * l.height * l.pixelStride;
+            l.channelOffset = 0;
+            l.channels = int32_t(d.outputFeatureChannels);
+            state->preactivation =
+                BufferSlice{device_.backend().newBuffer(size_t(l.imageStride) * totalImages * sizeof(float)), 0};
+        }
+    }
+
+    Backend& backend = device_.backend();
+    int64_t imagesDone = 0;
+    for (size_t i = 0; i < dispatches.size();) {
+        // Merge consecutive single images stored back to back into one dispatch.
+        size_t j = i + 1;
+        int64_t count = dispatches[i].imageCount;
+        while (j < dispatches.size() && dispatches[j - 1].source->isFollowedBy(*dispatches[j].source) &&
+               dispatches[j - 1].destination->isFollowedBy(*dispatches[j].destination) &&
+               dispatches[j].clip.origin.x == dispatches[i].clip.origin.x &&
+               dispatches[j].clip.origin.y == dispatches[i].clip.origin.y &&
+               dispatches[j].clip.size.width == dispatches[i].clip.size.width &&
+               dispatches[j].clip.size.height == dispatches[i].clip.size.height &&
+               dispatches[i].source->numberOfImages() == 1 && dispatches[j].source->numberOfImages() == 1 &&
+               dispatches[i].destination->numberOfImages() == 1 && dispatches[j].destination->numberOfImages() == 1) {
+            count += dispatches[j].imageCount;
+            ++j;
+        }
+        const UnaryDispatch& u = dispatches[i];
+        ConvolutionParams p = base;
+        p.source = u.source->layout(u.sourceChannelOffset, d.inputFeatureChannels);
+        p.destination = u.destination->layout(destinationFeatureChannelOffset, d.outputFeatureChannels);
+        p.batch = int32_t(count);
+        p.clipX = int32_t(u.clip.origin.x);
+        p.clipY = int32_t(u.clip.origin.y);
+        p.clipWidth = int32_t(u.clip.size.width);
+        p.clipHeight = int32_t(u.clip.size.height);
+        BufferSlice preactivation;
+        if (state && fused) {
+            p.preactivation = state->preactivationLayout;
+            p.writePreactivation = 1;
+            preactivation = state->preactivation.advancedBy(size_t(imagesDone) * p.preactivation.imageStride * 4);
+        }
+        backend.convolutionForward(cb, p, u.source->storage(u.sourceImageIndex), weights_.weights, weights_.biases,
+                                   weights_.neuronData, u.destination->storage(u.destinationImageIndex),
+                                   preactivation);
+        imagesDone += count;
+        i = j;
+    }
+}
+
+// ---- gradient -----------------------------------------------------------------------------------------
+
+CNNConvolutionGradient::CNNConvolutionGradient(const Device& device,
+                                               std::shared_ptr<CNNConvolutionDataSource> dataSource)
+    : CNNGradientKernel(device), dataSource_(requireDataSource(std::move(dataSource))) {
+    weights_ = loadWeights(device_, *dataSource_);
+}
+
+void CNNConvolutionGradient::reloadWeightsAndBiasesFromDataSource() {
+    ConvolutionWeights fresh = loadWeights(device_, *dataSource_);
+    if (fresh.descriptor.weightCount() != weights_.descriptor.weightCount())
+        throwValueError("data_source: its descriptor changed shape since the kernel was created");
+    fresh.descriptor = weights_.descriptor;
+    weights_ = fresh;
+}
+
+void CNNConvolutionGradient::reloadWeightsAndBiasesWithCommandBuffer(
+    CommandBuffer& cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state) {
+    checkCommandBuffer(cb);
+    reloadFromState(cb, weights_, className(), state);
+}
+
+void CNNConvolutionGradient::checkGradientStateType(const State& state) const {
+    auto* conv = dynamic_cast<const CNNConvolutionGradientState*>(&state);
+    if (!conv)
+        throwTypeError("gradient_state: CNNConvolutionGradient needs the CNNConvolutionGradientState made by "
+                       "CNNConvolution.result_state, got a ", state.className());
+    const auto& a = conv->descriptor();
+    const auto& b = weights_.descriptor;
+    if (a.inputFeatureChannels != b.inputFeatureChannels || a.outputFeatureChannels != b.outputFeatureChannels ||
+        a.kernelWidth != b.kernelWidth || a.kernelHeight != b.kernelHeight || a.effectiveGroups() != b.effectiveGroups() ||
+        a.strideInPixelsX != b.strideInPixelsX || a.strideInPixelsY != b.strideInPixelsY ||
+        a.dilationRateX != b.dilationRateX || a.dilationRateY != b.dilationRateY)
+        throwValueError("gradient_state: comes from a convolution with ", a.inputFeatureChannels, "->",
+                        a.outputFeatureChannels, " channels, ", a.kernelWidth, "x", a.kernelHeight, " kernel, stride ",
+                        a.strideInPixelsX, "x", a.strideInPixelsY, ", dilation ", a.dilationRateX, "x",
+                        a.dilationRateY, ", ", a.effectiveGroups(), " group(s), but this CNNConvolutionGradient has ",
+                        b.inputFeatureChannels, "->", b.outputFeatureChannels, ", ", b.kernelWidth, "x",
+                        b.kernelHeight, ", stride ", b.strideInPixelsX, "x", b.strideInPixelsY, ", dilation ",
+                        b.dilationRateX, "x", b.dilationRateY, ", ", b.effectiveGroups(), " group(s)");
+}
+
+void CNNConvolutionGradient::configureFromSnapshot(const ForwardSnapshot& s) {
+    // Spec §2.1.6: the data gradient reads E from (0,0) with kernel offset -o + (even extent ? 1 : 0);
+    // the weight gradient reads X from the forward window's top-left tap.
+    int64_t kw = (s.kernelWidth - 1) * s.dilationX + 1;
+    int64_t kh = (s.kernelHeight - 1) * s.dilationY + 1;
+    primaryOffset = Offset{0, 0, 0};
+    kernelOffsetX = -s.offset.x + ((kw & 1) ? 0 : 1);
+    kernelOffsetY = -s.offset.y + ((kh & 1) ? 0 : 1);
+    secondaryOffset = Offset{s.offset.x - (kw >> 1), s.offset.y - (kh >> 1), 0};
+    clipRect = rectNoClip();
+    secondaryEdgeMode = s.edgeMode;
+    primaryStrideInPixelsX = secondaryStrideInPixelsX = s.strideX;
+    primaryStrideInPixelsY = secondaryStrideInPixelsY = s.strideY;
+    primarySourceFeatureChannelOffset = s.destinationFeatureChannelOffset;
+    primarySourceFeatureChannelMaxCount = UINT64_MAX;
+    secondarySourceFeatureChannelOffset = s.sourceFeatureChannelOffset;
+    secondarySourceFeatureChannelMaxCount = uint64_t(s.sourceFeatureChannelCount);
+    destinationFeatureChannelOffset = s.sourceFeatureChannelOffset;
+}
+
+void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
+                                                const ImageBatch& sourceImages, const StateBatch& states,
+                                                const ImageBatch& destinations) {
+    const CNNConvolutionDescriptor& d = weights_.descriptor;
+    const bool wantData = uint32_t(gradientOption) & 1u;
+    const bool wantWeights = uint32_t(gradientOption) & 2u;
+    const int64_t in = d.inputFeatureChannels, out = d.outputFeatureChannels;
+    int32_t xEdge = edgeModeCode(secondaryEdgeMode, "secondary_edge_mode");
+
+    // Validate every image against its state before encoding anything.
+    std::map<const State*, int64_t> imagesPerState;
+    for (const auto& s : states) imagesPerState[s.get()]++;
+    for (size_t i = 0; i < states.size(); ++i) {
+        const auto& state = static_cast<const CNNConvolutionGradientState&>(*states[i]);
+        const ForwardSnapshot& s = state.snapshot;
+        const Image& g = *sourceGradients[i];
+        const Image& x = *sourceImages[i];
+        if (x.width() != s.sourceWidth || x.height() != s.sourceHeight)
+            throwValueError("source_image: is ", x.width(), "x", x.height(), " but the gradient state records a ",
+                            s.sourceWidth, "x", s.sourceHeight, " forward source");
+        if (int64_t(g.width()) != int64_t(s.clipRect.size.width) || int64_t(g.height()) != int64_t(s.clipRect.size.height))
+            throwValueError("source_gradient: is ", g.width(), "x", g.height(),
+                            " but the forward convolution wrote a ", s.clipRect.size.width, "x",
+                            s.clipRect.size.height, " result");
+        int64_t gChannels = availablePrimaryChannels(g);
+        if (gChannels < out)
+            throwValueError("source_gradient: provides ", gChannels, " feature channels at offset ",
+                            primarySourceFeatureChannelOffset, " but the convolution has ", out, " output channels");
+        int64_t xChannels = availableSecondaryChannels(x);
+        if (xChannels != in)
+            throwValueError("source_image: provides ", xChannels, " feature channels at offset ",
+                            secondarySourceFeatureChannelOffset, " but the convolution has ", in, " input channels");
+        checkDestinationChannels(*destinations[i], in, "destination_gradient");
+        if (wantData && s.edgeMode != ImageEdgeMode::Zero)
+            throwValueError("gradient_state: the forward convolution used edge_mode CLAMP; the data gradient "
+                            "(a zero-padded transposed convolution, as in MPS) is exact only for edge_mode ZERO. "
+                            "Use gradient_option GRADIENT_WITH_WEIGHTS_AND_BIAS or a ZERO edge mode");
+        if (state.preactivation && imagesPerState[states[i].get()] != s.batchSize)
+            throwValueError("gradient_states: the forward pass encoded ", s.batchSize,
+                            " image(s) with this state and a fused neuron; encode the gradient of the whole batch "
+                            "at once so each image meets its pre-activation values");
+    }
+
+    Backend& backend = device_.backend();
+    std::map<const State*, int64_t> imageIndexInState;
+    for (size_t i = 0; i < states.size(); ++i) {
+        auto& state = static_cast<CNNConvolutionGradientState&>(*states[i]);
+        const Image& gImage = *sourceGradients[i];
+        const Image& xImage = *sourceImages[i];
+        int64_t indexInState = imageIndexInState[&state]++;
+
+        ImageLayout gradientLayout = gImage.layout(primarySourceFeatureChannelOffset, out);
+        BufferSlice gradient = gImage.storage(primaryOffset.z);
+        if (state.preactivation) {
+            // E' = E * f'(pre-activation): the fused neuron's derivative, into a scratch image.
+            ImageLayout scratch = state.preactivationLayout;
+            BufferSlice scaled{backend.newBuffer(size_t(scratch.imageStride) * sizeof(float)), 0};
+            NeuronGradientParams np{};
+            np.gradient = gradientLayout;
+            np.source = scratch;
+            np.destination = scratch;
+            np.batch = 1;
+            np.clipWidth = scratch.width;
+            np.clipHeight = scratch.height;
+            np.neuron = state.neuron;
+            backend.neuronGradient(cb, np, gradient,
+                                   state.preactivation.advancedBy(size_t(indexInState) * scratch.imageStride * 4),
+                                   state.neuronData, scaled);
+            gradientLayout = scratch;
+            gradient = scaled;
+        }
+
+        if (wantData) {
+            const Image& dst = *destinations[i];
+            Region clip = clipToImage(clipRect, dst);
+            ConvolutionDataGradientParams p{};
+            p.gradient = gradientLayout;
+            p.destination = dst.layout(destinationFeatureChannelOffset, in);
+            p.batch = 1;
+            p.groups = int32_t(d.effectiveGroups());
+            p.kernelWidth = int32_t(d.kernelWidth);
+            p.kernelHeight = int32_t(d.kernelHeight);
+            p.strideX = int32_t(d.strideInPixelsX);
+            p.strideY = int32_t(d.strideInPixelsY);
+            p.dilationX = int32_t(d.dilationRateX);
+            p.dilationY = int32_t(d.dilationRateY);
+            int64_t kw = (d.kernelWidth - 1) * d.dilationRateX + 1, kh = (d.kernelHeight - 1) * d.dilationRateY + 1;
+            p.windowLeftX = int32_t(primaryOffset.x * d.strideInPixelsX + kernelOffsetX - (kw >> 1));
+            p.windowTopY = int32_t(primaryOffset.y * d.strideInPixelsY + kernelOffsetY - (kh >> 1));
+            p.clipX = int32_t(clip.origin.x);
+            p.clipY = int32_t(clip.origin.y);
+            p.clipWidth = int32_t(clip.size.width);
+            p.clipHeight = int32_t(clip.size.height);
+            if (p.clipWidth > 0 && p.clipHeight > 0)
+                backend.convolutionDataGradient(cb, p, gradient, weights_.weights, dst.storage(clip.origin.z));
+        }
+        if (wantWeights) {
+            ConvolutionWeightGradientParams p{};
+            p.gradient = gradientLayout;
+            p.source = xImage.layout(secondarySourceFeatureChannelOffset, in);
+            p.batch = 1;
+            p.groups = int32_t(d.effectiveGroups());
+            p.kernelWidth = int32_t(d.kernelWidth);
+            p.kernelHeight = int32_t(d.kernelHeight);
+            p.strideX = int32_t(d.strideInPixelsX);
+            p.strideY = int32_t(d.strideInPixelsY);
+            p.dilationX = int32_t(d.dilationRateX);
+            p.dilationY = int32_t(d.dilationRateY);
+            p.windowLeftX = int32_t(secondaryOffset.x);
+            p.windowTopY = int32_t(secondaryOffset.y);
+            p.edgeMode = xEdge;
+            p.accumulate = indexInState > 0 ? 1 : 0;
+            p.computeWeights = 1;
+            p.computeBiases = 1;
+            backend.convolutionWeightGradient(cb, p, gradient, xImage.storage(secondaryOffset.z),
+                                              state.gradientForWeights(), state.gradientForBiases());
+        }
+    }
+}
+
+}  // namespace mpsgrad
