@@ -1,0 +1,96 @@
+"""mpsgrad: an open implementation of Apple's MetalPerformanceShaders CNN training API.
+
+Kernels encode into command buffers exactly as in MPS; see docs/user_guide.md and the
+porting guide docs/porting.md for the mapping from Objective-C/Swift selectors.
+"""
+from __future__ import annotations
+
+import enum as _enum
+
+import numpy as _np
+
+from . import _mpsgrad
+from ._mpsgrad import *  # noqa: F401,F403  (the bound classes, enums and functions)
+from ._mpsgrad import CommandBufferError, Image
+
+__version__ = "0.1.0"
+
+
+class PaddingMethod(_enum.IntFlag):
+    """MPSNNPaddingMethod bits (exact values)."""
+
+    ALIGN_CENTERED = 0
+    ALIGN_TOP_LEFT = 1
+    ALIGN_BOTTOM_RIGHT = 2
+    ALIGN_MASK = 3
+    ADD_REMAINDER_TO_TOP_LEFT = 0 << 2
+    ADD_REMAINDER_TO_TOP_RIGHT = 1 << 2
+    ADD_REMAINDER_TO_BOTTOM_LEFT = 2 << 2
+    ADD_REMAINDER_TO_BOTTOM_RIGHT = 3 << 2
+    ADD_REMAINDER_TO_MASK = 3 << 2
+    SIZE_VALID_ONLY = 0
+    SIZE_SAME = 1 << 4
+    SIZE_FULL = 2 << 4
+    SIZE_RESERVED = 3 << 4
+    SIZE_MASK = 0x7F0
+    CUSTOM_WHITELIST_FOR_NODE_FUSION = 1 << 13
+    CUSTOM = 1 << 14
+    EXCLUDE_EDGES = 1 << 15
+
+    # The TensorFlow "SAME" policy: ADD_REMAINDER_TO_BOTTOM_RIGHT | ALIGN_CENTERED | SIZE_SAME = 28.
+    TENSORFLOW_SAME = (3 << 2) | (1 << 4)
+
+
+class KernelOptions(_enum.IntFlag):
+    """MPSKernelOptions bits (exact values)."""
+
+    NONE = 0
+    SKIP_API_VALIDATION = 1 << 0
+    ALLOW_REDUCED_PRECISION = 1 << 1
+    DISABLE_INTERNAL_TILING = 1 << 2
+    INSERT_DEBUG_GROUPS = 1 << 3
+    VERBOSE = 1 << 4
+
+
+def _image_dlpack(self, stream=None, **kwargs):
+    """DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor."""
+    return self._numpy_view().__dlpack__(**kwargs)
+
+
+def _image_dlpack_device(self):
+    # Image storage is host-visible (unified memory on Apple GPUs), so consumers see it as CPU memory.
+    return (1, 0)
+
+
+def _image_from_dlpack(obj, device=None):
+    """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+    (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
+    otherwise a copy. 3-D (height, width, channels) input gives one image."""
+    array = _np.from_dlpack(obj)
+    if array.ndim == 3:
+        array = array[_np.newaxis]
+    if array.ndim != 4:
+        raise ValueError(f"obj: expected a (height, width, channels) or (n, height, width, channels) tensor, "
+                         f"got {array.ndim} dimension(s)")
+    return Image._from_array_zero_copy(array, device)
+
+
+def _image_array(self, dtype=None, copy=None):
+    result = self.to_numpy()
+    return result if dtype is None else result.astype(dtype)
+
+
+Image.__dlpack__ = _image_dlpack
+Image.__dlpack_device__ = _image_dlpack_device
+Image.from_dlpack = staticmethod(_image_from_dlpack)
+Image.__array__ = _image_array
+
+
+def batch_to_numpy(batch):
+    """Stack a list of images into one float32 array (n, height, width, channels)."""
+    return _np.concatenate([image.to_numpy() for image in batch], axis=0)
+
+
+def from_dlpack(obj, device=None):
+    """Same as Image.from_dlpack."""
+    return _image_from_dlpack(obj, device)

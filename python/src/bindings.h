@@ -1,0 +1,47 @@
+// Helpers shared by the pybind11 binding files (one file per MPS family, mirroring
+// cpp/mpsgrad/kernels).
+#pragma once
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/command_buffer.h"
+#include "core/errors.h"
+#include "core/image.h"
+#include "core/kernel.h"
+#include "core/state.h"
+
+namespace mpsgrad::python {
+
+namespace py = pybind11;
+
+void bindCore(py::module_& m);
+void bindKernel(py::module_& m);
+void bindNeuron(py::module_& m);
+void bindConvolution(py::module_& m);
+
+// A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
+// array keeps the buffer alive.
+py::array floatView(const BufferSlice& slice, std::vector<py::ssize_t> shape, std::vector<py::ssize_t> stridesInFloats = {});
+
+// Offset / Region from an Offset or Region object or a tuple.
+Offset toOffset(py::handle value, const char* what);
+Region toRegion(py::handle value, const char* what);
+
+// A list of Images (or None) → ImageBatch; TypeError naming `what` otherwise.
+ImageBatch toImageBatch(py::handle value, const char* what);
+StateBatch toStateBatch(py::handle value, const char* what);
+
+// Converts array-like data to a C-contiguous float32 array, ValueError naming `what` unless
+// its shape is `shape`.
+py::array_t<float, py::array::c_style | py::array::forcecast> floatArrayOfShape(
+    py::handle data, const std::vector<py::ssize_t>& shape, const char* what);
+
+}  // namespace mpsgrad::python

@@ -1,0 +1,292 @@
+// Bindings of the convolution family (MPSCNNConvolution.h).
+#include "bindings.h"
+#include "kernels/convolution.h"
+
+namespace mpsgrad::python {
+namespace {
+
+// Adapts any Python object with the MPSCNNConvolutionDataSource methods (descriptor(),
+// weights(), bias_terms(), load(), purge(); optional data_type(), label()).
+class PythonDataSource final : public CNNConvolutionDataSource {
+public:
+    explicit PythonDataSource(py::object object) : object_(std::move(object)) {
+        for (const char* name : {"descriptor", "weights", "bias_terms", "load", "purge"})
+            if (!py::hasattr(object_, name))
+                throwTypeError("weights: the data source ", std::string(py::repr(object_.get_type())),
+                               " has no method ", name, "() (MPSCNNConvolutionDataSource protocol)");
+    }
+    ~PythonDataSource() override {
+        py::gil_scoped_acquire gil;
+        weights_ = py::object();
+        biases_ = py::object();
+        object_ = py::object();
+    }
+
+    DataType dataType() override {
+        py::gil_scoped_acquire gil;
+        if (!py::hasattr(object_, "data_type")) return DataType::Float32;
+        return object_.attr("data_type")().cast<DataType>();
+    }
+    CNNConvolutionDescriptor descriptor() override {
+        py::gil_scoped_acquire gil;
+        py::object d = object_.attr("descriptor")();
+        if (!py::isinstance<CNNConvolutionDescriptor>(d))
+            throwTypeError("data_source.descriptor(): expected a CNNConvolutionDescriptor, got ",
+                           std::string(py::repr(d.get_type())));
+        descriptor_ = d.cast<CNNConvolutionDescriptor>();
+        return descriptor_;
+    }
+    const float* weights() override {
+        py::gil_scoped_acquire gil;
+        auto array = asFloats(object_.attr("weights")(), descriptor_.weightCount(), "data_source.weights()");
+        weights_ = array;
+        return array.data();
+    }
+    const float* biasTerms() override {
+        py::gil_scoped_acquire gil;
+        py::object b = object_.attr("bias_terms")();
+        if (b.is_none()) return nullptr;
+        auto array = asFloats(b, descriptor_.outputFeatureChannels, "data_source.bias_terms()");
+        biases_ = array;
+        return array.data();
+    }
+    bool load() override {
+        py::gil_scoped_acquire gil;
+        return py::bool_(object_.attr("load")());
+    }
+    void purge() override {
+        py::gil_scoped_acquire gil;
+        weights_ = py::object();
+        biases_ = py::object();
+        object_.attr("purge")();
+    }
+    std::string label() override {
+        py::gil_scoped_acquire gil;
+        return py::hasattr(object_, "label") ? py::str(object_.attr("label")()).cast<std::string>() : std::string();
+    }
+    py::object object() const { return object_; }
+
+private:
+    static py::array_t<float, py::array::c_style | py::array::forcecast> asFloats(py::handle value, int64_t count,
+                                                                                   const char* what) {
+        using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+        Array array;
+        try {
+            array = Array::ensure(value);
+        } catch (...) {
+        }
+        if (!array) throwTypeError(what, ": expected a float32 array, got ", std::string(py::repr(value.get_type())));
+        if (array.size() != count)
+            throwValueError(what, ": expected ", count, " float32 values, got ", array.size());
+        return array;
+    }
+
+    py::object object_;
+    py::object weights_, biases_;
+    CNNConvolutionDescriptor descriptor_;
+};
+
+std::shared_ptr<CNNConvolutionDataSource> toDataSource(py::object object) {
+    if (object.is_none()) throwTypeError("weights: expected a CNNConvolutionDataSource, got None");
+    if (py::isinstance<CNNConvolutionDataSource>(object)) return object.cast<std::shared_ptr<CNNConvolutionDataSource>>();
+    return std::make_shared<PythonDataSource>(object);
+}
+
+py::object dataSourceObject(const std::shared_ptr<CNNConvolutionDataSource>& source) {
+    if (auto* python = dynamic_cast<PythonDataSource*>(source.get())) return python->object();
+    return py::cast(source);
+}
+
+std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
+    return {py::ssize_t(d.outputFeatureChannels), py::ssize_t(d.kernelHeight), py::ssize_t(d.kernelWidth),
+            py::ssize_t(d.inputFeatureChannels / d.effectiveGroups())};
+}
+
+Device deviceOf(py::object device) {
+    if (device.is_none()) return Device::defaultDevice();
+    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
+    return device.cast<Device>();
+}
+
+}  // namespace
+
+void bindConvolution(py::module_& m) {
+    py::enum_<CNNConvolutionGradientOption>(m, "CNNConvolutionGradientOption", "MPSCNNConvolutionGradientOption")
+        .value("GRADIENT_WITH_DATA", CNNConvolutionGradientOption::GradientWithData)
+        .value("GRADIENT_WITH_WEIGHTS_AND_BIAS", CNNConvolutionGradientOption::GradientWithWeightsAndBias)
+        .value("ALL", CNNConvolutionGradientOption::All);
+    py::enum_<NNConvolutionAccumulatorPrecisionOption>(m, "NNConvolutionAccumulatorPrecisionOption",
+                                                       "MPSNNConvolutionAccumulatorPrecisionOption")
+        .value("HALF", NNConvolutionAccumulatorPrecisionOption::Half)
+        .value("FLOAT", NNConvolutionAccumulatorPrecisionOption::Float);
+
+    py::class_<CNNConvolutionDescriptor>(m, "CNNConvolutionDescriptor", "MPSCNNConvolutionDescriptor")
+        .def(py::init([](int64_t kw, int64_t kh, int64_t in, int64_t out, py::object neuron) {
+                 CNNConvolutionDescriptor d(kw, kh, in, out);
+                 if (!neuron.is_none()) d.fusedNeuronDescriptor = neuron.cast<NNNeuronDescriptor>();
+                 return d;
+             }),
+             py::arg("kernel_width") = 3, py::arg("kernel_height") = 3, py::arg("input_feature_channels") = 0,
+             py::arg("output_feature_channels") = 0, py::arg("neuron") = py::none(),
+             "+[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:"
+             "inputFeatureChannels:outputFeatureChannels:]")
+        .def_readwrite("kernel_width", &CNNConvolutionDescriptor::kernelWidth)
+        .def_readwrite("kernel_height", &CNNConvolutionDescriptor::kernelHeight)
+        .def_readwrite("input_feature_channels", &CNNConvolutionDescriptor::inputFeatureChannels)
+        .def_readwrite("output_feature_channels", &CNNConvolutionDescriptor::outputFeatureChannels)
+        .def_readwrite("stride_in_pixels_x", &CNNConvolutionDescriptor::strideInPixelsX)
+        .def_readwrite("stride_in_pixels_y", &CNNConvolutionDescriptor::strideInPixelsY)
+        .def_readwrite("groups", &CNNConvolutionDescriptor::groups)
+        .def_readwrite("dilation_rate_x", &CNNConvolutionDescriptor::dilationRateX)
+        .def_readwrite("dilation_rate_y", &CNNConvolutionDescriptor::dilationRateY)
+        .def_property("fused_neuron_descriptor",
+                      [](const CNNConvolutionDescriptor& d) -> py::object {
+                          if (d.fusedNeuronDescriptor.neuronType == CNNNeuronType::None) return py::none();
+                          return py::cast(d.fusedNeuronDescriptor);
+                      },
+                      [](CNNConvolutionDescriptor& d, py::object n) {
+                          d.fusedNeuronDescriptor = n.is_none() ? NNNeuronDescriptor() : n.cast<NNNeuronDescriptor>();
+                      },
+                      "MPSCNNConvolutionDescriptor.fusedNeuronDescriptor (None: no neuron)")
+        .def_property_readonly("channel_multiplier", &CNNConvolutionDescriptor::channelMultiplier)
+        .def_property_readonly("is_depthwise", [](const CNNConvolutionDescriptor& d) { return d.depthwise; })
+        .def("set_batch_normalization_parameters_for_inference",
+             &CNNConvolutionDescriptor::setBatchNormalizationParametersForInference, py::arg("mean"),
+             py::arg("variance"), py::arg("gamma"), py::arg("beta"), py::arg("epsilon"),
+             "-setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:")
+        .def("validate", &CNNConvolutionDescriptor::validate, "Raises ValueError naming a bad property.")
+        .def("__repr__", [](const CNNConvolutionDescriptor& d) {
+            return "CNNConvolutionDescriptor(" + std::to_string(d.kernelWidth) + "x" + std::to_string(d.kernelHeight) +
+                   ", " + std::to_string(d.inputFeatureChannels) + "->" + std::to_string(d.outputFeatureChannels) +
+                   ", stride " + std::to_string(d.strideInPixelsX) + "x" + std::to_string(d.strideInPixelsY) +
+                   ", dilation " + std::to_string(d.dilationRateX) + "x" + std::to_string(d.dilationRateY) +
+                   ", groups " + std::to_string(d.groups) + (d.depthwise ? ", depthwise" : "") + ")";
+        });
+    m.def("CNNDepthWiseConvolutionDescriptor", [](int64_t kw, int64_t kh, int64_t in, int64_t out, py::object neuron) {
+        CNNConvolutionDescriptor d(kw, kh, in, out);
+        d.depthwise = true;
+        if (!neuron.is_none()) d.fusedNeuronDescriptor = neuron.cast<NNNeuronDescriptor>();
+        return d;
+    }, py::arg("kernel_width") = 3, py::arg("kernel_height") = 3, py::arg("input_feature_channels") = 0,
+          py::arg("output_feature_channels") = 0, py::arg("neuron") = py::none(),
+          "MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are "
+          "(channels, kernel_height, kernel_width, 1)");
+
+    py::class_<CNNConvolutionDataSource, std::shared_ptr<CNNConvolutionDataSource>>(
+        m, "CNNConvolutionDataSource",
+        "@protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), "
+        "load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.");
+
+    py::class_<CNNConvolutionWeightsDataSource, CNNConvolutionDataSource,
+               std::shared_ptr<CNNConvolutionWeightsDataSource>>(
+        m, "CNNConvolutionWeightsDataSource",
+        "A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and "
+        "`biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().")
+        .def(py::init([](const CNNConvolutionDescriptor& d, py::handle weights, py::object biases, std::string label) {
+                 d.validate();
+                 auto w = floatArrayOfShape(weights, weightShape(d), "weights");
+                 std::vector<float> b;
+                 if (!biases.is_none()) {
+                     auto ba = floatArrayOfShape(biases, {py::ssize_t(d.outputFeatureChannels)}, "biases");
+                     b.assign(ba.data(), ba.data() + ba.size());
+                 }
+                 return std::make_shared<CNNConvolutionWeightsDataSource>(
+                     d, std::vector<float>(w.data(), w.data() + w.size()), std::move(b), std::move(label));
+             }),
+             py::arg("descriptor"), py::arg("weights"), py::arg("biases") = py::none(), py::arg("label") = "")
+        .def("descriptor", &CNNConvolutionWeightsDataSource::descriptor, "-descriptor")
+        .def("load", &CNNConvolutionWeightsDataSource::load, "-load")
+        .def("purge", &CNNConvolutionWeightsDataSource::purge, "-purge")
+        .def("label", &CNNConvolutionWeightsDataSource::label, "-label")
+        .def("data_type", &CNNConvolutionWeightsDataSource::dataType, "-dataType")
+        .def_property_readonly("weights", [](py::object self) {
+            auto& s = self.cast<CNNConvolutionWeightsDataSource&>();
+            auto d = s.descriptor();
+            return py::array(py::dtype::of<float>(), weightShape(d), s.weightValues().data(), self);
+        }, "The weights (O, kH, kW, I/groups), a writable view")
+        .def_property_readonly("biases", [](py::object self) -> py::object {
+            auto& s = self.cast<CNNConvolutionWeightsDataSource&>();
+            if (s.biasValues().empty()) return py::none();
+            return py::array(py::dtype::of<float>(), {py::ssize_t(s.biasValues().size())}, s.biasValues().data(), self);
+        }, "The biases (O,), a writable view, or None");
+
+    py::class_<CNNConvolutionWeightsAndBiasesState, State, std::shared_ptr<CNNConvolutionWeightsAndBiasesState>>(
+        m, "CNNConvolutionWeightsAndBiasesState", "MPSCNNConvolutionWeightsAndBiasesState")
+        .def(py::init([](py::object device, const CNNConvolutionDescriptor& d) {
+                 return std::make_shared<CNNConvolutionWeightsAndBiasesState>(deviceOf(device), d);
+             }),
+             py::arg("device"), py::arg("descriptor"), "-initWithDevice:cnnConvolutionDescriptor:")
+        .def_static("temporary", &CNNConvolutionWeightsAndBiasesState::temporary, py::arg("command_buffer"),
+                    py::arg("descriptor"),
+                    "+temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:")
+        .def_property_readonly("weights", [](const CNNConvolutionWeightsAndBiasesState& s) {
+            return floatView(s.weights(), weightShape(s.descriptor()));
+        }, "MPSCNNConvolutionWeightsAndBiasesState.weights as a writable (O, kH, kW, I/groups) view")
+        .def_property_readonly("biases", [](const CNNConvolutionWeightsAndBiasesState& s) {
+            return floatView(s.biases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
+        }, "MPSCNNConvolutionWeightsAndBiasesState.biases as a writable (O,) view")
+        .def_property_readonly("weights_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.weights().offset; })
+        .def_property_readonly("biases_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.biases().offset; });
+
+    py::class_<CNNConvolutionGradientState, NNGradientState, std::shared_ptr<CNNConvolutionGradientState>>(
+        m, "CNNConvolutionGradientState", "MPSCNNConvolutionGradientState")
+        .def_property_readonly("gradient_for_weights", [](const CNNConvolutionGradientState& s) {
+            return floatView(s.gradientForWeights(), weightShape(s.descriptor()));
+        }, "MPSCNNConvolutionGradientState.gradientForWeights: (O, kH, kW, I/groups), summed over the batch")
+        .def_property_readonly("gradient_for_biases", [](const CNNConvolutionGradientState& s) {
+            return floatView(s.gradientForBiases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
+        }, "MPSCNNConvolutionGradientState.gradientForBiases: (O,), summed over the batch")
+        .def_property_readonly("convolution", &CNNConvolutionGradientState::convolution,
+                               "MPSCNNConvolutionGradientState.convolution")
+        .def_property_readonly("gradient_for_weights_layout", &CNNConvolutionGradientState::gradientForWeightsLayout)
+        .def_property_readonly("source_width", &CNNConvolutionGradientState::sourceWidth)
+        .def_property_readonly("source_height", &CNNConvolutionGradientState::sourceHeight);
+
+    py::class_<CNNConvolution, CNNKernel, std::shared_ptr<CNNConvolution>>(m, "CNNConvolution", "MPSCNNConvolution")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNConvolution>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"), "-[MPSCNNConvolution initWithDevice:weights:]")
+        .def_property_readonly("input_feature_channels", &CNNConvolution::inputFeatureChannels)
+        .def_property_readonly("output_feature_channels", &CNNConvolution::outputFeatureChannels)
+        .def_property_readonly("groups", &CNNConvolution::groups)
+        .def_property_readonly("channel_multiplier", &CNNConvolution::channelMultiplier)
+        .def_property_readonly("sub_pixel_scale_factor", &CNNConvolution::subPixelScaleFactor)
+        .def_property_readonly("data_source", [](const CNNConvolution& k) { return dataSourceObject(k.dataSource()); })
+        .def_property_readonly("fused_neuron_descriptor", [](const CNNConvolution& k) -> py::object {
+            if (k.fusedNeuronDescriptor().neuronType == CNNNeuronType::None) return py::none();
+            return py::cast(k.fusedNeuronDescriptor());
+        })
+        .def_readwrite("accumulator_precision_option", &CNNConvolution::accumulatorPrecisionOption)
+        .def("reload_weights_and_biases_from_data_source", &CNNConvolution::reloadWeightsAndBiasesFromDataSource,
+             "-reloadWeightsAndBiasesFromDataSource")
+        .def("reload_weights_and_biases_with_command_buffer",
+             &CNNConvolution::reloadWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"), py::arg("state"),
+             "-reloadWeightsAndBiasesWithCommandBuffer:state: (decrements a temporary state's read count)")
+        .def("export_weights_and_biases_with_command_buffer",
+             &CNNConvolution::exportWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
+             py::arg("result_state_can_be_temporary") = false,
+             "-exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:");
+
+    py::class_<CNNConvolutionGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionGradient>>(
+        m, "CNNConvolutionGradient", "MPSCNNConvolutionGradient")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNConvolutionGradient>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"),
+             "-[MPSCNNConvolutionGradient initWithDevice:weights:] (pass the forward convolution's data source)")
+        .def_property_readonly("source_gradient_feature_channels", &CNNConvolutionGradient::sourceGradientFeatureChannels)
+        .def_property_readonly("source_image_feature_channels", &CNNConvolutionGradient::sourceImageFeatureChannels)
+        .def_property_readonly("groups", &CNNConvolutionGradient::groups)
+        .def_property_readonly("channel_multiplier", &CNNConvolutionGradient::channelMultiplier)
+        .def_property_readonly("data_source", [](const CNNConvolutionGradient& k) { return dataSourceObject(k.dataSource()); })
+        .def_readwrite("gradient_option", &CNNConvolutionGradient::gradientOption,
+                       "MPSCNNConvolutionGradient.gradientOption")
+        .def("reload_weights_and_biases_from_data_source",
+             &CNNConvolutionGradient::reloadWeightsAndBiasesFromDataSource, "-reloadWeightsAndBiasesFromDataSource")
+        .def("reload_weights_and_biases_with_command_buffer",
+             &CNNConvolutionGradient::reloadWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
+             py::arg("state"), "-reloadWeightsAndBiasesWithCommandBuffer:state:");
+}
+
+}  // namespace mpsgrad::python

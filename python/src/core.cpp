@@ -1,0 +1,499 @@
+// Bindings of the core object model: enums, Device, CommandQueue, CommandBuffer, images,
+// states (MPSCore / Metal semantics).
+#include <cstring>
+
+#include "bindings.h"
+
+namespace mpsgrad::python {
+
+// ---- helpers shared with the other binding files ---------------------------------------------
+
+py::array floatView(const BufferSlice& slice, std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides) {
+    if (strides.empty()) {
+        strides.resize(shape.size());
+        py::ssize_t s = 1;
+        for (size_t i = shape.size(); i-- > 0;) {
+            strides[i] = s;
+            s *= shape[i];
+        }
+    }
+    for (auto& s : strides) s *= py::ssize_t(sizeof(float));
+    auto keepAlive = new std::shared_ptr<Buffer>(slice.buffer);
+    py::capsule owner(keepAlive, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+    return py::array(py::dtype::of<float>(), shape, strides, slice.floats(), owner);
+}
+
+Offset toOffset(py::handle value, const char* what) {
+    if (py::isinstance<Offset>(value)) return value.cast<Offset>();
+    if (py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value)) {
+        auto seq = value.cast<py::sequence>();
+        if (seq.size() == 2 || seq.size() == 3) {
+            Offset o;
+            o.x = seq[0].cast<int64_t>();
+            o.y = seq[1].cast<int64_t>();
+            o.z = seq.size() == 3 ? seq[2].cast<int64_t>() : 0;
+            return o;
+        }
+    }
+    throwTypeError(what, ": expected an Offset or a tuple (x, y[, z]), got ", std::string(py::repr(value)));
+}
+
+Region toRegion(py::handle value, const char* what) {
+    if (py::isinstance<Region>(value)) return value.cast<Region>();
+    if (py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value)) {
+        auto seq = value.cast<py::sequence>();
+        if (seq.size() == 2) {
+            auto origin = seq[0].cast<std::vector<int64_t>>();
+            auto size = seq[1].cast<std::vector<int64_t>>();
+            if ((origin.size() == 2 || origin.size() == 3) && (size.size() == 2 || size.size() == 3)) {
+                Region r;
+                r.origin = Origin{origin[0], origin[1], origin.size() == 3 ? origin[2] : 0};
+                for (auto v : size)
+                    if (v < 0) throwValueError(what, ": sizes must be >= 0, got ", v);
+                r.size = Size3{uint64_t(size[0]), uint64_t(size[1]), size.size() == 3 ? uint64_t(size[2]) : 1};
+                return r;
+            }
+        }
+    }
+    throwTypeError(what, ": expected a Region or ((x, y[, z]), (width, height[, depth])), got ",
+                   std::string(py::repr(value)));
+}
+
+ImageBatch toImageBatch(py::handle value, const char* what) {
+    ImageBatch batch;
+    if (value.is_none()) return batch;
+    if (!py::isinstance<py::sequence>(value) || py::isinstance<Image>(value))
+        throwTypeError(what, ": expected a list of Image, got ", std::string(py::repr(value.get_type())));
+    for (auto item : value) {
+        if (!py::isinstance<Image>(item))
+            throwTypeError(what, ": expected a list of Image, found ", std::string(py::repr(item.get_type())));
+        batch.push_back(item.cast<ImagePtr>());
+    }
+    return batch;
+}
+
+StateBatch toStateBatch(py::handle value, const char* what) {
+    StateBatch batch;
+    if (value.is_none()) return batch;
+    if (!py::isinstance<py::sequence>(value) || py::isinstance<State>(value))
+        throwTypeError(what, ": expected a list of State, got ", std::string(py::repr(value.get_type())));
+    for (auto item : value) {
+        if (!py::isinstance<State>(item))
+            throwTypeError(what, ": expected a list of State, found ", std::string(py::repr(item.get_type())));
+        batch.push_back(item.cast<StatePtr>());
+    }
+    return batch;
+}
+
+py::array_t<float, py::array::c_style | py::array::forcecast> floatArrayOfShape(py::handle data,
+                                                                                const std::vector<py::ssize_t>& shape,
+                                                                                const char* what) {
+    using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    auto describe = [](const std::vector<py::ssize_t>& s) {
+        std::string out = "(";
+        for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        return out + (s.size() == 1 ? ",)" : ")");
+    };
+    if (py::isinstance<py::bytes>(data) || py::isinstance<py::bytearray>(data) || py::isinstance<py::memoryview>(data)) {
+        py::buffer_info info = py::reinterpret_borrow<py::buffer>(data).request();
+        py::ssize_t expected = 1;
+        for (auto s : shape) expected *= s;
+        py::ssize_t bytes = info.size * info.itemsize;
+        if (bytes != expected * py::ssize_t(sizeof(float)))
+            throwValueError(what, ": expected ", expected * sizeof(float), " bytes (float32 ", describe(shape),
+                            "), got ", bytes);
+        Array array(shape);
+        std::memcpy(array.mutable_data(), info.ptr, size_t(bytes));
+        return array;
+    }
+    Array array;
+    try {
+        array = Array::ensure(data);
+    } catch (...) {
+    }
+    if (!array) throwTypeError(what, ": expected a float32 array-like or bytes, got ", std::string(py::repr(data.get_type())));
+    std::vector<py::ssize_t> got(array.shape(), array.shape() + array.ndim());
+    if (got != shape)
+        throwValueError(what, ": expected shape ", describe(shape), ", got ", describe(got));
+    return array;
+}
+
+namespace {
+
+// Runs a Python completed handler on the worker thread under the GIL, and releases the
+// Python callable under the GIL too.
+struct PythonCallback {
+    py::object function;
+    ~PythonCallback() {
+        py::gil_scoped_acquire gil;
+        function = py::object();
+    }
+};
+
+std::vector<py::ssize_t> imageShape(const Image& image, int64_t channels) {
+    return {py::ssize_t(image.height()), py::ssize_t(image.width()), py::ssize_t(channels)};
+}
+
+py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
+                    py::object channelCount) {
+    ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
+    int64_t channels = image.channelsForReadWrite(params);
+    std::vector<py::ssize_t> shape = layout == DataLayout::HeightxWidthxFeatureChannels
+                                         ? imageShape(image, channels)
+                                         : std::vector<py::ssize_t>{py::ssize_t(channels), py::ssize_t(image.height()),
+                                                                    py::ssize_t(image.width())};
+    py::array_t<float> out(shape);
+    image.readBytes(out.mutable_data(), layout, imageIndex, params);
+    return std::move(out);
+}
+
+void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
+                py::object channelCount) {
+    ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
+    int64_t channels = image.channelsForReadWrite(params);
+    std::vector<py::ssize_t> shape = layout == DataLayout::HeightxWidthxFeatureChannels
+                                         ? imageShape(image, channels)
+                                         : std::vector<py::ssize_t>{py::ssize_t(channels), py::ssize_t(image.height()),
+                                                                    py::ssize_t(image.width())};
+    auto array = floatArrayOfShape(data, shape, "data");
+    image.writeBytes(array.data(), layout, imageIndex, params);
+}
+
+// A Buffer over memory owned by a Python object (zero-copy DLPack / NumPy import).
+class PythonOwnedBuffer final : public Buffer {
+public:
+    PythonOwnedBuffer(py::object owner, void* data, size_t length) : owner_(std::move(owner)), data_(data), length_(length) {}
+    ~PythonOwnedBuffer() override {
+        py::gil_scoped_acquire gil;
+        owner_ = py::object();
+    }
+    void* contents() override { return data_; }
+    size_t length() const override { return length_; }
+
+private:
+    py::object owner_;
+    void* data_;
+    size_t length_;
+};
+
+Device deviceOr(const py::object& device) {
+    if (device.is_none()) return Device::defaultDevice();
+    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
+    return device.cast<Device>();
+}
+
+// (H, W, C) or (N, H, W, C) float array → N (1 for 3-D input) and its 4-D view.
+py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle data, const char* what) {
+    using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    Array array;
+    try {
+        array = Array::ensure(data);
+    } catch (...) {
+    }
+    if (!array) throwTypeError(what, ": expected a float32 array-like, got ", std::string(py::repr(data.get_type())));
+    if (array.ndim() == 3) array = array.reshape({py::ssize_t(1), array.shape(0), array.shape(1), array.shape(2)});
+    if (array.ndim() != 4)
+        throwValueError(what, ": expected an array of shape (height, width, channels) or (n, height, width, channels), "
+                              "got ", array.ndim(), " dimension(s)");
+    for (int i = 0; i < 4; ++i)
+        if (array.shape(i) < 1) throwValueError(what, ": every dimension must be >= 1");
+    return array;
+}
+
+ImagePtr imageFromNumpy(py::handle data, const py::object& device) {
+    auto array = asNHWC(data, "array");
+    auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3),
+                                   array.shape(0));
+    auto image = std::make_shared<Image>(deviceOr(device), d);
+    int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
+    for (int64_t n = 0; n < array.shape(0); ++n)
+        image->writeBytes(array.data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
+    return image;
+}
+
+ImageBatch batchFromNumpy(py::handle data, const py::object& device) {
+    auto array = asNHWC(data, "array");
+    auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3));
+    auto batch = Image::makeBatch(deviceOr(device), d, size_t(array.shape(0)));
+    int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
+    for (int64_t n = 0; n < array.shape(0); ++n)
+        batch[n]->writeBytes(array.data() + n * per, DataLayout::HeightxWidthxFeatureChannels, 0);
+    return batch;
+}
+
+// Zero-copy view of all images: (N, H, W, C) with the padded pixel stride.
+py::array numpyView(const Image& image) {
+    BufferSlice base = image.storage(0);
+    ImageLayout l = image.layout(0, image.featureChannels());
+    base = base.advancedBy(size_t(l.channelOffset) * sizeof(float));
+    return floatView(base,
+                     {py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()), py::ssize_t(image.width()),
+                      py::ssize_t(image.featureChannels())},
+                     {py::ssize_t(image.imageStride()), py::ssize_t(image.width() * image.pixelStride()),
+                      py::ssize_t(image.pixelStride()), 1});
+}
+
+// Wraps a C-contiguous float32 (N, H, W, C) CPU array without copying when C is a multiple of
+// 4 (the image layout's pixel stride); otherwise copies.
+ImagePtr imageFromArrayZeroCopy(py::array array, const py::object& device) {
+    Device dev = deviceOr(device);
+    bool contiguous = (array.flags() & py::array::c_style) && array.dtype().is(py::dtype::of<float>());
+    if (dev.name() == "cpu" && contiguous && array.ndim() == 4 && array.shape(3) % 4 == 0 && array.writeable()) {
+        auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1),
+                                       array.shape(3), array.shape(0));
+        size_t bytes = size_t(array.nbytes());
+        auto buffer = std::make_shared<PythonOwnedBuffer>(array, array.mutable_data(), bytes);
+        return Image::wrap(dev, d, BufferSlice{buffer, 0}, array.shape(3));
+    }
+    return imageFromNumpy(array, device);
+}
+
+}  // namespace
+
+void bindCore(py::module_& m) {
+    // ---- enums (exact MPS / Metal values) -------------------------------------------------
+    py::enum_<ImageEdgeMode>(m, "ImageEdgeMode", "MPSImageEdgeMode")
+        .value("ZERO", ImageEdgeMode::Zero)
+        .value("CLAMP", ImageEdgeMode::Clamp)
+        .value("MIRROR", ImageEdgeMode::Mirror)
+        .value("MIRROR_WITH_EDGE", ImageEdgeMode::MirrorWithEdge)
+        .value("CONSTANT", ImageEdgeMode::Constant);
+    py::enum_<ImageFeatureChannelFormat>(m, "ImageFeatureChannelFormat", "MPSImageFeatureChannelFormat")
+        .value("NONE", ImageFeatureChannelFormat::None)
+        .value("UNORM8", ImageFeatureChannelFormat::Unorm8)
+        .value("UNORM16", ImageFeatureChannelFormat::Unorm16)
+        .value("FLOAT16", ImageFeatureChannelFormat::Float16)
+        .value("FLOAT32", ImageFeatureChannelFormat::Float32);
+    py::enum_<DataLayout>(m, "DataLayout", "MPSDataLayout")
+        .value("HEIGHT_X_WIDTH_X_FEATURE_CHANNELS", DataLayout::HeightxWidthxFeatureChannels)
+        .value("FEATURE_CHANNELS_X_HEIGHT_X_WIDTH", DataLayout::FeatureChannelsxHeightxWidth);
+    py::enum_<DataType>(m, "DataType", "MPSDataType")
+        .value("INVALID", DataType::Invalid)
+        .value("FLOAT32", DataType::Float32)
+        .value("FLOAT16", DataType::Float16)
+        .value("INT8", DataType::Int8)
+        .value("INT16", DataType::Int16)
+        .value("INT32", DataType::Int32)
+        .value("UINT8", DataType::UInt8)
+        .value("UINT16", DataType::UInt16)
+        .value("UINT32", DataType::UInt32)
+        .value("UNORM1", DataType::Unorm1)
+        .value("UNORM8", DataType::Unorm8);
+    py::enum_<CommandBufferStatus>(m, "CommandBufferStatus", "MTLCommandBufferStatus")
+        .value("NOT_ENQUEUED", CommandBufferStatus::NotEnqueued)
+        .value("ENQUEUED", CommandBufferStatus::Enqueued)
+        .value("COMMITTED", CommandBufferStatus::Committed)
+        .value("SCHEDULED", CommandBufferStatus::Scheduled)
+        .value("COMPLETED", CommandBufferStatus::Completed)
+        .value("ERROR", CommandBufferStatus::Error);
+    py::enum_<StateResourceType>(m, "StateResourceType", "MPSStateResourceType")
+        .value("NONE", StateResourceType::None)
+        .value("BUFFER", StateResourceType::Buffer)
+        .value("TEXTURE", StateResourceType::Texture);
+
+    // ---- value types ----------------------------------------------------------------------
+    py::class_<Offset>(m, "Offset", "MPSOffset {x, y, z}")
+        .def(py::init([](int64_t x, int64_t y, int64_t z) { return Offset{x, y, z}; }), py::arg("x") = 0,
+             py::arg("y") = 0, py::arg("z") = 0)
+        .def_readwrite("x", &Offset::x)
+        .def_readwrite("y", &Offset::y)
+        .def_readwrite("z", &Offset::z)
+        .def("__eq__", [](const Offset& a, py::handle b) {
+            try { return a == toOffset(b, "other"); } catch (...) { return false; }
+        })
+        .def("__iter__", [](const Offset& o) { return py::iter(py::make_tuple(o.x, o.y, o.z)); })
+        .def("__repr__", [](const Offset& o) {
+            return "Offset(x=" + std::to_string(o.x) + ", y=" + std::to_string(o.y) + ", z=" + std::to_string(o.z) + ")";
+        });
+    py::class_<Region>(m, "Region", "MTLRegion {origin (x, y, z), size (width, height, depth)}")
+        .def(py::init([](py::object origin, py::object size) {
+                 return toRegion(py::make_tuple(origin, size), "Region");
+             }),
+             py::arg("origin"), py::arg("size"))
+        .def_property_readonly("origin", [](const Region& r) { return py::make_tuple(r.origin.x, r.origin.y, r.origin.z); })
+        .def_property_readonly("size", [](const Region& r) { return py::make_tuple(r.size.width, r.size.height, r.size.depth); })
+        .def("__repr__", [](const Region& r) {
+            return "Region(origin=(" + std::to_string(r.origin.x) + ", " + std::to_string(r.origin.y) + ", " +
+                   std::to_string(r.origin.z) + "), size=(" + std::to_string(r.size.width) + ", " +
+                   std::to_string(r.size.height) + ", " + std::to_string(r.size.depth) + "))";
+        });
+    m.attr("RECT_NO_CLIP") = rectNoClip();
+
+    // ---- Device, queue, command buffer ------------------------------------------------------
+    py::class_<Device>(m, "Device", "A compute device: 'cpu', or 'metal' (MTLDevice) where the build has it.")
+        .def(py::init<const std::string&>(), py::arg("name"), "Device('cpu') or Device('metal')")
+        .def_static("default", &Device::defaultDevice, "MTLCreateSystemDefaultDevice: Metal where present, else the CPU.")
+        .def_static("available", &Device::availableDevices, "Names of the devices this build and machine provide.")
+        .def_property_readonly("name", &Device::name)
+        .def("__eq__", &Device::operator==)
+        .def("__hash__", [](const Device& d) { return std::hash<std::string>()(d.name()); })
+        .def("__repr__", [](const Device& d) { return "Device('" + d.name() + "')"; });
+
+    py::class_<CommandBuffer, std::shared_ptr<CommandBuffer>>(m, "CommandBuffer", "MTLCommandBuffer")
+        .def_property_readonly("device", &CommandBuffer::device)
+        .def_property_readonly("status", &CommandBuffer::status, "MTLCommandBuffer.status")
+        .def_property_readonly("error", [](const CommandBuffer& cb) -> py::object {
+            std::string e = cb.error();
+            if (e.empty()) return py::none();
+            return py::str(e);
+        }, "MTLCommandBuffer.error: the failure's description, or None")
+        .def_readwrite("label", &CommandBuffer::label)
+        .def("commit", &CommandBuffer::commit, "-[MTLCommandBuffer commit]: submit the encoded work (asynchronous).")
+        .def("wait_until_completed", [](CommandBuffer& cb) {
+            {
+                py::gil_scoped_release release;
+                cb.waitUntilCompleted();
+            }
+            if (cb.status() == CommandBufferStatus::Error) throw CommandBufferError(cb.error());
+        }, "-[MTLCommandBuffer waitUntilCompleted]; raises CommandBufferError when the work failed.")
+        .def("add_completed_handler", [](CommandBuffer& cb, py::function handler) {
+            auto callback = std::make_shared<PythonCallback>();
+            callback->function = handler;
+            cb.addCompletedHandler([callback](CommandBuffer& done) {
+                py::gil_scoped_acquire gil;
+                try {
+                    callback->function(done.shared_from_this());
+                } catch (py::error_already_set& e) {
+                    e.discard_as_unraisable("mpsgrad completed handler");
+                }
+            });
+        }, py::arg("handler"), "-[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.");
+
+    py::class_<CommandQueue, std::shared_ptr<CommandQueue>>(m, "CommandQueue", "MTLCommandQueue")
+        .def(py::init([](py::object device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),
+             py::arg("device") = py::none(), "-[MTLDevice newCommandQueue]")
+        .def_property_readonly("device", &CommandQueue::device)
+        .def_readwrite("label", &CommandQueue::label)
+        .def("command_buffer", &CommandQueue::commandBuffer, "-[MTLCommandQueue commandBuffer]");
+
+    // ---- images ---------------------------------------------------------------------------------
+    py::class_<ImageDescriptor>(m, "ImageDescriptor", "MPSImageDescriptor")
+        .def(py::init([](int64_t width, int64_t height, int64_t featureChannels, int64_t numberOfImages,
+                         ImageFeatureChannelFormat format, uint32_t usage) {
+                 return ImageDescriptor::make(format, width, height, featureChannels, numberOfImages, usage);
+             }),
+             py::arg("width") = 1, py::arg("height") = 1, py::arg("feature_channels") = 1,
+             py::arg("number_of_images") = 1, py::arg("channel_format") = ImageFeatureChannelFormat::Float32,
+             py::arg("usage") = 3,
+             "+[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]")
+        .def_readwrite("width", &ImageDescriptor::width)
+        .def_readwrite("height", &ImageDescriptor::height)
+        .def_readwrite("feature_channels", &ImageDescriptor::featureChannels)
+        .def_readwrite("number_of_images", &ImageDescriptor::numberOfImages)
+        .def_readwrite("channel_format", &ImageDescriptor::featureChannelFormat)
+        .def_readwrite("usage", &ImageDescriptor::usage)
+        .def("__repr__", [](const ImageDescriptor& d) {
+            return "ImageDescriptor(width=" + std::to_string(d.width) + ", height=" + std::to_string(d.height) +
+                   ", feature_channels=" + std::to_string(d.featureChannels) +
+                   ", number_of_images=" + std::to_string(d.numberOfImages) + ")";
+        });
+
+    py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 feature channels, NHWC storage.")
+        .def(py::init([](py::object device, const ImageDescriptor& d) {
+                 return std::make_shared<Image>(deviceOr(device), d);
+             }),
+             py::arg("device"), py::arg("image_descriptor"), "-[MPSImage initWithDevice:imageDescriptor:]")
+        .def_property_readonly("device", &Image::device)
+        .def_property_readonly("width", &Image::width)
+        .def_property_readonly("height", &Image::height)
+        .def_property_readonly("feature_channels", &Image::featureChannels)
+        .def_property_readonly("number_of_images", &Image::numberOfImages)
+        .def_property_readonly("feature_channel_format", &Image::featureChannelFormat)
+        .def_property_readonly("precision", &Image::precision)
+        .def_property_readonly("pixel_size", &Image::pixelSize)
+        .def_property_readonly("usage", &Image::usage)
+        .def_property_readonly("parent", &Image::parent)
+        .def_property_readonly("is_temporary", &Image::isTemporary)
+        .def_property_readonly("resource_size", &Image::resourceSize, "-[MPSImage resourceSize]")
+        .def_property_readonly("shape", [](const Image& i) {
+            return py::make_tuple(i.numberOfImages(), i.height(), i.width(), i.featureChannels());
+        }, "(number_of_images, height, width, feature_channels)")
+        .def_readwrite("label", &Image::label)
+        .def("sub_image_with_feature_channel_range", &Image::subImageWithFeatureChannelRange, py::arg("location"),
+             py::arg("length"), "-[MPSImage subImageWithFeatureChannelRange:] (aliases the storage)")
+        .def("batch_representation", &Image::batchRepresentation, "-[MPSImage batchRepresentation]")
+        .def("read_bytes", &readImage, py::arg("data_layout") = DataLayout::HeightxWidthxFeatureChannels,
+             py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
+             py::arg("number_of_feature_channels") = py::none(),
+             "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array "
+             "(height, width, channels) or (channels, height, width)")
+        .def("write_bytes", &writeImage, py::arg("data"),
+             py::arg("data_layout") = DataLayout::HeightxWidthxFeatureChannels, py::arg("image_index") = 0,
+             py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
+             "-[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have "
+             "exactly the shape of the region written (or as many bytes)")
+        .def("synchronize_on_command_buffer", &Image::synchronizeOnCommandBuffer, py::arg("command_buffer"),
+             "-[MPSImage synchronizeOnCommandBuffer:]")
+        .def("to_numpy", [](const Image& image) {
+            py::array_t<float> out({py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
+                                    py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
+            int64_t per = image.height() * image.width() * image.featureChannels();
+            for (int64_t n = 0; n < image.numberOfImages(); ++n)
+                image.readBytes(out.mutable_data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
+            return out;
+        }, "A copy of the image as a float32 array (number_of_images, height, width, feature_channels).")
+        .def_static("from_numpy", &imageFromNumpy, py::arg("array"), py::arg("device") = py::none(),
+                    "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.")
+        .def("_numpy_view", &numpyView, "Zero-copy (n, height, width, channels) view of the storage.")
+        .def_static("_from_array_zero_copy", &imageFromArrayZeroCopy, py::arg("array"), py::arg("device") = py::none());
+
+    py::class_<TemporaryImage, Image, std::shared_ptr<TemporaryImage>>(m, "TemporaryImage", "MPSTemporaryImage")
+        .def(py::init([](CommandBuffer& cb, const ImageDescriptor& d) { return std::make_shared<TemporaryImage>(cb, d); }),
+             py::arg("command_buffer"), py::arg("image_descriptor"),
+             "+[MPSTemporaryImage temporaryImageWithCommandBuffer:imageDescriptor:]")
+        .def_property("read_count", &TemporaryImage::readCount, &TemporaryImage::setReadCount,
+                      "MPSTemporaryImage.readCount: reads left before the storage is released");
+
+    m.def("batch_from_numpy", &batchFromNumpy, py::arg("array"), py::arg("device") = py::none(),
+          "An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.");
+    m.def("image_batch_increment_read_count", &imageBatchIncrementReadCount, py::arg("batch"), py::arg("amount"),
+          "MPSImageBatchIncrementReadCount: each unique temporary image once; returns the unique count.");
+
+    class PyImageAllocator : public ImageAllocator {
+    public:
+        ImagePtr imageForCommandBuffer(CommandBuffer& cb, const ImageDescriptor& d, const Kernel* kernel) override {
+            PYBIND11_OVERRIDE_PURE_NAME(ImagePtr, ImageAllocator, "image_for_command_buffer", imageForCommandBuffer,
+                                        cb.shared_from_this(), d, kernel ? py::cast(kernel) : py::none());
+        }
+    };
+    py::class_<ImageAllocator, PyImageAllocator, std::shared_ptr<ImageAllocator>>(
+        m, "ImageAllocator", "MPSImageAllocator; subclass and implement image_for_command_buffer(cb, descriptor, kernel)")
+        .def(py::init<>())
+        .def_static("temporary", &ImageAllocator::temporaryAllocator, "+[MPSTemporaryImage defaultAllocator]")
+        .def_static("persistent", &ImageAllocator::persistentAllocator, "+[MPSImage defaultAllocator]");
+
+    // ---- states ---------------------------------------------------------------------------------
+    py::class_<State, std::shared_ptr<State>>(m, "State", "MPSState: buffers with a read count")
+        .def(py::init([](py::object device, size_t bufferSize) {
+                 return std::make_shared<State>(deviceOr(device), bufferSize);
+             }),
+             py::arg("device"), py::arg("buffer_size") = 0, "-[MPSState initWithDevice:bufferSize:]")
+        .def_static("temporary", [](CommandBuffer& cb, std::vector<size_t> sizes) { return State::temporary(cb, sizes); },
+                    py::arg("command_buffer"), py::arg("buffer_sizes") = std::vector<size_t>{},
+                    "+[MPSState temporaryStateWithCommandBuffer:resourceList:]")
+        .def_property_readonly("device", &State::device)
+        .def_property_readonly("is_temporary", &State::isTemporary)
+        .def_property("read_count", &State::readCount, &State::setReadCount, "MPSState.readCount")
+        .def_property_readonly("resource_count", &State::resourceCount)
+        .def_property_readonly("resource_size", &State::resourceSize)
+        .def("buffer_size_at_index", &State::bufferSizeAtIndex, py::arg("index"))
+        .def("resource_type_at_index", &State::resourceTypeAtIndex, py::arg("index"))
+        .def("buffer_at_index", [](const State& s, size_t index) {
+            BufferSlice b = s.resourceAtIndex(index);
+            return floatView(b, {py::ssize_t(b.buffer->length() / sizeof(float))});
+        }, py::arg("index"), "-[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view")
+        .def("synchronize_on_command_buffer", &State::synchronizeOnCommandBuffer, py::arg("command_buffer"),
+             "-[MPSState synchronizeOnCommandBuffer:]")
+        .def_readwrite("label", &State::label)
+        .def("__repr__", [](const State& s) {
+            return std::string("<mpsgrad.") + s.className() + (s.isTemporary() ? " temporary" : "") +
+                   " read_count=" + std::to_string(s.readCount()) + ">";
+        });
+    py::class_<NNGradientState, State, std::shared_ptr<NNGradientState>>(m, "NNGradientState", "MPSNNGradientState");
+    py::class_<NNBinaryGradientState, State, std::shared_ptr<NNBinaryGradientState>>(m, "NNBinaryGradientState",
+                                                                                      "MPSNNBinaryGradientState");
+    m.def("state_batch_increment_read_count", &stateBatchIncrementReadCount, py::arg("batch"), py::arg("amount"),
+          "MPSStateBatchIncrementReadCount: each unique state once; returns the unique count.");
+}
+
+}  // namespace mpsgrad::python
