@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <stdexcept>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -136,6 +137,10 @@ public:
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
                     size_t bytes) override {
         encode(cb, [source, destination, bytes] {
+            // Checked when the work runs: a bad binding fails this command buffer, never the process.
+            if (!source || !destination || source.offset + bytes > source.buffer->length() ||
+                destination.offset + bytes > destination.buffer->length())
+                throw std::out_of_range("copyBuffer: a binding is missing or too small for the copy");
             std::memmove(destination.floats(), source.floats(), bytes);
         });
     }
