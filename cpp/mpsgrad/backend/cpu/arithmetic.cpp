@@ -1,0 +1,440 @@
+// CPU backend: arithmetic forward (add, subtract, multiply, divide with scales, bias, clamp and
+// broadcasting), comparison, and the arithmetic gradient with reduction over broadcast axes.
+//
+// Semantics are exactly those written in metal/arithmetic_params.h. The forward ops split the
+// rows of the clip rectangle across threads; each row is cut into segments where every operand
+// advances by a constant pixel stride (1, or 0 for a broadcast, clamped or zero pixel), and the
+// loop over contiguous channels is instantiated per operator and channel stride so it
+// vectorizes. The gradient is a gather: every dX element is owned by one task, which sums its
+// terms in a fixed order; long reductions are split into blocks whose size depends only on the
+// shape and whose partial sums are added in block order, so results are bitwise reproducible
+// whatever the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "elementwise.h"
+#include "parallel.h"
+
+namespace mpsgrad::cpu {
+namespace {
+
+using namespace elementwise;
+
+template <bool V>
+using Bool = std::integral_constant<bool, V>;
+
+template <class F>
+void withBool(bool v, F&& f) {
+    if (v) f(Bool<true>{});
+    else f(Bool<false>{});
+}
+
+template <class F>
+void withOp(int32_t op, F&& f) {
+    switch (op) {
+        case kArithmeticAdd: f(std::integral_constant<int32_t, kArithmeticAdd>{}); break;
+        case kArithmeticSubtract: f(std::integral_constant<int32_t, kArithmeticSubtract>{}); break;
+        case kArithmeticMultiply: f(std::integral_constant<int32_t, kArithmeticMultiply>{}); break;
+        default: f(std::integral_constant<int32_t, kArithmeticDivide>{}); break;
+    }
+}
+
+template <class F>
+void withStateMode(int32_t mode, F&& f) {
+    switch (mode) {
+        case kArithmeticClampMask: f(std::integral_constant<int32_t, kArithmeticClampMask>{}); break;
+        case kArithmeticClampUnclamped: f(std::integral_constant<int32_t, kArithmeticClampUnclamped>{}); break;
+        default: f(std::integral_constant<int32_t, kArithmeticClampNone>{}); break;
+    }
+}
+
+template <int32_t Op>
+inline float apply(float x, float y) {
+    if constexpr (Op == kArithmeticAdd) return x + y;
+    else if constexpr (Op == kArithmeticSubtract) return x - y;
+    else if constexpr (Op == kArithmeticMultiply) return x * y;
+    else return x / y;
+}
+
+// NaN-propagating clamp (a NaN u stays NaN).
+inline float clampValue(float u, float lo, float hi) {
+    u = u < lo ? lo : u;
+    return u > hi ? hi : u;
+}
+
+inline float maskValue(float u, float lo, float hi) { return (lo <= u && u <= hi) ? 1.0f : 0.0f; }
+
+void checkOperand(const char* op, const char* name, const ArithmeticOperand& o, int32_t channels) {
+    checkLayout(op, name, o.image);
+    auto bit = [](int32_t v) { return v == 0 || v == 1; };
+    if (!bit(o.strideX) || !bit(o.strideY) || !bit(o.strideChannels) || !bit(o.strideImages))
+        invalid(op, std::string(name) + " strides must be 0 or 1");
+    const int32_t needed = o.strideChannels ? channels : std::min(channels, 1);
+    if (o.image.channels < needed)
+        invalid(op, std::string(name) + " has " + std::to_string(o.image.channels) +
+                        " channels, the op reads " + std::to_string(needed));
+}
+
+// The row of an operand for output row y of image n (see ArithmeticOperand).
+inline RowRuns operandRow(const ArithmeticOperand& o, const float* base, int64_t n, int32_t y,
+                          int32_t count, const float* zeros) {
+    return rowRuns(o.image, base, o.strideImages ? n : 0, o.offsetX, o.offsetY + (o.strideY ? y : 0),
+                   o.strideX, count, o.edgeMode, zeros);
+}
+
+// Shared row/segment walk of the forward ops: body(n, y, begin, end, ptrs[2], strides[2]).
+template <class Body>
+void forwardRows(const ArithmeticOperand& primary, const float* pBase, const ArithmeticOperand& secondary,
+                 const float* sBase, int32_t batch, int32_t width, int32_t height, int32_t channels,
+                 Body&& body) {
+    const int64_t rows = int64_t(batch) * height;
+    parallelFor(rows, rowGrain(int64_t(width) * channels), [&](int64_t r0, int64_t r1) {
+        std::vector<float> zeros(size_t(std::max(channels, 1)), 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / height;
+            const int32_t y = int32_t(r % height);
+            RowRuns in[2] = {operandRow(primary, pBase, n, y, width, zeros.data()),
+                             operandRow(secondary, sBase, n, y, width, zeros.data())};
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                body(n, y, b, e, ptrs, strides);
+            });
+        }
+    });
+}
+
+// One segment of the arithmetic forward: count pixels, C channels.
+template <int32_t Op, bool PC, bool SC, int32_t Mode>
+void arithmeticSegment(int64_t count, int64_t C, const float* x, int64_t xs, const float* y, int64_t ys,
+                       float* d, int64_t ds, float* st, int64_t sts, float pS, float sS, float bias,
+                       float lo, float hi) {
+    for (int64_t i = 0; i < count; ++i) {
+        const float* xp = x + i * xs;
+        const float* yp = y + i * ys;
+        float* dp = d + i * ds;
+        float* sp = Mode != kArithmeticClampNone ? st + i * sts : nullptr;
+        for (int64_t k = 0; k < C; ++k) {
+            const float u = apply<Op>(pS * xp[PC ? k : 0], sS * yp[SC ? k : 0]) + bias;
+            dp[k] = clampValue(u, lo, hi);
+            if constexpr (Mode == kArithmeticClampMask) sp[k] = maskValue(u, lo, hi);
+            else if constexpr (Mode == kArithmeticClampUnclamped) sp[k] = u;
+        }
+    }
+}
+
+template <int32_t Cmp>
+inline bool compare(float x, float y, float threshold) {
+    if constexpr (Cmp == kCompareEqual) return std::abs(x - y) <= threshold;
+    else if constexpr (Cmp == kCompareNotEqual) return !(std::abs(x - y) <= threshold);
+    else if constexpr (Cmp == kCompareLess) return x < y;
+    else if constexpr (Cmp == kCompareLessOrEqual) return x <= y;
+    else if constexpr (Cmp == kCompareGreater) return x > y;
+    else return x >= y;
+}
+
+template <int32_t Cmp, bool PC, bool SC>
+void compareSegment(int64_t count, int64_t C, const float* x, int64_t xs, const float* y, int64_t ys,
+                    float* d, int64_t ds, const CompareParams& p) {
+    const float pS = p.primaryScale, sS = p.secondaryScale, bias = p.bias;
+    const float lo = p.minimumValue, hi = p.maximumValue, t = p.threshold;
+    for (int64_t i = 0; i < count; ++i) {
+        const float* xp = x + i * xs;
+        const float* yp = y + i * ys;
+        float* dp = d + i * ds;
+        for (int64_t k = 0; k < C; ++k) {
+            const float r = compare<Cmp>(pS * xp[PC ? k : 0], sS * yp[SC ? k : 0], t) ? 1.0f : 0.0f;
+            dp[k] = clampValue(r + bias, lo, hi);
+        }
+    }
+}
+
+template <class F>
+void withCompare(int32_t c, F&& f) {
+    switch (c) {
+        case kCompareEqual: f(std::integral_constant<int32_t, kCompareEqual>{}); break;
+        case kCompareNotEqual: f(std::integral_constant<int32_t, kCompareNotEqual>{}); break;
+        case kCompareLess: f(std::integral_constant<int32_t, kCompareLess>{}); break;
+        case kCompareLessOrEqual: f(std::integral_constant<int32_t, kCompareLessOrEqual>{}); break;
+        case kCompareGreater: f(std::integral_constant<int32_t, kCompareGreater>{}); break;
+        default: f(std::integral_constant<int32_t, kCompareGreaterOrEqual>{}); break;
+    }
+}
+
+// ---- gradient ---------------------------------------------------------------------------
+
+// Terms of one forward segment, accumulated into acc: pixel i of the segment, channel k,
+// goes to acc[(SX ? x0 + i : 0) * DC + (SCH ? k : 0)] where x0 is the segment's first pixel.
+// Operand channel strides: XC (forward x), YC (forward y).
+template <int32_t Op, bool ForSecondary, bool XC, bool YC, int32_t Mode, bool SX, bool SCH>
+void gradientSegment(int64_t count, int64_t C, int64_t x0, const float* const* ptrs, const int64_t* strides,
+                     float* acc, int64_t DC, float pS, float sS, float lo, float hi) {
+    // ptrs: 0 = G, 1 = forward x, 2 = forward y, 3 = clamp state.
+    const float pSsS = pS * sS;
+    for (int64_t i = 0; i < count; ++i) {
+        const float* g = ptrs[0] + i * strides[0];
+        const float* x = ptrs[1] + i * strides[1];
+        const float* y = ptrs[2] + i * strides[2];
+        const float* m = ptrs[3] + i * strides[3];
+        float* a = acc + (SX ? (x0 + i) * DC : 0);
+        float sum = 0.0f;
+        for (int64_t k = 0; k < C; ++k) {
+            float gk = g[k];
+            if constexpr (Mode == kArithmeticClampMask) gk = gk * m[k];
+            else if constexpr (Mode == kArithmeticClampUnclamped) gk = gk * maskValue(m[k], lo, hi);
+            float t;
+            if constexpr (Op == kArithmeticAdd) t = gk * (ForSecondary ? sS : pS);
+            else if constexpr (Op == kArithmeticSubtract) t = gk * (ForSecondary ? -sS : pS);
+            else if constexpr (Op == kArithmeticMultiply)
+                t = gk * (pSsS * (ForSecondary ? x[XC ? k : 0] : y[YC ? k : 0]));
+            else if constexpr (!ForSecondary) t = gk * (pS / (sS * y[YC ? k : 0]));
+            else {
+                const float yv = y[YC ? k : 0];
+                t = gk * (-(pS * x[XC ? k : 0]) / (sS * yv * yv));
+            }
+            if constexpr (SCH) a[k] += t;
+            else sum += t;
+        }
+        if constexpr (!SCH) a[0] += sum;
+    }
+}
+
+using GradientSegmentFn = void (*)(int64_t, int64_t, int64_t, const float* const*, const int64_t*, float*,
+                                   int64_t, float, float, float, float);
+
+GradientSegmentFn selectGradientSegment(int32_t op, bool forSecondary, bool xc, bool yc, int32_t mode,
+                                        bool sx, bool sch) {
+    GradientSegmentFn fn = nullptr;
+    withOp(op, [&](auto o) {
+        withBool(forSecondary, [&](auto fs) {
+            withBool(xc, [&](auto xcv) {
+                withBool(yc, [&](auto ycv) {
+                    withStateMode(mode, [&](auto md) {
+                        withBool(sx, [&](auto sxv) {
+                            withBool(sch, [&](auto schv) {
+                                fn = &gradientSegment<decltype(o)::value, decltype(fs)::value,
+                                                      decltype(xcv)::value, decltype(ycv)::value,
+                                                      decltype(md)::value, decltype(sxv)::value,
+                                                      decltype(schv)::value>;
+                            });
+                        });
+                    });
+                });
+            });
+        });
+    });
+    return fn;
+}
+
+}  // namespace
+
+void arithmeticForward(const ArithmeticParams& p, const float* primary, const float* secondary,
+                       float* destination, float* clampState) {
+    static const char* op = "arithmeticForward";
+    const int32_t C = p.destination.channels;
+    checkOperand(op, "primary", p.primary, C);
+    checkOperand(op, "secondary", p.secondary, C);
+    checkLayout(op, "destination", p.destination);
+    checkClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight, p.batch);
+    if (p.op < kArithmeticAdd || p.op > kArithmeticDivide) invalid(op, "unknown op " + std::to_string(p.op));
+    if (p.stateMode < kArithmeticClampNone || p.stateMode > kArithmeticClampUnclamped)
+        invalid(op, "unknown stateMode " + std::to_string(p.stateMode));
+    if (p.stateMode != kArithmeticClampNone) {
+        checkLayout(op, "clampState", p.clampState);
+        if (clampState == nullptr) invalid(op, "clampState is null but stateMode != 0");
+        if (p.clampState.width < p.clipWidth || p.clampState.height < p.clipHeight ||
+            p.clampState.channels != C)
+            invalid(op, "clampState must cover the clip rectangle with destination.channels channels");
+    }
+    if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+
+    withOp(p.op, [&](auto o) {
+        withBool(p.primary.strideChannels != 0, [&](auto pc) {
+            withBool(p.secondary.strideChannels != 0, [&](auto sc) {
+                withStateMode(p.stateMode, [&](auto md) {
+                    constexpr int32_t Op = decltype(o)::value, Mode = decltype(md)::value;
+                    constexpr bool PC = decltype(pc)::value, SC = decltype(sc)::value;
+                    forwardRows(p.primary, primary, p.secondary, secondary, p.batch, p.clipWidth,
+                                p.clipHeight, C,
+                                [&](int64_t n, int32_t y, int32_t b, int32_t e, const float* const* ptrs,
+                                    const int64_t* strides) {
+                        float* d = destination + pixelIndex(p.destination, n, p.clipX + b, p.clipY + y);
+                        float* st = Mode != kArithmeticClampNone
+                                        ? clampState + pixelIndex(p.clampState, n, b, y)
+                                        : nullptr;
+                        int64_t count = e - b, channels = C;
+                        int64_t xs = strides[0], ys = strides[1], ds = p.destination.pixelStride;
+                        int64_t sts = Mode != kArithmeticClampNone ? p.clampState.pixelStride : 0;
+                        // Dense bindings: one flat span of count * C elements.
+                        if (PC && SC && xs == C && ys == C && ds == C &&
+                            (Mode == kArithmeticClampNone || sts == C)) {
+                            channels *= count;
+                            count = 1;
+                        }
+                        arithmeticSegment<Op, PC, SC, Mode>(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds,
+                                                            st, sts, p.primaryScale, p.secondaryScale,
+                                                            p.bias, p.minimumValue, p.maximumValue);
+                    });
+                });
+            });
+        });
+    });
+}
+
+void compareForward(const CompareParams& p, const float* primary, const float* secondary,
+                    float* destination) {
+    static const char* op = "compareForward";
+    const int32_t C = p.destination.channels;
+    checkOperand(op, "primary", p.primary, C);
+    checkOperand(op, "secondary", p.secondary, C);
+    checkLayout(op, "destination", p.destination);
+    checkClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight, p.batch);
+    if (p.comparison < kCompareEqual || p.comparison > kCompareGreaterOrEqual)
+        invalid(op, "unknown comparison " + std::to_string(p.comparison));
+    if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+
+    withCompare(p.comparison, [&](auto cmp) {
+        withBool(p.primary.strideChannels != 0, [&](auto pc) {
+            withBool(p.secondary.strideChannels != 0, [&](auto sc) {
+                constexpr int32_t Cmp = decltype(cmp)::value;
+                constexpr bool PC = decltype(pc)::value, SC = decltype(sc)::value;
+                forwardRows(p.primary, primary, p.secondary, secondary, p.batch, p.clipWidth, p.clipHeight,
+                            C,
+                            [&](int64_t n, int32_t y, int32_t b, int32_t e, const float* const* ptrs,
+                                const int64_t* strides) {
+                    float* d = destination + pixelIndex(p.destination, n, p.clipX + b, p.clipY + y);
+                    int64_t count = e - b, channels = C;
+                    const int64_t xs = strides[0], ys = strides[1], ds = p.destination.pixelStride;
+                    if (PC && SC && xs == C && ys == C && ds == C) {
+                        channels *= count;
+                        count = 1;
+                    }
+                    compareSegment<Cmp, PC, SC>(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds, p);
+                });
+            });
+        });
+    });
+}
+
+void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient, const float* primary,
+                        const float* secondary, const float* clampState, float* destination) {
+    static const char* op = "arithmeticGradient";
+    const int32_t C = p.gradient.channels;
+    const int32_t B = p.batch, H = p.height, W = p.width;
+    checkLayout(op, "gradient", p.gradient);
+    checkLayout(op, "destination", p.destination);
+    if (B < 0 || H < 0 || W < 0) invalid(op, "negative batch or size");
+    if (p.op < kArithmeticAdd || p.op > kArithmeticDivide) invalid(op, "unknown op " + std::to_string(p.op));
+    if (p.clampMode < kArithmeticClampNone || p.clampMode > kArithmeticClampUnclamped)
+        invalid(op, "unknown clampMode " + std::to_string(p.clampMode));
+    const bool forSecondary = p.forSecondary != 0;
+    const bool needX = (p.op == kArithmeticMultiply || p.op == kArithmeticDivide) && forSecondary;
+    const bool needY = (p.op == kArithmeticMultiply && !forSecondary) || p.op == kArithmeticDivide;
+    if (needX) {
+        checkOperand(op, "primary", p.primary, C);
+        if (primary == nullptr) invalid(op, "this gradient reads the forward primary, which is null");
+    }
+    if (needY) {
+        checkOperand(op, "secondary", p.secondary, C);
+        if (secondary == nullptr) invalid(op, "this gradient reads the forward secondary, which is null");
+    }
+    const ArithmeticOperand& s = forSecondary ? p.secondary : p.primary;
+    {
+        auto bit = [](int32_t v) { return v == 0 || v == 1; };
+        if (!bit(s.strideX) || !bit(s.strideY) || !bit(s.strideChannels) || !bit(s.strideImages))
+            invalid(op, "strides of the input must be 0 or 1");
+    }
+    if (p.clampMode != kArithmeticClampNone) {
+        checkLayout(op, "clampState", p.clampState);
+        if (clampState == nullptr) invalid(op, "clampState is null but clampMode != 0");
+        if (p.clampState.width < W || p.clampState.height < H || p.clampState.channels != C)
+            invalid(op, "clampState must cover width x height pixels with gradient.channels channels");
+    }
+    const int64_t DB = s.strideImages ? B : 1, DH = s.strideY ? H : 1, DW = s.strideX ? W : 1;
+    const int64_t DC = s.strideChannels ? C : 1;
+    if (p.destination.channels != DC)
+        invalid(op, "destination has " + std::to_string(p.destination.channels) + " channels, expected " +
+                        std::to_string(DC));
+    if (B == 0 || H == 0 || W == 0 || C == 0) return;
+
+    const GradientSegmentFn fn =
+        selectGradientSegment(p.op, forSecondary, p.primary.strideChannels != 0, p.secondary.strideChannels != 0,
+                              p.clampMode, s.strideX != 0, s.strideChannels != 0);
+
+    // Output rows (dn, dy), each fed by S forward rows (n, py) enumerated in a fixed order.
+    const int64_t outRows = DB * DH;
+    const int64_t nCount = s.strideImages ? 1 : B, yCount = s.strideY ? 1 : H;
+    const int64_t S = nCount * yCount;
+    const int64_t rowLen = DW * DC;
+    const int64_t perBlock = rowGrain(int64_t(W) * C);
+    const int64_t blocks = (S + perBlock - 1) / perBlock;
+
+    // Sums forward rows [k0, k1) of output row `o` into acc (rowLen floats, not cleared).
+    auto accumulate = [&](int64_t o, int64_t k0, int64_t k1, float* acc, const float* zeros) {
+        const int64_t dn = o / DH, dy = o % DH;
+        for (int64_t k = k0; k < k1; ++k) {
+            const int64_t n = s.strideImages ? dn : k / yCount;
+            const int32_t py = int32_t(s.strideY ? dy : k % yCount);
+            RowRuns in[4] = {
+                rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + py, 1, W, kEdgeZero, zeros),
+                needX ? operandRow(p.primary, primary, n, py, W, zeros) : constantRow(zeros, W),
+                needY ? operandRow(p.secondary, secondary, n, py, W, zeros) : constantRow(zeros, W),
+                p.clampMode != kArithmeticClampNone
+                    ? rowRuns(p.clampState, clampState, n, 0, py, 1, W, kEdgeZero, zeros)
+                    : constantRow(zeros, W)};
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                fn(e - b, C, b, ptrs, strides, acc, DC, p.primaryScale, p.secondaryScale, p.minimumValue,
+                   p.maximumValue);
+            });
+        }
+    };
+    // Writes one finished output row, dropping pixels outside dX.
+    auto write = [&](int64_t o, const float* acc) {
+        const int64_t dn = o / DH, dy = o % DH;
+        const int64_t yy = p.destinationY + dy;
+        if (yy < 0 || yy >= p.destination.height) return;
+        for (int64_t j = 0; j < DW; ++j) {
+            const int64_t xx = p.destinationX + j;
+            if (xx < 0 || xx >= p.destination.width) continue;
+            float* d = destination + pixelIndex(p.destination, dn, xx, yy);
+            const float* a = acc + j * DC;
+            for (int64_t k = 0; k < DC; ++k) d[k] = a[k];
+        }
+    };
+
+    if (blocks <= 1) {
+        parallelFor(outRows, rowGrain(int64_t(W) * C * S), [&](int64_t o0, int64_t o1) {
+            std::vector<float> zeros(size_t(C), 0.0f), acc(static_cast<size_t>(rowLen));
+            for (int64_t o = o0; o < o1; ++o) {
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                accumulate(o, 0, S, acc.data(), zeros.data());
+                write(o, acc.data());
+            }
+        });
+        return;
+    }
+    std::vector<float> partial(size_t(outRows * blocks * rowLen), 0.0f);
+    parallelFor(outRows * blocks, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o = t / blocks, blk = t % blocks;
+            accumulate(o, blk * perBlock, std::min(S, (blk + 1) * perBlock), partial.data() + t * rowLen,
+                       zeros.data());
+        }
+    });
+    parallelFor(outRows, rowGrain(rowLen * blocks), [&](int64_t o0, int64_t o1) {
+        std::vector<float> acc(static_cast<size_t>(rowLen));
+        for (int64_t o = o0; o < o1; ++o) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t blk = 0; blk < blocks; ++blk) {
+                const float* part = partial.data() + (o * blocks + blk) * rowLen;
+                for (int64_t j = 0; j < rowLen; ++j) acc[size_t(j)] += part[j];
+            }
+            write(o, acc.data());
+        }
+    });
+}
+
+}  // namespace mpsgrad::cpu

@@ -1,0 +1,55 @@
+// The CPU backend's compute functions: one per backend op, on raw float pointers.
+//
+// Each takes the op's params struct (shared with the .metal kernels, see metal/*_params.h)
+// and the base pointers of the buffer bindings. They run synchronously on the calling
+// thread (the command queue's worker) and split work with cpu::parallelFor.
+#pragma once
+
+#include "../../../../metal/convolution_params.h"
+#include "../../../../metal/neuron_params.h"
+#include "../../../../metal/arithmetic_params.h"
+#include "../../../../metal/softmax_params.h"
+
+namespace mpsgrad::cpu {
+
+// Convolution family (metal/convolution_params.h).
+// biases may be null when !hasBias; neuronData (PReLU per-channel a) may be null unless
+// neuron.hasChannelData; preactivation may be null unless writePreactivation.
+void convolutionForward(const ConvolutionParams& p, const float* source, const float* weights,
+                        const float* biases, const float* neuronData, float* destination,
+                        float* preactivation);
+void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
+                             const float* weights, float* destination);
+// weightGradient may be null unless computeWeights, biasGradient unless computeBiases.
+void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const float* gradient,
+                               const float* source, float* weightGradient, float* biasGradient);
+
+// Neuron family (metal/neuron_params.h), named after MPSCNNNeuron: plain `neuronForward` is
+// neuron_math.h's scalar function, which code in this namespace calls unqualified.
+// neuronData (PReLU per-channel a) may be null unless neuron.hasChannelData.
+void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const float* neuronData,
+                      float* destination);
+void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, const float* source,
+                       const float* neuronData, float* destination);
+// Extension: PReLU's gradient with respect to its per-channel a (overwrites
+// aGradient[neuronDataOffset + c] for c < destination.channels; destination itself is unused).
+void cnnNeuronPReLUWeightGradient(const NeuronGradientParams& p, const float* gradient,
+                                  const float* source, float* aGradient);
+
+// Arithmetic family (metal/arithmetic_params.h). clampState may be null when stateMode is 0.
+void arithmeticForward(const ArithmeticParams& p, const float* primary, const float* secondary,
+                       float* destination, float* clampState);
+void compareForward(const CompareParams& p, const float* primary, const float* secondary,
+                    float* destination);
+// primary / secondary (the forward operands) may be null where the formula does not read them
+// (see ArithmeticGradientParams); clampState may be null when clampMode is 0.
+void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient,
+                        const float* primary, const float* secondary, const float* clampState,
+                        float* destination);
+
+// Softmax family (metal/softmax_params.h).
+void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
+void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
+                     float* destination);
+
+}  // namespace mpsgrad::cpu

@@ -1,0 +1,147 @@
+// Shared helpers of the CPU element-wise ops (neuron.cpp, arithmetic.cpp, softmax.cpp):
+// image addressing, edge-mode reads split into constant-stride runs, validation and a
+// deterministic fixed-order sum. Internal to the CPU backend.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "../../../../metal/common_params.h"
+
+namespace mpsgrad::cpu::elementwise {
+
+// Index (in floats) of channel `channelOffset` of pixel (x, y) of image n.
+inline int64_t pixelIndex(const ImageLayout& l, int64_t n, int64_t x, int64_t y) {
+    return n * int64_t(l.imageStride) + (y * int64_t(l.width) + x) * int64_t(l.pixelStride) +
+           int64_t(l.channelOffset);
+}
+
+// A run of `count` consecutive output pixels whose input pixels are ptr, ptr + stride, ...
+// (stride 0 when the run repeats one pixel: a broadcast, a clamped edge or the zero pixel).
+struct Run {
+    int32_t begin;
+    int32_t end;
+    const float* ptr;  // input pixel of output pixel `begin`
+    int64_t stride;    // floats between the input pixels of consecutive output pixels
+};
+
+// The input pixels of one output row, as at most three runs covering [0, count).
+struct RowRuns {
+    Run runs[3];
+    int32_t size = 0;
+};
+
+// Output pixel x (0 <= x < count) of the row reads input pixel (x0 + strideX * x, y) of image n
+// of `l` (strideX is 0 or 1). Off-image pixels follow edgeMode: kEdgeClamp reads the nearest
+// image pixel, anything else reads `zeros` (at least l.channels zero floats).
+inline RowRuns rowRuns(const ImageLayout& l, const float* base, int64_t n, int32_t x0, int32_t y,
+                       int32_t strideX, int32_t count, int32_t edgeMode, const float* zeros) {
+    RowRuns r;
+    if (count <= 0) return r;
+    const bool clamp = edgeMode == kEdgeClamp && l.width > 0 && l.height > 0;
+    auto add = [&](int32_t b, int32_t e, const float* p, int64_t s) {
+        if (b < e) r.runs[r.size++] = Run{b, e, p, s};
+    };
+    if (y < 0 || y >= l.height) {
+        if (!clamp) {
+            add(0, count, zeros, 0);
+            return r;
+        }
+        y = std::min(std::max(y, 0), l.height - 1);
+    }
+    auto pixel = [&](int32_t x) { return base + pixelIndex(l, n, x, y); };
+    if (strideX == 0) {
+        if (x0 >= 0 && x0 < l.width) add(0, count, pixel(x0), 0);
+        else if (clamp) add(0, count, pixel(std::min(std::max(x0, 0), l.width - 1)), 0);
+        else add(0, count, zeros, 0);
+        return r;
+    }
+    // Output x is inside the image for -x0 <= x < width - x0.
+    int64_t lo = std::min<int64_t>(count, std::max<int64_t>(0, -int64_t(x0)));
+    int64_t hi = std::max<int64_t>(lo, std::min<int64_t>(count, int64_t(l.width) - x0));
+    add(0, int32_t(lo), clamp ? pixel(0) : zeros, 0);
+    if (lo < hi) add(int32_t(lo), int32_t(hi), pixel(int32_t(x0 + lo)), l.pixelStride);
+    add(int32_t(hi), count, clamp ? pixel(l.width - 1) : zeros, 0);
+    return r;
+}
+
+// A row whose every pixel is `p` (stride 0): a placeholder for an input an op does not read.
+inline RowRuns constantRow(const float* p, int32_t count) {
+    RowRuns r;
+    if (count > 0) r.runs[r.size++] = Run{0, count, p, 0};
+    return r;
+}
+
+// Splits [0, count) at every run boundary of the K inputs and calls
+// body(begin, end, ptrs, strides) with each input's pointer at `begin` and its stride.
+template <int K, class Body>
+void forEachSegment(const RowRuns (&inputs)[K], Body&& body) {
+    int32_t index[K] = {};
+    int32_t begin = 0;
+    for (;;) {
+        int32_t end = INT32_MAX;
+        bool any = false;
+        for (int k = 0; k < K; ++k) {
+            if (index[k] >= inputs[k].size) continue;
+            any = true;
+            end = std::min(end, inputs[k].runs[index[k]].end);
+        }
+        if (!any || end <= begin) return;
+        const float* ptrs[K];
+        int64_t strides[K];
+        for (int k = 0; k < K; ++k) {
+            const Run& run = inputs[k].runs[index[k]];
+            ptrs[k] = run.ptr + int64_t(begin - run.begin) * run.stride;
+            strides[k] = run.stride;
+        }
+        body(begin, end, ptrs, strides);
+        for (int k = 0; k < K; ++k)
+            if (inputs[k].runs[index[k]].end == end) ++index[k];
+        begin = end;
+    }
+}
+
+// Sum of v[0..count) in a fixed order (eight interleaved partial sums, combined pairwise):
+// vectorizable, deterministic, and more accurate than a single running sum.
+inline float fixedOrderSum(const float* v, int64_t count) {
+    float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        for (int j = 0; j < 8; ++j) lanes[j] += v[i + j];
+    for (int j = 0; i < count; ++i, ++j) lanes[j] += v[i];
+    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+           ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+[[noreturn]] inline void invalid(const char* op, const std::string& what) {
+    throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+// A layout whose channel slice fits its pixels (what every op assumes of every binding).
+inline void checkLayout(const char* op, const char* name, const ImageLayout& l) {
+    if (l.width < 0 || l.height < 0 || l.channels < 0 || l.channelOffset < 0 ||
+        l.channelOffset + l.channels > l.pixelStride || l.imageStride < 0)
+        invalid(op, std::string(name) + " layout is inconsistent (channelOffset + channels must fit "
+                                        "pixelStride, sizes must be non-negative)");
+}
+
+// The written rectangle lies inside the destination image.
+inline void checkClip(const char* op, const ImageLayout& d, int32_t x, int32_t y, int32_t w,
+                      int32_t h, int32_t batch) {
+    if (w < 0 || h < 0 || batch < 0) invalid(op, "negative clip size or batch");
+    if (w == 0 || h == 0 || batch == 0) return;
+    if (x < 0 || y < 0 || int64_t(x) + w > d.width || int64_t(y) + h > d.height)
+        invalid(op, "clip rectangle (" + std::to_string(x) + ", " + std::to_string(y) + ", " +
+                        std::to_string(w) + " x " + std::to_string(h) +
+                        ") is not inside the destination (" + std::to_string(d.width) + " x " +
+                        std::to_string(d.height) + ")");
+}
+
+// Rows of at least ~16K elements per parallel chunk.
+inline int64_t rowGrain(int64_t rowElements) {
+    return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rowElements));
+}
+
+}  // namespace mpsgrad::cpu::elementwise

@@ -1,0 +1,205 @@
+// CPU backend: neuron forward, neuron gradient and the PReLU a-gradient extension.
+//
+// Semantics are exactly those written in metal/neuron_params.h; f and f' come from
+// metal/neuron_math.h, the file the Metal kernels use, so both backends compute the same
+// formulas. The neuron type is dispatched once per call to a loop instantiated for that type,
+// so the per-element switch folds away and the loop over contiguous channels vectorizes.
+// Rows of the clip rectangle are split across threads; every element is written by one
+// thread from its own inputs only, so results are bitwise reproducible.
+#include <cstdint>
+#include <vector>
+
+#include "../../../../metal/neuron_math.h"
+#include "cpu_ops.h"
+#include "elementwise.h"
+#include "parallel.h"
+
+namespace mpsgrad::cpu {
+namespace {
+
+using namespace elementwise;
+
+// count pixels; pixel i reads x + i*xs (and g + i*gs) and writes d + i*ds, C channels each.
+struct PixelSpan {
+    int64_t count;
+    int64_t channels;
+    const float* x;
+    int64_t xs;
+    const float* g;
+    int64_t gs;
+    float* d;
+    int64_t ds;
+};
+
+template <int32_t Type>
+void forwardSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
+    const float a = np.a, b = np.b, c = np.c;
+    for (int64_t i = 0; i < s.count; ++i) {
+        const float* x = s.x + i * s.xs;
+        float* d = s.d + i * s.ds;
+        for (int64_t k = 0; k < s.channels; ++k)
+            d[k] = mpsgrad::neuronForward(Type, a, b, c, Type == kNeuronPReLU ? channelA[k] : 0.0f, x[k]);
+    }
+}
+
+template <int32_t Type>
+void gradientSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
+    const float a = np.a, b = np.b, c = np.c;
+    for (int64_t i = 0; i < s.count; ++i) {
+        const float* x = s.x + i * s.xs;
+        const float* g = s.g + i * s.gs;
+        float* d = s.d + i * s.ds;
+        for (int64_t k = 0; k < s.channels; ++k)
+            d[k] = g[k] * mpsgrad::neuronDerivative(Type, a, b, c,
+                                                    Type == kNeuronPReLU ? channelA[k] : 0.0f, x[k]);
+    }
+}
+
+using SpanFn = void (*)(const PixelSpan&, const NeuronParams&, const float*);
+
+template <int32_t... Types>
+struct SpanTables {
+    static constexpr SpanFn forward[] = {&forwardSpan<Types>...};
+    static constexpr SpanFn gradient[] = {&gradientSpan<Types>...};
+};
+using Tables = SpanTables<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
+
+void checkNeuron(const char* op, const NeuronParams& n, const float* neuronData, int32_t dataOffset) {
+    if (n.type < 0 || n.type >= kNeuronCount) invalid(op, "unknown neuron type " + std::to_string(n.type));
+    if (n.type == kNeuronPReLU && !n.hasChannelData)
+        invalid(op, "PReLU needs per-channel data (hasChannelData = 1)");
+    if (n.hasChannelData && neuronData == nullptr) invalid(op, "neuronData is null but hasChannelData = 1");
+    if (n.hasChannelData && dataOffset < 0) invalid(op, "negative neuronDataOffset");
+}
+
+// Merges pixel spans into one flat span when every binding is dense (channels == pixelStride)
+// and the channel index does not matter (no per-channel data).
+PixelSpan flatten(PixelSpan s, int64_t pixelStride, bool perChannel) {
+    bool dense = s.ds == s.channels && s.xs == s.channels && (s.g == nullptr || s.gs == s.channels);
+    if (!perChannel && dense && pixelStride == s.channels) {
+        s.channels *= s.count;
+        s.count = 1;
+    }
+    return s;
+}
+
+}  // namespace
+
+void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const float* neuronData,
+                      float* destination) {
+    static const char* op = "cnnNeuronForward";
+    checkLayout(op, "source", p.source);
+    checkLayout(op, "destination", p.destination);
+    checkClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight, p.batch);
+    checkNeuron(op, p.neuron, neuronData, p.neuronDataOffset);
+    const int32_t C = p.destination.channels;
+    if (p.source.channels != C) invalid(op, "source and destination channel counts differ");
+    if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+
+    const SpanFn fn = Tables::forward[p.neuron.type];
+    const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
+    const bool perChannel = p.neuron.hasChannelData != 0;
+    const int64_t rows = int64_t(p.batch) * p.clipHeight;
+    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.clipHeight;
+            const int32_t y = int32_t(r % p.clipHeight);
+            RowRuns in[1] = {rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
+                                     p.edgeMode, zeros.data())};
+            float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                PixelSpan s{e - b, C, ptrs[0], strides[0], nullptr, 0,
+                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
+                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
+            });
+        }
+    });
+}
+
+void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, const float* source,
+                       const float* neuronData, float* destination) {
+    static const char* op = "cnnNeuronGradient";
+    checkLayout(op, "gradient", p.gradient);
+    checkLayout(op, "source", p.source);
+    checkLayout(op, "destination", p.destination);
+    checkClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight, p.batch);
+    checkNeuron(op, p.neuron, neuronData, p.neuronDataOffset);
+    const int32_t C = p.destination.channels;
+    if (p.source.channels != C || p.gradient.channels != C)
+        invalid(op, "gradient, source and destination channel counts differ");
+    if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+
+    const SpanFn fn = Tables::gradient[p.neuron.type];
+    const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
+    const bool perChannel = p.neuron.hasChannelData != 0;
+    const int64_t rows = int64_t(p.batch) * p.clipHeight;
+    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.clipHeight;
+            const int32_t y = int32_t(r % p.clipHeight);
+            RowRuns in[2] = {
+                rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + y, 1, p.clipWidth,
+                        p.gradientEdgeMode, zeros.data()),
+                rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
+                        p.sourceEdgeMode, zeros.data())};
+            float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                PixelSpan s{e - b, C, ptrs[1], strides[1], ptrs[0], strides[0],
+                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
+                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
+            });
+        }
+    });
+}
+
+void cnnNeuronPReLUWeightGradient(const NeuronGradientParams& p, const float* gradient,
+                                  const float* source, float* aGradient) {
+    static const char* op = "cnnNeuronPReLUWeightGradient";
+    checkLayout(op, "gradient", p.gradient);
+    checkLayout(op, "source", p.source);
+    if (p.clipWidth < 0 || p.clipHeight < 0 || p.batch < 0) invalid(op, "negative clip size or batch");
+    if (aGradient == nullptr) invalid(op, "aGradient is null");
+    if (p.neuronDataOffset < 0) invalid(op, "negative neuronDataOffset");
+    const int32_t C = p.destination.channels;
+    if (p.source.channels != C || p.gradient.channels != C)
+        invalid(op, "gradient, source and destination channel counts differ");
+    if (C == 0) return;
+
+    // Fixed blocks of rows (sized by the shape only) summed in parallel, then the block partials
+    // summed in block order: the result does not depend on the thread count.
+    const int64_t rows = int64_t(p.batch) * p.clipHeight;
+    const int64_t rowsPerBlock = rowGrain(int64_t(p.clipWidth) * C);
+    const int64_t blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
+    std::vector<float> partial(size_t(std::max<int64_t>(blocks, 1)) * C, 0.0f);
+    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        for (int64_t blk = b0; blk < b1; ++blk) {
+            float* acc = partial.data() + blk * C;
+            const int64_t rEnd = std::min(rows, (blk + 1) * rowsPerBlock);
+            for (int64_t r = blk * rowsPerBlock; r < rEnd; ++r) {
+                const int64_t n = r / p.clipHeight;
+                const int32_t y = int32_t(r % p.clipHeight);
+                RowRuns in[2] = {
+                    rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + y, 1, p.clipWidth,
+                            p.gradientEdgeMode, zeros.data()),
+                    rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
+                            p.sourceEdgeMode, zeros.data())};
+                forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                    for (int32_t i = 0; i < e - b; ++i) {
+                        const float* g = ptrs[0] + i * strides[0];
+                        const float* x = ptrs[1] + i * strides[1];
+                        for (int32_t k = 0; k < C; ++k) acc[k] += g[k] * (x[k] < 0.0f ? x[k] : 0.0f);
+                    }
+                });
+            }
+        }
+    });
+    float* out = aGradient + p.neuronDataOffset;
+    for (int32_t k = 0; k < C; ++k) out[k] = 0.0f;
+    for (int64_t blk = 0; blk < blocks; ++blk)
+        for (int32_t k = 0; k < C; ++k) out[k] += partial[size_t(blk * C + k)];
+}
+
+}  // namespace mpsgrad::cpu
