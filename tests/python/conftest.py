@@ -1,0 +1,337 @@
+"""Shared fixtures and oracles for the mpsgrad Python tests.
+
+* ``device``: every device this build provides (``mpsgrad.Device.available()``), optionally
+  restricted by the environment variable ``MPSGRAD_TEST_DEVICES`` (comma list, e.g. "metal"),
+  so the same tests run on the Metal backend in the emulation build.
+* ``check``: compares an mpsgrad result with an oracle under a relative-error bound and records
+  the worst relative error of every test; the worst values per test and per file are printed in
+  the terminal summary (and stored as the junit property ``worst_rel_err``).
+* PyTorch references that map the MPS conventions explicitly: OHWI weights -> OIHW, NHWC -> NCHW,
+  the MPS window placement (``offset`` = centre of the first window, left edge
+  ``offset - (kernel_extent >> 1)``) by explicit padding / cropping, clip rectangles, feature
+  channel offsets, edge modes, fused neurons, and the padding-policy arithmetic of spec §1.8.1
+  re-derived here independently of the library.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import zlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mpsgrad as m
+
+# ---------------------------------------------------------------------------------------------
+# devices
+
+
+def _requested_devices():
+    available = list(m.Device.available())
+    env = os.environ.get("MPSGRAD_TEST_DEVICES", "").strip()
+    if not env:
+        return available, available
+    requested = [name.strip() for name in env.split(",") if name.strip()]
+    return requested, available
+
+
+_REQUESTED, _AVAILABLE = _requested_devices()
+
+
+@pytest.fixture(params=_REQUESTED, scope="session")
+def device(request):
+    """An mpsgrad Device, once per device of the build (or of MPSGRAD_TEST_DEVICES)."""
+    name = request.param
+    if name not in _AVAILABLE:
+        pytest.fail(f"MPSGRAD_TEST_DEVICES requests device '{name}' but this build provides {_AVAILABLE}")
+    return m.Device(name)
+
+
+@pytest.fixture
+def queue(device):
+    return m.CommandQueue(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# relative error and its session-wide record
+
+TOLERANCE = 1e-4  # float32 results against a float64 oracle; see docs in test_convolution.py
+
+
+def max_rel_err(actual, expected, scale: float = 1.0) -> float:
+    """max|a - e| / max(1e-6 * scale, max|e|): the worst error relative to the oracle's magnitude."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape, f"shape {a.shape} != expected {e.shape}"
+    if e.size == 0:
+        return 0.0
+    if not np.all(np.isfinite(a)):
+        return math.inf
+    denom = max(1e-6 * scale, float(np.max(np.abs(e))))
+    return float(np.max(np.abs(a - e))) / denom
+
+
+_WORST: "collections.OrderedDict[str, float]" = collections.OrderedDict()
+
+
+class Checker:
+    """check(actual, expected, what) asserts max_rel_err <= tol and records the worst error."""
+
+    def __init__(self, nodeid: str, record_property):
+        self.nodeid = nodeid
+        self.worst = 0.0
+        self._record_property = record_property
+
+    def __call__(self, actual, expected, what: str = "", tol: float = TOLERANCE, scale: float = 1.0) -> float:
+        err = max_rel_err(actual, expected, scale)
+        self.worst = max(self.worst, err)
+        _WORST[self.nodeid] = max(_WORST.get(self.nodeid, 0.0), err)
+        self._record_property("worst_rel_err", self.worst)
+        assert err <= tol, f"{what}: max relative error {err:.3g} > {tol:g}"
+        return err
+
+
+@pytest.fixture
+def check(request, record_property):
+    return Checker(request.node.nodeid, record_property)
+
+
+_PASSED = set()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+        _PASSED.add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Worst relative error per file and (with -v or MPSGRAD_PRINT_ERRORS=1) per test, over the
+    tests that passed (expected failures and failures are reported by pytest itself)."""
+    worst = collections.OrderedDict((k, v) for k, v in _WORST.items() if k in _PASSED)
+    if not worst:
+        return
+    tr = terminalreporter
+    tr.section("worst relative error (mpsgrad vs oracle), passing tests")
+    per_file: "collections.OrderedDict[str, tuple]" = collections.OrderedDict()
+    for nodeid, err in worst.items():
+        path = nodeid.split("::", 1)[0]
+        if path not in per_file or err > per_file[path][0]:
+            per_file[path] = (err, nodeid)
+    for path, (err, nodeid) in per_file.items():
+        tr.write_line(f"{path}: worst {err:.3e}  ({nodeid.split('::', 1)[1]})")
+    if config.getoption("verbose") > 0 or os.environ.get("MPSGRAD_PRINT_ERRORS"):
+        tr.write_line("")
+        for nodeid, err in worst.items():
+            tr.write_line(f"{err:.3e}  {nodeid}")
+
+
+# ---------------------------------------------------------------------------------------------
+# command-buffer helpers
+
+
+def run(queue, fn):
+    """Encode with fn(cb) into a fresh command buffer, commit, wait; return fn's result."""
+    cb = queue.command_buffer()
+    result = fn(cb)
+    cb.commit()
+    cb.wait_until_completed()
+    return result
+
+
+def rng(seed) -> np.random.Generator:
+    """A reproducible generator; `seed` may be a string (hashed with crc32, stable across runs)."""
+    if isinstance(seed, str):
+        seed = zlib.crc32(seed.encode())
+    return np.random.default_rng(seed)
+
+
+def randn(gen: np.random.Generator, *shape) -> np.ndarray:
+    return gen.standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# MPS padding arithmetic (spec §1.8.1), re-derived independently of the library
+
+
+def c_div2(v: int) -> int:
+    """Integer division by 2 truncating toward zero, as the header's C code."""
+    return -((-v) // 2) if v < 0 else v // 2
+
+
+def size_style(method: int) -> int:
+    bits = method & 0x30
+    return {0: -1, 16: 0, 32: 1}[bits]
+
+
+def dest_size(S: int, s: int, k: int, style: int) -> int:
+    """DestSize(S, s, k, style) = ceil((S + style*(k-1)) / s)."""
+    n = S + style * (k - 1)
+    return -(-n // s) if n > 0 else 0
+
+
+def pad_offset(S: int, s: int, k: int, method: int, axis: str = "x") -> int:
+    """The window-centre offset of MPSNNDefaultPadding along one axis (k = dilated extent)."""
+    D = dest_size(S, s, k, size_style(method))
+    extra = (D - 1) * s + k - S
+    align = method & 3
+    if align == 1:  # AlignTopLeft: all the extra padding on top/left
+        left = extra
+    elif align == 2:  # AlignBottomRight
+        left = 0
+    else:  # AlignCentered; the remainder bit of the axis sends the odd pixel right/bottom
+        bit = 4 if axis == "x" else 8
+        cp = 0 if method & bit else 1
+        left = c_div2(extra + cp)
+    return (k >> 1) - left
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch reference of the MPS convolution
+
+
+NEURONS = {
+    # name: (mpsgrad type, a, b, torch function of (x, a, b))
+    "none": (None, None, None, lambda x, a, b: x),
+    "relu": (m.CNNNeuronType.RELU, 0.0, None, lambda x, a, b: F.relu(x)),
+    "leaky_relu": (m.CNNNeuronType.RELU, 0.1, None, lambda x, a, b: F.leaky_relu(x, a)),
+    "linear": (m.CNNNeuronType.LINEAR, 0.5, 0.25, lambda x, a, b: a * x + b),
+    "sigmoid": (m.CNNNeuronType.SIGMOID, None, None, lambda x, a, b: torch.sigmoid(x)),
+    "tanh": (m.CNNNeuronType.TANH, 1.5, 0.7, lambda x, a, b: a * torch.tanh(b * x)),
+}
+
+
+def neuron_descriptor(name: str):
+    kind, a, b, _ = NEURONS[name]
+    if kind is None:
+        return None
+    kwargs = {}
+    if a is not None:
+        kwargs["a"] = a
+    if b is not None:
+        kwargs["b"] = b
+    return m.NNNeuronDescriptor(kind, **kwargs)
+
+
+def apply_neuron(name: str, x: torch.Tensor) -> torch.Tensor:
+    _, a, b, fn = NEURONS[name]
+    return fn(x, a, b)
+
+
+@dataclass
+class ConvSpec:
+    """Everything the reference needs about one MPS convolution."""
+
+    kw: int
+    kh: int
+    cin: int
+    cout: int
+    sx: int = 1
+    sy: int = 1
+    dx: int = 1
+    dy: int = 1
+    groups: int = 1
+    depthwise: bool = False
+    neuron: str = "none"
+    bias: bool = True
+
+    @property
+    def kw_dil(self) -> int:
+        return (self.kw - 1) * self.dx + 1
+
+    @property
+    def kh_dil(self) -> int:
+        return (self.kh - 1) * self.dy + 1
+
+    @property
+    def torch_groups(self) -> int:
+        return self.cin if self.depthwise else self.groups
+
+    @property
+    def weight_shape(self):
+        return (self.cout, self.kh, self.kw, self.cin // self.torch_groups)
+
+    def descriptor(self):
+        if self.depthwise:
+            d = m.CNNDepthWiseConvolutionDescriptor(self.kw, self.kh, self.cin, self.cout)
+        else:
+            d = m.CNNConvolutionDescriptor(kernel_width=self.kw, kernel_height=self.kh,
+                                           input_feature_channels=self.cin, output_feature_channels=self.cout)
+            d.groups = self.groups
+        d.stride_in_pixels_x, d.stride_in_pixels_y = self.sx, self.sy
+        d.dilation_rate_x, d.dilation_rate_y = self.dx, self.dy
+        nd = neuron_descriptor(self.neuron)
+        if nd is not None:
+            d.fused_neuron_descriptor = nd
+        return d
+
+    def random_parameters(self, gen):
+        fan_in = self.kh * self.kw * (self.cin // self.torch_groups)
+        w = (randn(gen, *self.weight_shape) / np.sqrt(fan_in)).astype(np.float32)
+        b = randn(gen, self.cout) * 0.5 if self.bias else None
+        return w, b
+
+
+def _window_reads(X: torch.Tensor, left: int, top: int, span_w: int, span_h: int, edge: str) -> torch.Tensor:
+    """X (N, C, H, W) read over rows [top, top+span_h) and columns [left, left+span_w), off-image
+    reads being 0 (edge 'zero') or the nearest pixel ('clamp')."""
+    H, W = X.shape[2], X.shape[3]
+    pad_l, pad_t = max(0, -left), max(0, -top)
+    pad_r, pad_b = max(0, left + span_w - W), max(0, top + span_h - H)
+    if pad_l or pad_t or pad_r or pad_b:
+        if edge == "clamp":
+            X = F.pad(X, (pad_l, pad_r, pad_t, pad_b), mode="replicate")
+        else:
+            X = F.pad(X, (pad_l, pad_r, pad_t, pad_b))
+    r0, c0 = top + pad_t, left + pad_l
+    return X[:, :, r0:r0 + span_h, c0:c0 + span_w]
+
+
+def conv_reference(spec: ConvSpec, x_nhwc: np.ndarray, w_ohwi: np.ndarray, b: Optional[np.ndarray],
+                   offset=(0, 0), out_size=None, edge: str = "zero", e_nhwc: Optional[np.ndarray] = None):
+    """The MPS convolution in float64 PyTorch.
+
+    x_nhwc: (N, H, W, cin) -- the channels the convolution reads (already sliced).
+    offset: the kernel's offset (window centre of the first output pixel).
+    out_size: (width, height) of the region written (the clipped clip_rect); default: as many
+      outputs as the padded read allows are NOT assumed -- pass it explicitly.
+    e_nhwc: the incoming gradient (N, out_h, out_w, cout); when given, also returns the autograd
+      gradients dx (N, H, W, cin), dw (OHWI), db.
+    Returns dict(y=(N, out_h, out_w, cout) [, dx, dw, db]).
+    """
+    out_w, out_h = out_size
+    X = torch.tensor(x_nhwc, dtype=torch.float64).permute(0, 3, 1, 2).contiguous().requires_grad_(True)
+    Wt = torch.tensor(w_ohwi, dtype=torch.float64).permute(0, 3, 1, 2).contiguous().requires_grad_(True)
+    # A zero bias when the convolution has none, so that db is dL/db all the same.
+    Bt = torch.tensor(b if b is not None else np.zeros(spec.cout), dtype=torch.float64).requires_grad_(True)
+    left = offset[0] - (spec.kw_dil >> 1)
+    top = offset[1] - (spec.kh_dil >> 1)
+    span_w = spec.sx * (out_w - 1) + spec.kw_dil
+    span_h = spec.sy * (out_h - 1) + spec.kh_dil
+    window = _window_reads(X, left, top, span_w, span_h, edge)
+    pre = F.conv2d(window, Wt, Bt, stride=(spec.sy, spec.sx), dilation=(spec.dy, spec.dx), groups=spec.torch_groups)
+    assert pre.shape[2:] == (out_h, out_w), (pre.shape, out_h, out_w)
+    Y = apply_neuron(spec.neuron, pre)
+    out = {"y": Y.detach().permute(0, 2, 3, 1).numpy()}
+    if e_nhwc is not None:
+        E = torch.tensor(e_nhwc, dtype=torch.float64).permute(0, 3, 1, 2)
+        (Y * E).sum().backward()
+        out["dx"] = X.grad.permute(0, 2, 3, 1).numpy()
+        out["dw"] = Wt.grad.permute(0, 2, 3, 1).numpy()
+        out["db"] = Bt.grad.numpy()
+    return out
+
+
+def make_conv(device, spec: ConvSpec, w, b, persistent=True):
+    ds = m.CNNConvolutionWeightsDataSource(spec.descriptor(), w, b)
+    conv = m.CNNConvolution(device, ds)
+    grad = m.CNNConvolutionGradient(device, ds)
+    if persistent:
+        conv.destination_image_allocator = m.ImageAllocator.persistent()
+        grad.destination_image_allocator = m.ImageAllocator.persistent()
+    return ds, conv, grad
