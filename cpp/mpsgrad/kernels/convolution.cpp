@@ -469,6 +469,23 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
         const ForwardSnapshot& s = state.snapshot;
         const Image& g = *sourceGradients[i];
         const Image& x = *sourceImages[i];
+        // The gradient handles one image per Image (legacy multi-image Images would silently
+        // lose all but their first image); batches are lists of single images.
+        for (const auto& [image, what] : {std::pair<const Image*, const char*>{&g, "source_gradient"},
+                                          {&x, "source_image"},
+                                          {destinations[i].get(), "destination_gradient"}})
+            if (image->numberOfImages() != 1)
+                throwValueError(what, ": CNNConvolutionGradient needs images with number_of_images == 1, got ",
+                                image->numberOfImages(),
+                                "; pass a batch as a list of single images (Image.batch_representation())");
+        // The weight and bias gradients are the sums over the batch the state was encoded with;
+        // each gradient encode restarts them, so one encode must cover the whole batch.
+        if (wantWeights && imagesPerState[states[i].get()] < s.batchSize)
+            throwValueError("gradient_states: the forward pass encoded ", s.batchSize,
+                            " image(s) with this state but this gradient encode covers ",
+                            imagesPerState[states[i].get()],
+                            "; the weight and bias gradients are summed over the batch, so encode the gradient of "
+                            "the whole batch in one encode_batch call (or use gradient_option GRADIENT_WITH_DATA)");
         if (x.width() != s.sourceWidth || x.height() != s.sourceHeight)
             throwValueError("source_image: is ", x.width(), "x", x.height(), " but the gradient state records a ",
                             s.sourceWidth, "x", s.sourceHeight, " forward source");
