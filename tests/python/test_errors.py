@@ -466,3 +466,54 @@ def test_reload_with_a_state_of_another_shape(scene, check):
     with expect(scene, ValueError, "state"):
         scene.grad.reload_weights_and_biases_with_command_buffer(scene.cb, ws)
     scene.finish(check)
+
+
+# ---- batches the gradient cannot honour (would otherwise give silently partial gradients) ----------
+
+
+def test_gradient_of_multi_image_images_raises(scene, check):
+    """Legacy batching (one Image with number_of_images > 1, clip_rect depth 3) runs the forward pass
+    over every image, but the gradient kernel handles one image per Image: it must refuse such
+    images (as the returning forward encode does) instead of silently using image 0 only."""
+    n = 3
+    gen = rng("multi-image")
+    x = m.Image.from_numpy(randn(gen, n, scene.H, scene.W, 4), scene.device)
+    e = m.Image.from_numpy(randn(gen, n, scene.H, scene.W, 8), scene.device)
+    y = m.Image(scene.device, m.ImageDescriptor(width=scene.W, height=scene.H, feature_channels=8,
+                                                number_of_images=n))
+    scene.conv.destination_image_descriptor([x])
+    scene.conv.clip_rect = ((0, 0, 0), (scene.W, scene.H, n))
+    state = scene.conv.result_state(x)
+    scene.conv.encode(scene.cb, x, state, y)
+    scene.conv.clip_rect = m.RECT_NO_CLIP
+    with expect(scene, ValueError, "number_of_images"):
+        scene.grad.encode(scene.cb, e, x, state)
+    dx = m.Image(scene.device, m.ImageDescriptor(width=scene.W, height=scene.H, feature_channels=4,
+                                                 number_of_images=n))
+    scene.grad.destination_image_descriptor([e, x], [state])
+    with expect(scene, ValueError, "number_of_images"):
+        scene.grad.encode(scene.cb, e, x, state, dx)
+    # the supported way: the images as a batch of single images
+    dxs = scene.grad.encode_batch(scene.cb, e.batch_representation(), x.batch_representation(), [state] * n)
+    assert len(dxs) == n
+    scene.finish(check)
+
+
+def test_weight_gradient_of_part_of_a_batch_raises(scene, check):
+    """A batch forward shares one state; a gradient encode covering only some of its images cannot
+    give the batch's summed weight gradient (each encode restarts the sum), so it must raise rather
+    than silently return one image's gradient. The data gradient alone is per image and allowed."""
+    n = 3
+    gen = rng("part-of-batch")
+    xs = m.batch_from_numpy(randn(gen, n, scene.H, scene.W, 4), scene.device)
+    es = m.batch_from_numpy(randn(gen, n, scene.H, scene.W, 8), scene.device)
+    _, states = scene.conv.encode_batch(scene.cb, xs, destination_state_is_temporary=False)
+    with expect(scene, ValueError, "gradient_state"):
+        scene.grad.encode(scene.cb, es[0], xs[0], states[0])
+    with expect(scene, ValueError, "gradient_state"):
+        scene.grad.encode_batch(scene.cb, es[:2], xs[:2], states[:2])
+    scene.grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_DATA
+    scene.grad.encode(scene.cb, es[0], xs[0], states[0])
+    scene.grad.gradient_option = m.CNNConvolutionGradientOption.ALL
+    scene.grad.encode_batch(scene.cb, es, xs, states)
+    scene.finish(check)
