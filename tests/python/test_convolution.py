@@ -23,9 +23,10 @@ from typing import Optional
 
 import numpy as np
 import pytest
+import torch
 
 import mpsgrad as m
-from conftest import ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
+from conftest import NEURONS, ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
 
 PM = m.PaddingMethod
 SAME = int(PM.SIZE_SAME)
@@ -69,7 +70,13 @@ CASES = [
     Case("5x5-s2-d2-full", S(5, 5, 4, 4, sx=2, sy=2, dx=2, dy=2, bias=False), hw=(9, 8), method=FULL),
     Case("3x1-same", S(3, 1, 4, 8, sx=2, sy=1), hw=(5, 9), method=SAME),
     Case("1x3-valid", S(1, 3, 4, 4, sx=1, sy=2, dx=1, dy=2), hw=(10, 5), method=VALID),
+    # stride larger than the kernel (skipped pixels get a zero data gradient), kernel larger than the image
+    Case("2x2-s3-same", S(2, 2, 4, 4, sx=3, sy=3), hw=(10, 11), method=SAME),
+    Case("5x5-on-3x2-same", S(5, 5, 4, 4), hw=(3, 2), method=SAME),
+    Case("3x3-d3-on-4x4-full", S(3, 3, 4, 4, dx=3, dy=3), hw=(4, 4), method=FULL),
     # odd channel counts (pixel stride padded to 4)
+    Case("1x1-c1", S(1, 1, 1, 1, sx=2, sy=2), hw=(5, 5), method=SAME),
+    Case("dw-c6-s2", S(3, 3, 6, 6, depthwise=True, sx=2, sy=2), hw=(7, 6), method=SAME),
     Case("3x3-c3-c5", S(3, 3, 3, 5, neuron="tanh"), hw=(7, 6), method=SAME),
     # anisotropic stride / dilation, non-square images
     Case("3x2-s21-d12", S(3, 2, 4, 4, sx=2, sy=1, dx=1, dy=2), hw=(7, 12), method=SAME),
@@ -430,6 +437,42 @@ def test_gradient_option(device, queue, check, option, form):
         assert np.all(state.gradient_for_biases == sentinel), "data-only option wrote the bias gradient"
 
 
+# ---- more fused neuron types -----------------------------------------------------------------------
+
+EXTRA_NEURONS = {
+    # MPS formulas (MPSCNNNeuronType docs): hard sigmoid clamp(a*x + b, 0, 1); soft plus a*log(1 + e^(b*x));
+    # ELU x >= 0 ? x : a*(e^x - 1); absolute |x|; soft sign x / (1 + |x|); ReLUN min(x >= 0 ? x : a*x, b)
+    "hard_sigmoid": (m.CNNNeuronType.HARD_SIGMOID, 0.2, 0.5, lambda x, a, b: torch.clamp(a * x + b, 0, 1)),
+    "soft_plus": (m.CNNNeuronType.SOFT_PLUS, 1.5, 0.7, lambda x, a, b: a * torch.log1p(torch.exp(b * x))),
+    "elu": (m.CNNNeuronType.ELU, 0.8, None, lambda x, a, b: torch.where(x >= 0, x, a * (torch.exp(x) - 1))),
+    "absolute": (m.CNNNeuronType.ABSOLUTE, None, None, lambda x, a, b: x.abs()),
+    "soft_sign": (m.CNNNeuronType.SOFT_SIGN, None, None, lambda x, a, b: x / (1 + x.abs())),
+    "relun": (m.CNNNeuronType.RELUN, 0.1, 0.5, lambda x, a, b: torch.clamp(torch.where(x >= 0, x, a * x), max=b)),
+}
+
+
+@pytest.mark.parametrize("neuron", list(EXTRA_NEURONS))
+def test_fused_neuron_types(device, queue, check, monkeypatch, neuron):
+    monkeypatch.setitem(NEURONS, neuron, EXTRA_NEURONS[neuron])
+    spec = ConvSpec(3, 3, 4, 4, sx=2, sy=1, neuron=neuron)
+    gen = rng(neuron)
+    x_arr = randn(gen, 2, 7, 8, 4)
+    w, b = spec.random_parameters(gen)
+    _, conv, grad = make_conv(device, spec, w, b)
+    xs = m.batch_from_numpy(x_arr, device)
+    e_arr = randn(gen, 2, 7, 4, 4)
+    cb = queue.command_buffer()
+    ys, states = conv.encode_batch(cb, xs, destination_state_is_temporary=False)
+    dxs = grad.encode_batch(cb, m.batch_from_numpy(e_arr, device), xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    ref = conv_reference(spec, x_arr, w, b, offset=tuple(conv.offset)[:2], out_size=(4, 7), e_nhwc=e_arr)
+    check(m.batch_to_numpy(ys), ref["y"], "forward")
+    check(m.batch_to_numpy(dxs), ref["dx"], "data gradient")
+    check(states[0].gradient_for_weights, ref["dw"], "weight gradient")
+    check(states[0].gradient_for_biases, ref["db"], "bias gradient")
+
+
 # ---- misc -----------------------------------------------------------------------------------------
 
 
@@ -484,7 +527,6 @@ def test_chained_layers_gradient_through_temporary_image(device, queue, check):
     cb.commit()
     cb.wait_until_completed()
 
-    import torch
     import torch.nn.functional as F
     X = torch.tensor(x_arr, dtype=torch.float64).permute(0, 3, 1, 2).requires_grad_(True)
     W1 = torch.tensor(w1, dtype=torch.float64).permute(0, 3, 1, 2)

@@ -256,6 +256,17 @@ def test_zero_copy_image_feeds_a_convolution(device, queue, check):
     check(y.numpy(), ref["y"], "conv of an imported tensor")
 
 
+def test_batch_representation_aliases_parent(device):
+    a = randn(rng("batch-repr"), 3, 2, 5, 6)
+    img = m.Image.from_numpy(a, device)
+    views = img.batch_representation()
+    assert len(views) == 3 and all(v.number_of_images == 1 for v in views)
+    np.testing.assert_array_equal(views[2].to_numpy(), a[2:3])
+    views[1].write_bytes(np.full((2, 5, 6), 5.0, np.float32))
+    assert np.all(img.to_numpy()[1] == 5.0)
+    np.testing.assert_array_equal(np.from_dlpack(views[0]), a[0:1])
+
+
 def test_sub_image_aliases_parent(device, queue, check):
     gen = rng("sub-image")
     parent = m.Image.from_numpy(randn(gen, 5, 6, 12), device)
@@ -263,6 +274,7 @@ def test_sub_image_aliases_parent(device, queue, check):
     assert sub.feature_channels == 8 and (sub.width, sub.height) == (6, 5)
     assert sub.parent is not None
     np.testing.assert_array_equal(sub.to_numpy(), parent.to_numpy()[..., 4:12])
+    np.testing.assert_array_equal(torch.from_dlpack(sub).numpy(), parent.to_numpy()[..., 4:12])  # strided view
     new = randn(gen, 5, 6, 8)
     sub.write_bytes(new)
     np.testing.assert_array_equal(parent.to_numpy()[..., 4:12], new[None])
