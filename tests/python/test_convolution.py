@@ -24,6 +24,8 @@ from typing import Optional
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mpsgrad as m
 from conftest import NEURONS, ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
@@ -435,6 +437,51 @@ def test_gradient_option(device, queue, check, option, form):
     else:
         assert np.all(state.gradient_for_weights == sentinel), "data-only option wrote the weight gradient"
         assert np.all(state.gradient_for_biases == sentinel), "data-only option wrote the bias gradient"
+
+
+# ---- random geometries (property-based, deterministic examples) -------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kw=st.integers(1, 5), kh=st.integers(1, 5), sx=st.integers(1, 3), sy=st.integers(1, 3),
+       dx=st.integers(1, 3), dy=st.integers(1, 3), H=st.integers(1, 9), W=st.integers(1, 9),
+       method=st.sampled_from([p[1] for p in POLICIES]), kind=st.sampled_from(["g1", "g2", "dw"]),
+       cin=st.sampled_from([1, 3, 4, 8]), cout=st.sampled_from([1, 4, 5, 8]), n=st.integers(1, 3),
+       neuron=st.sampled_from(["none", "relu", "tanh"]), seed=st.integers(0, 2**16))
+def test_random_geometries(device, queue, check, kw, kh, sx, sy, dx, dy, H, W, method, kind, cin, cout, n, neuron,
+                           seed):
+    if kind == "g2":
+        cin, cout = 8, 8
+    if kind == "dw":
+        cout = cin
+    spec = ConvSpec(kw, kh, cin, cout, sx=sx, sy=sy, dx=dx, dy=dy, groups=2 if kind == "g2" else 1,
+                    depthwise=kind == "dw", neuron=neuron)
+    style = size_style(method)
+    ow, oh = dest_size(W, sx, spec.kw_dil, style), dest_size(H, sy, spec.kh_dil, style)
+    gen = rng(seed)
+    x_arr = randn(gen, n, H, W, cin)
+    w, b = spec.random_parameters(gen)
+    _, conv, grad = make_conv(device, spec, w, b)
+    conv.padding = m.NNDefaultPadding(method)
+    xs = m.batch_from_numpy(x_arr, device)
+    cb = queue.command_buffer()
+    if ow < 1 or oh < 1:  # no output pixel: a ValueError naming the source, nothing encoded
+        with pytest.raises(ValueError, match="source_image"):
+            conv.encode_batch(cb, xs, destination_state_is_temporary=False)
+        return
+    ys, states = conv.encode_batch(cb, xs, destination_state_is_temporary=False)
+    e_arr = randn(gen, n, oh, ow, cout)
+    dxs = grad.encode_batch(cb, m.batch_from_numpy(e_arr, device), xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    ox, oy = pad_offset(W, sx, spec.kw_dil, method, "x"), pad_offset(H, sy, spec.kh_dil, method, "y")
+    assert tuple(conv.offset)[:2] == (ox, oy)
+    ref = conv_reference(spec, x_arr, w, b, offset=(ox, oy), out_size=(ow, oh), e_nhwc=e_arr)
+    check(m.batch_to_numpy(ys), ref["y"], "forward")
+    check(m.batch_to_numpy(dxs), ref["dx"], "data gradient")
+    check(states[0].gradient_for_weights, ref["dw"], "weight gradient")
+    check(states[0].gradient_for_biases, ref["db"], "bias gradient")
 
 
 # ---- more fused neuron types -----------------------------------------------------------------------
