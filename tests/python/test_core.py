@@ -537,7 +537,8 @@ def test_many_buffers_in_flight(device, queue):
         outs.append(conv.encode(cb, img))
         cb.commit()
         buffers.append(cb)
-    buffers[-1].wait_until_completed()
-    assert all(b.status == m.CommandBufferStatus.COMPLETED for b in buffers)
+    for cb in reversed(buffers):
+        cb.wait_until_completed()
+        assert cb.status == m.CommandBufferStatus.COMPLETED
     for i, out in enumerate(outs):
         assert np.all(out.to_numpy() == float(i))
