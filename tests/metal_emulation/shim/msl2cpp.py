@@ -449,6 +449,8 @@ def translate(path, text, display, include_dirs):
 
     for m in re.finditer(r"(\[\[\s*kernel\s*\]\]|\bkernel\b)\s*void\s+(" + IDENT + r")\s*\(", mask):
         name = m.group(2)
+        if re.search(r"\btemplate\s*\[\[\s*host_name\s*\([^\]]*\)\s*\]\]\s*$", mask[:m.start()]):
+            continue  # a [[host_name]] instantiation, handled below
         open_paren = m.end() - 1
         close_paren = match_close(mask, open_paren)
         rest = re.match(r"\s*(\{|;)", mask[close_paren + 1:])

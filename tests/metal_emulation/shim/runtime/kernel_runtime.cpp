@@ -797,13 +797,13 @@ void threadgroupBarrier(const char* file, unsigned line) {
     yieldToScheduler(w, f, false);
 }
 
-void simdExchange(SimdCombineFn combine, const void* in, std::size_t size, unsigned arg, void* out,
-                  const char* what, const char* file, unsigned line) {
+void simdExchange(SimdCombineFn combine, const void* in, std::size_t inSize, unsigned arg, void* out,
+                  std::size_t outSize, const char* what, const char* file, unsigned line) {
     Worker& w = kernelWorker(what, file, line);
     needFiber(w, what, file, line);
     Fiber& f = w.fibers[w.current];
     SimdLane& lane = w.lanes[w.current];
-    if (size) std::memcpy(lane.in, in, size);
+    if (inSize) std::memcpy(lane.in, in, inSize);
     lane.arg = arg;
     f.state = FiberState::AtSimd;
     f.what = what;
@@ -811,7 +811,7 @@ void simdExchange(SimdCombineFn combine, const void* in, std::size_t size, unsig
     f.line = line;
     f.combine = combine;
     yieldToScheduler(w, f, false);
-    if (size && out) std::memcpy(out, w.lanes[w.current].out, size);
+    if (outSize && out) std::memcpy(out, w.lanes[w.current].out, outSize);
 }
 
 void* threadgroupStatic(const char* key, std::size_t bytes, std::size_t align, const char* file, unsigned line) {

@@ -161,9 +161,10 @@ bool reverseThreadOrder();
 
 void threadgroupBarrier(const char* file, unsigned line);
 
-// A simdgroup exchange: every active lane deposits `size` bytes of input and
+// A simdgroup exchange: every active lane deposits `inSize` bytes of input and
 // an argument; once all active lanes of the simdgroup have arrived, `combine`
-// computes every lane's output. combine == nullptr makes a plain barrier.
+// computes every lane's output, of which `outSize` bytes are copied to `out`.
+// combine == nullptr makes a plain barrier.
 struct SimdLane {
     alignas(16) unsigned char in[16];
     alignas(16) unsigned char out[16];
@@ -172,8 +173,8 @@ struct SimdLane {
 // lanes: the 32 slots of the simdgroup; active: bit i set if lane i takes
 // part (exists and has not returned); lanes outside it must not be read.
 using SimdCombineFn = void (*)(SimdLane* lanes, std::uint32_t active);
-void simdExchange(SimdCombineFn combine, const void* in, std::size_t size, unsigned arg, void* out,
-                  const char* what, const char* file, unsigned line);
+void simdExchange(SimdCombineFn combine, const void* in, std::size_t inSize, unsigned arg, void* out,
+                  std::size_t outSize, const char* what, const char* file, unsigned line);
 
 // Storage of a `threadgroup T x[N];` declaration for the current threadgroup,
 // poisoned with 0xFF bytes (NaN) when the group first reaches it.

@@ -34,7 +34,7 @@ inline void threadgroup_barrier(mem_flags, const char* file = __builtin_FILE(), 
     ::mtlemu::rt::threadgroupBarrier(file, line);
 }
 inline void simdgroup_barrier(mem_flags, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
-    ::mtlemu::rt::simdExchange(nullptr, nullptr, 0, 0, nullptr, "simdgroup_barrier", file, line);
+    ::mtlemu::rt::simdExchange(nullptr, nullptr, 0, 0, nullptr, 0, "simdgroup_barrier", file, line);
 }
 
 }  // namespace metal
@@ -184,7 +184,7 @@ inline R exchange(rt::SimdCombineFn fn, const T& v, unsigned arg, const char* wh
                   "simdgroup functions take values of at most 16 bytes");
     static_assert(std::is_trivially_copyable<T>::value, "simdgroup functions take trivially copyable values");
     R out{};
-    rt::simdExchange(fn, &v, sizeof(T), arg, &out, what, file, line);
+    rt::simdExchange(fn, &v, sizeof(T), arg, &out, sizeof(R), what, file, line);
     return out;
 }
 
