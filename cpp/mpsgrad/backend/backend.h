@@ -10,8 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "metal/arithmetic_params.h"
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
+#include "metal/softmax_params.h"
 
 namespace mpsgrad {
 
@@ -88,6 +90,26 @@ public:
     virtual void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                 const BufferSlice& source, const BufferSlice& neuronData,
                                 const BufferSlice& destination) = 0;
+
+    // ---- arithmetic family (metal/arithmetic_params.h) ---------------------------------
+    // clampState may be empty when p.stateMode is kArithmeticClampNone.
+    virtual void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
+                                   const BufferSlice& secondary, const BufferSlice& destination,
+                                   const BufferSlice& clampState) = 0;
+    virtual void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
+                                const BufferSlice& secondary, const BufferSlice& destination) = 0;
+    // primary / secondary (the forward operands) may be empty where the formula does not read
+    // them (see ArithmeticGradientParams); clampState may be empty when p.clampMode is 0.
+    virtual void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& primary, const BufferSlice& secondary,
+                                    const BufferSlice& clampState, const BufferSlice& destination) = 0;
+
+    // ---- softmax family (metal/softmax_params.h) ---------------------------------------
+    virtual void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
+                                const BufferSlice& destination) = 0;
+    // output = the forward result Y.
+    virtual void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
+                                 const BufferSlice& output, const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

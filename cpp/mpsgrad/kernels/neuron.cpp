@@ -1,5 +1,8 @@
 #include "kernels/neuron.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -64,6 +67,213 @@ NeuronParams NNNeuronDescriptor::params() const {
     p.c = c;
     p.hasChannelData = neuronType == CNNNeuronType::PReLU ? 1 : 0;
     return p;
+}
+
+const char* neuronTypeName(CNNNeuronType type) {
+    static const char* names[] = {"None", "ReLU", "Linear", "Sigmoid", "HardSigmoid", "TanH", "Absolute", "SoftPlus",
+                                  "SoftSign", "ELU", "PReLU", "ReLUN", "Power", "Exponential", "Logarithm", "GeLU"};
+    int32_t t = static_cast<int32_t>(type);
+    return t >= 0 && t < static_cast<int32_t>(CNNNeuronType::Count) ? names[t] : "?";
+}
+
+int32_t preluDataOffset(const NNNeuronDescriptor& d, int64_t channelOffset, int64_t channels, int64_t imageChannels,
+                        const char* what, const char* kernelName) {
+    if (d.neuronType != CNNNeuronType::PReLU) return 0;
+    const int64_t n = int64_t(d.data.size());
+    if (n == channels) return 0;
+    if (n == imageChannels && channelOffset + channels <= imageChannels) return int32_t(channelOffset);
+    throwValueError(what, ": PReLU data has ", n, " value(s) but ", kernelName, " processes ", channels,
+                    " feature channel(s) (from channel ", channelOffset, " of a ", imageChannels,
+                    "-channel image); give one value per processed channel or one per channel of the image");
+}
+
+namespace {
+
+using elementwise::clipShift;
+using elementwise::edgeModeCode;
+
+BufferSlice uploadNeuronData(const Device& device, const NNNeuronDescriptor& d) {
+    if (d.data.empty()) return {};
+    BufferSlice slice{device.backend().newBuffer(d.data.size() * sizeof(float)), 0};
+    std::memcpy(slice.floats(), d.data.data(), d.data.size() * sizeof(float));
+    return slice;
+}
+
+}  // namespace
+
+// ---- CNNNeuron ---------------------------------------------------------------------------------
+
+CNNNeuron::CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor)
+    : CNNKernel(device), descriptor_(neuronDescriptor) {
+    descriptor_.validate("neuron_descriptor");
+    data_ = uploadNeuronData(device_, descriptor_);
+}
+
+StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
+    auto state = std::make_shared<CNNNeuronGradientState>(device_, descriptor_.neuronType, cb != nullptr, cb);
+    try {
+        state->producer = shared_from_this();
+    } catch (const std::bad_weak_ptr&) {
+    }
+    return state;
+}
+
+void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) {
+    const int32_t edge = edgeModeCode(edgeMode, "edge_mode");
+    // Validate everything before encoding anything.
+    std::vector<NeuronForwardParams> params;
+    for (size_t i = 0; i < dispatches.size(); ++i) {
+        const UnaryDispatch& d = dispatches[i];
+        if (!states.empty() && !dynamic_cast<CNNNeuronGradientState*>(states[i].get()))
+            throwTypeError("destination_state: CNNNeuron writes the CNNNeuronGradientState made by its "
+                           "result_state, got a ", states[i]->className());
+        const int64_t C = d.sourceChannels;
+        checkDestinationChannels(*d.destination, C);
+        NeuronForwardParams p{};
+        p.source = d.source->layout(d.sourceChannelOffset, C);
+        p.destination = d.destination->layout(destinationFeatureChannelOffset, C);
+        p.batch = int32_t(d.imageCount);
+        p.sourceX = int32_t(offset.x + clipShift(clipRect.origin.x, d.clip.origin.x));
+        p.sourceY = int32_t(offset.y + clipShift(clipRect.origin.y, d.clip.origin.y));
+        p.clipX = int32_t(d.clip.origin.x);
+        p.clipY = int32_t(d.clip.origin.y);
+        p.clipWidth = int32_t(d.clip.size.width);
+        p.clipHeight = int32_t(d.clip.size.height);
+        p.edgeMode = edge;
+        p.neuronDataOffset = preluDataOffset(descriptor_, d.sourceChannelOffset, C, d.source->featureChannels(),
+                                             "neuron_descriptor", "CNNNeuron");
+        p.neuron = descriptor_.params();
+        params.push_back(p);
+    }
+
+    for (size_t i = 0; i < states.size(); ++i) {
+        auto& state = static_cast<CNNNeuronGradientState&>(*states[i]);
+        const UnaryDispatch& d = dispatches[i];
+        elementwise::recordUnaryForward(state.snapshot, *this, d, Offset{params[i].sourceX, params[i].sourceY, offset.z},
+                                        d.sourceChannels, d.imageCount);
+        state.neuronType = descriptor_.neuronType;
+        state.forwardSource = elementwise::StorageIdentity::of(*d.source, d.sourceImageIndex);
+        state.forwardDestination = elementwise::StorageIdentity::of(*d.destination, d.destinationImageIndex);
+    }
+
+    Backend& backend = device_.backend();
+    auto runs = elementwise::batchRuns(dispatches.size(), [&](size_t j) {
+        const UnaryDispatch& a = dispatches[j - 1];
+        const UnaryDispatch& b = dispatches[j];
+        return elementwise::singleImagesBackToBack(*a.source, *b.source) &&
+               elementwise::singleImagesBackToBack(*a.destination, *b.destination) &&
+               elementwise::sameRegion(a.clip, b.clip) && a.sourceChannels == b.sourceChannels;
+    });
+    for (auto [begin, end] : runs) {
+        NeuronForwardParams p = params[begin];
+        p.batch = int32_t(end - begin) * params[begin].batch;
+        const UnaryDispatch& d = dispatches[begin];
+        backend.neuronForward(cb, p, d.source->storage(d.sourceImageIndex), data_,
+                              d.destination->storage(d.destinationImageIndex));
+    }
+}
+
+// ---- CNNNeuronGradient -----------------------------------------------------------------------------
+
+CNNNeuronGradient::CNNNeuronGradient(const Device& device, const NNNeuronDescriptor& neuronDescriptor)
+    : CNNGradientKernel(device), descriptor_(neuronDescriptor) {
+    descriptor_.validate("neuron_descriptor");
+    data_ = uploadNeuronData(device_, descriptor_);
+}
+
+void CNNNeuronGradient::checkGradientStateType(const State& state) const {
+    auto* s = dynamic_cast<const CNNNeuronGradientState*>(&state);
+    if (!s)
+        throwTypeError("gradient_state: CNNNeuronGradient needs the CNNNeuronGradientState made by "
+                       "CNNNeuron.result_state, got a ", state.className());
+    if (s->neuronType != descriptor_.neuronType)
+        throwValueError("gradient_state: comes from a CNNNeuron of type ", neuronTypeName(s->neuronType),
+                        " but this CNNNeuronGradient has type ", neuronTypeName(descriptor_.neuronType));
+}
+
+void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
+                                           const ImageBatch& sourceImages, const StateBatch& states,
+                                           const ImageBatch& destinations) {
+    const int32_t gEdge = edgeModeCode(primaryEdgeMode, "primary_edge_mode");
+    const int32_t xEdge = edgeModeCode(secondaryEdgeMode, "secondary_edge_mode");
+    std::vector<NeuronGradientParams> params;
+    std::vector<Region> clips;
+    for (size_t i = 0; i < states.size(); ++i) {
+        const auto& state = static_cast<const CNNNeuronGradientState&>(*states[i]);
+        const ForwardSnapshot& s = state.snapshot;
+        const Image& g = *sourceGradients[i];
+        const Image& x = *sourceImages[i];
+        const Image& dst = *destinations[i];
+        if (x.width() != s.sourceWidth || x.height() != s.sourceHeight || x.featureChannels() != s.sourceFeatureChannels)
+            throwValueError("source_image: is ", x.width(), "x", x.height(), "x", x.featureChannels(),
+                            " but the forward CNNNeuron read a ", s.sourceWidth, "x", s.sourceHeight, "x",
+                            s.sourceFeatureChannels, " source; the secondary of CNNNeuronGradient is the forward "
+                            "input X");
+        if (state.forwardDestination.matches(x, secondaryOffset.z) && !state.forwardSource.matches(x, secondaryOffset.z))
+            throwValueError("source_image: is the forward output Y of the CNNNeuron; CNNNeuronGradient needs the "
+                            "forward input X as its secondary (source_image)");
+        const int64_t C = s.sourceFeatureChannelCount;
+        const int64_t xChannels = availableSecondaryChannels(x);
+        if (xChannels < C)
+            throwValueError("source_image: provides ", xChannels, " feature channel(s) at secondary_source_feature_"
+                            "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass processed ",
+                            C);
+        const int64_t gChannels = availablePrimaryChannels(g);
+        if (gChannels < C)
+            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
+                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", C);
+        checkDestinationChannels(dst, C, "destination_gradient");
+        Region clip = clipToImage(clipRect, dst);
+        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
+            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
+                            " destination_gradient");
+        const int64_t shiftX = clipShift(clipRect.origin.x, clip.origin.x);
+        const int64_t shiftY = clipShift(clipRect.origin.y, clip.origin.y);
+        elementwise::checkReadRegion(g, primaryOffset.x + shiftX, primaryOffset.y + shiftY, int64_t(clip.size.width),
+                                     int64_t(clip.size.height), "source_gradient", "primary_offset",
+                                     "CNNNeuronGradient");
+        if (primaryOffset.z < 0 || primaryOffset.z >= g.numberOfImages() || secondaryOffset.z < 0 ||
+            secondaryOffset.z >= x.numberOfImages())
+            throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
+        NeuronGradientParams p{};
+        p.gradient = g.layout(primarySourceFeatureChannelOffset, C);
+        p.source = x.layout(secondarySourceFeatureChannelOffset, C);
+        p.destination = dst.layout(destinationFeatureChannelOffset, C);
+        p.batch = int32_t(std::min<int64_t>({int64_t(clip.size.depth), g.numberOfImages() - primaryOffset.z,
+                                             x.numberOfImages() - secondaryOffset.z}));
+        p.gradientX = int32_t(primaryOffset.x + shiftX);
+        p.gradientY = int32_t(primaryOffset.y + shiftY);
+        p.sourceX = int32_t(secondaryOffset.x + shiftX);
+        p.sourceY = int32_t(secondaryOffset.y + shiftY);
+        p.clipX = int32_t(clip.origin.x);
+        p.clipY = int32_t(clip.origin.y);
+        p.clipWidth = int32_t(clip.size.width);
+        p.clipHeight = int32_t(clip.size.height);
+        p.gradientEdgeMode = gEdge;
+        p.sourceEdgeMode = xEdge;
+        p.neuronDataOffset = preluDataOffset(descriptor_, secondarySourceFeatureChannelOffset, C, x.featureChannels(),
+                                             "neuron_descriptor", "CNNNeuronGradient");
+        p.neuron = descriptor_.params();
+        params.push_back(p);
+        clips.push_back(clip);
+    }
+
+    Backend& backend = device_.backend();
+    auto runs = elementwise::batchRuns(params.size(), [&](size_t j) {
+        return elementwise::singleImagesBackToBack(*sourceGradients[j - 1], *sourceGradients[j]) &&
+               elementwise::singleImagesBackToBack(*sourceImages[j - 1], *sourceImages[j]) &&
+               elementwise::singleImagesBackToBack(*destinations[j - 1], *destinations[j]) &&
+               elementwise::sameRegion(clips[j - 1], clips[j]) && params[j - 1].gradientX == params[j].gradientX &&
+               params[j - 1].gradientY == params[j].gradientY && params[j - 1].sourceX == params[j].sourceX &&
+               params[j - 1].sourceY == params[j].sourceY && params[j - 1].destination.channels == params[j].destination.channels;
+    });
+    for (auto [begin, end] : runs) {
+        NeuronGradientParams p = params[begin];
+        p.batch = int32_t(end - begin) * params[begin].batch;
+        backend.neuronGradient(cb, p, sourceGradients[begin]->storage(primaryOffset.z),
+                               sourceImages[begin]->storage(secondaryOffset.z), data_,
+                               destinations[begin]->storage(clips[begin].origin.z));
+    }
 }
 
 }  // namespace mpsgrad

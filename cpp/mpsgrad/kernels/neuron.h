@@ -1,10 +1,15 @@
-// The neuron family (MPSCNNNeuron.h): NNNeuronDescriptor, and the neuron types shared with
-// convolution's fused neuron.
+// The neuron family (MPSCNNNeuron.h): NNNeuronDescriptor, the neuron types shared with
+// convolution's fused neuron, CNNNeuron, its gradient state and CNNNeuronGradient.
+//
+// Formulas and derivatives of every type: metal/neuron_math.h and docs/neurons.md.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/kernel.h"
+#include "kernels/elementwise_support.h"
 #include "metal/common_params.h"
 
 namespace mpsgrad {
@@ -40,6 +45,85 @@ public:
     void validate(const char* what) const;
     // The params struct the backend ops take.
     NeuronParams params() const;
+};
+
+// Name of a neuron type ("ReLU", "Sigmoid", ...), for messages.
+const char* neuronTypeName(CNNNeuronType type);
+
+// Index into PReLU data of the first of `channels` processed channels that start at
+// `channelOffset` of an image with `imageChannels` feature channels: PReLU data holds either one
+// value per processed channel (index 0) or one per channel of the image (index channelOffset).
+// 0 for the other neuron types; ValueError naming `what` for data of any other length.
+int32_t preluDataOffset(const NNNeuronDescriptor& d, int64_t channelOffset, int64_t channels,
+                        int64_t imageChannels, const char* what, const char* kernelName);
+
+// The state a CNNNeuron writes for its gradient: mpsgrad's concrete MPSNNGradientState. It records
+// the forward geometry (snapshot), the neuron type and which images were the forward input and
+// output, so CNNNeuronGradient can insist on the forward INPUT X as its secondary.
+class CNNNeuronGradientState final : public NNGradientState {
+public:
+    CNNNeuronGradientState(const Device& device, CNNNeuronType type, bool temporary, const CommandBuffer* cb)
+        : NNGradientState(device, temporary, cb), neuronType(type) {}
+    const char* className() const override { return "CNNNeuronGradientState"; }
+
+    CNNNeuronType neuronType;
+    elementwise::StorageIdentity forwardSource, forwardDestination;
+};
+
+// MPSCNNNeuron: Y = f(X) at every pixel and feature channel (f per neuron type, docs/neurons.md).
+// The destination has the channels the source provides after source_feature_channel_offset and
+// source_feature_channel_max_count. result_state gives a CNNNeuronGradientState, so the training
+// encode forms (destination_state / destination_state_is_temporary) work.
+class CNNNeuron final : public CNNKernel {
+public:
+    // -initWithDevice:neuronDescriptor: (ValueError for a type out of range or PReLU without data)
+    CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
+    const char* className() const override { return "CNNNeuron"; }
+
+    // Read-only MPSCNNNeuron properties.
+    CNNNeuronType neuronType() const { return descriptor_.neuronType; }
+    float a() const { return descriptor_.a; }
+    float b() const { return descriptor_.b; }
+    float c() const { return descriptor_.c; }
+    const std::vector<float>& data() const { return descriptor_.data; }
+    const NNNeuronDescriptor& neuronDescriptor() const { return descriptor_; }
+
+protected:
+    int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
+    StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
+    void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
+
+private:
+    NNNeuronDescriptor descriptor_;
+    BufferSlice data_;  // PReLU's per-channel a on the device
+};
+
+// MPSCNNNeuronGradient: dX = G * f'(X), primary G = dL/dY, secondary = the forward INPUT X.
+// At the kinks of ReLU, PReLU, ELU and ReLUN the derivative of the x >= 0 branch is used (MPS's
+// convention: f'(0) = 1 for ReLU). The returning encode forms copy the forward geometry from the
+// state (the generic pointwise mapping: G read where the forward wrote, X read and dX written where
+// the forward read).
+class CNNNeuronGradient final : public CNNGradientKernel {
+public:
+    // -initWithDevice:neuronDescriptor:
+    CNNNeuronGradient(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
+    const char* className() const override { return "CNNNeuronGradient"; }
+
+    CNNNeuronType neuronType() const { return descriptor_.neuronType; }
+    float a() const { return descriptor_.a; }
+    float b() const { return descriptor_.b; }
+    float c() const { return descriptor_.c; }
+    const std::vector<float>& data() const { return descriptor_.data; }
+    const NNNeuronDescriptor& neuronDescriptor() const { return descriptor_; }
+
+protected:
+    void checkGradientStateType(const State& state) const override;
+    void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
+                            const StateBatch& states, const ImageBatch& destinations) override;
+
+private:
+    NNNeuronDescriptor descriptor_;
+    BufferSlice data_;
 };
 
 }  // namespace mpsgrad

@@ -184,6 +184,38 @@ public:
         });
     }
 
+    void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
+                           const BufferSlice& secondary, const BufferSlice& destination,
+                           const BufferSlice& clampState) override {
+        encode(cb, [=] {
+            cpu::arithmeticForward(p, primary.floats(), secondary.floats(), destination.floats(), clampState.floats());
+        });
+    }
+
+    void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
+                        const BufferSlice& secondary, const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::compareForward(p, primary.floats(), secondary.floats(), destination.floats()); });
+    }
+
+    void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
+                            const BufferSlice& destination) override {
+        encode(cb, [=] {
+            cpu::arithmeticGradient(p, gradient.floats(), primary.floats(), secondary.floats(), clampState.floats(),
+                                    destination.floats());
+        });
+    }
+
+    void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::softmaxForward(p, source.floats(), destination.floats()); });
+    }
+
+    void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& output, const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

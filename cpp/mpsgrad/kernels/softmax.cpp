@@ -1,0 +1,190 @@
+#include "kernels/softmax.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace mpsgrad {
+namespace {
+
+using elementwise::clipShift;
+using elementwise::edgeModeCode;
+
+const char* forwardName(bool logSoftmax) { return logSoftmax ? "CNNLogSoftMax" : "CNNSoftMax"; }
+
+}  // namespace
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+StatePtr CNNSoftMaxBase::makeResultState(const Image&, CommandBuffer* cb) {
+    auto state = std::make_shared<CNNSoftMaxGradientState>(device_, log_, cb != nullptr, cb);
+    try {
+        state->producer = shared_from_this();
+    } catch (const std::bad_weak_ptr&) {
+    }
+    return state;
+}
+
+void CNNSoftMaxBase::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
+                                const StateBatch& states) {
+    const int32_t edge = edgeModeCode(edgeMode, "edge_mode");
+    std::vector<SoftmaxParams> params;
+    for (size_t i = 0; i < dispatches.size(); ++i) {
+        const UnaryDispatch& d = dispatches[i];
+        if (!states.empty() && !dynamic_cast<CNNSoftMaxGradientState*>(states[i].get()))
+            throwTypeError("destination_state: ", className(), " writes the CNNSoftMaxGradientState made by its "
+                           "result_state, got a ", states[i]->className());
+        const int64_t N = d.sourceChannels;
+        checkDestinationChannels(*d.destination, N);
+        SoftmaxParams p{};
+        p.source = d.source->layout(d.sourceChannelOffset, N);
+        p.destination = d.destination->layout(destinationFeatureChannelOffset, N);
+        p.batch = int32_t(d.imageCount);
+        p.sourceX = int32_t(offset.x + clipShift(clipRect.origin.x, d.clip.origin.x));
+        p.sourceY = int32_t(offset.y + clipShift(clipRect.origin.y, d.clip.origin.y));
+        p.clipX = int32_t(d.clip.origin.x);
+        p.clipY = int32_t(d.clip.origin.y);
+        p.clipWidth = int32_t(d.clip.size.width);
+        p.clipHeight = int32_t(d.clip.size.height);
+        p.edgeMode = edge;
+        p.logSoftmax = log_ ? 1 : 0;
+        params.push_back(p);
+    }
+    for (size_t i = 0; i < states.size(); ++i) {
+        auto& state = static_cast<CNNSoftMaxGradientState&>(*states[i]);
+        const UnaryDispatch& d = dispatches[i];
+        elementwise::recordUnaryForward(state.snapshot, *this, d, Offset{params[i].sourceX, params[i].sourceY, offset.z},
+                                        d.sourceChannels, d.imageCount);
+        state.logSoftmax = log_;
+        state.forwardSource = elementwise::StorageIdentity::of(*d.source, d.sourceImageIndex);
+        state.forwardDestination = elementwise::StorageIdentity::of(*d.destination, d.destinationImageIndex);
+    }
+    Backend& backend = device_.backend();
+    auto runs = elementwise::batchRuns(dispatches.size(), [&](size_t j) {
+        const UnaryDispatch& a = dispatches[j - 1];
+        const UnaryDispatch& b = dispatches[j];
+        return elementwise::singleImagesBackToBack(*a.source, *b.source) &&
+               elementwise::singleImagesBackToBack(*a.destination, *b.destination) &&
+               elementwise::sameRegion(a.clip, b.clip) && a.sourceChannels == b.sourceChannels;
+    });
+    for (auto [begin, end] : runs) {
+        SoftmaxParams p = params[begin];
+        p.batch = int32_t(end - begin) * params[begin].batch;
+        const UnaryDispatch& d = dispatches[begin];
+        backend.softmaxForward(cb, p, d.source->storage(d.sourceImageIndex),
+                               d.destination->storage(d.destinationImageIndex));
+    }
+}
+
+// ---- gradient --------------------------------------------------------------------------------------
+
+void CNNSoftMaxGradientBase::checkGradientStateType(const State& state) const {
+    auto* s = dynamic_cast<const CNNSoftMaxGradientState*>(&state);
+    if (!s)
+        throwTypeError("gradient_state: ", className(), " needs the CNNSoftMaxGradientState made by ",
+                       forwardName(log_), ".result_state, got a ", state.className());
+    if (s->logSoftmax != log_)
+        throwTypeError("gradient_state: ", className(), " needs the state of a ", forwardName(log_),
+                       ", got the state of a ", forwardName(s->logSoftmax));
+}
+
+void CNNSoftMaxGradientBase::configureFromSnapshot(const ForwardSnapshot& s) {
+    // G and Y are read where the forward wrote Y; dX is written where the forward read X.
+    primaryOffset = Offset{s.clipRect.origin.x, s.clipRect.origin.y, 0};
+    secondaryOffset = Offset{s.clipRect.origin.x, s.clipRect.origin.y, 0};
+    clipRect = Region{{s.offset.x, s.offset.y, 0}, {s.clipRect.size.width, s.clipRect.size.height, kNoClipSize}};
+    primaryEdgeMode = secondaryEdgeMode = ImageEdgeMode::Zero;
+    primarySourceFeatureChannelOffset = s.destinationFeatureChannelOffset;
+    primarySourceFeatureChannelMaxCount = UINT64_MAX;
+    secondarySourceFeatureChannelOffset = s.destinationFeatureChannelOffset;
+    secondarySourceFeatureChannelMaxCount = uint64_t(s.sourceFeatureChannelCount);
+    destinationFeatureChannelOffset = s.sourceFeatureChannelOffset;
+}
+
+void CNNSoftMaxGradientBase::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
+                                                const ImageBatch& sourceImages, const StateBatch& states,
+                                                const ImageBatch& destinations) {
+    const int32_t gEdge = edgeModeCode(primaryEdgeMode, "primary_edge_mode");
+    const int32_t yEdge = edgeModeCode(secondaryEdgeMode, "secondary_edge_mode");
+    std::vector<SoftmaxGradientParams> params;
+    std::vector<Region> clips;
+    for (size_t i = 0; i < states.size(); ++i) {
+        const auto& state = static_cast<const CNNSoftMaxGradientState&>(*states[i]);
+        const ForwardSnapshot& s = state.snapshot;
+        const Image& g = *sourceGradients[i];
+        const Image& y = *sourceImages[i];
+        const Image& dst = *destinations[i];
+        if (state.forwardSource.matches(y, secondaryOffset.z) && !state.forwardDestination.matches(y, secondaryOffset.z))
+            throwValueError("source_image: is the forward input X of the ", forwardName(log_), "; ", className(),
+                            " needs the forward OUTPUT Y as its secondary (source_image)");
+        if (y.width() != s.destinationWidth || y.height() != s.destinationHeight ||
+            y.featureChannels() != s.destinationFeatureChannels)
+            throwValueError("source_image: is ", y.width(), "x", y.height(), "x", y.featureChannels(), " but the forward ",
+                            forwardName(log_), " wrote a ", s.destinationWidth, "x", s.destinationHeight, "x",
+                            s.destinationFeatureChannels, " result; ", className(),
+                            " needs the forward OUTPUT Y as its secondary (source_image)");
+        const int64_t N = s.sourceFeatureChannelCount;
+        const int64_t yChannels = availableSecondaryChannels(y);
+        if (yChannels < N)
+            throwValueError("source_image: provides ", yChannels, " feature channel(s) at secondary_source_feature_"
+                            "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        const int64_t gChannels = availablePrimaryChannels(g);
+        if (gChannels < N)
+            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
+                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkDestinationChannels(dst, N, "destination_gradient");
+        Region clip = clipToImage(clipRect, dst);
+        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
+            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
+                            " destination_gradient");
+        const int64_t shiftX = clipShift(clipRect.origin.x, clip.origin.x);
+        const int64_t shiftY = clipShift(clipRect.origin.y, clip.origin.y);
+        elementwise::checkReadRegion(g, primaryOffset.x + shiftX, primaryOffset.y + shiftY, int64_t(clip.size.width),
+                                     int64_t(clip.size.height), "source_gradient", "primary_offset", className());
+        elementwise::checkReadRegion(y, secondaryOffset.x + shiftX, secondaryOffset.y + shiftY,
+                                     int64_t(clip.size.width), int64_t(clip.size.height), "source_image",
+                                     "secondary_offset", className());
+        if (primaryOffset.z < 0 || primaryOffset.z >= g.numberOfImages() || secondaryOffset.z < 0 ||
+            secondaryOffset.z >= y.numberOfImages())
+            throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
+        SoftmaxGradientParams p{};
+        p.gradient = g.layout(primarySourceFeatureChannelOffset, N);
+        p.output = y.layout(secondarySourceFeatureChannelOffset, N);
+        p.destination = dst.layout(destinationFeatureChannelOffset, N);
+        p.batch = int32_t(std::min<int64_t>({int64_t(clip.size.depth), g.numberOfImages() - primaryOffset.z,
+                                             y.numberOfImages() - secondaryOffset.z}));
+        p.gradientX = int32_t(primaryOffset.x + shiftX);
+        p.gradientY = int32_t(primaryOffset.y + shiftY);
+        p.outputX = int32_t(secondaryOffset.x + shiftX);
+        p.outputY = int32_t(secondaryOffset.y + shiftY);
+        p.clipX = int32_t(clip.origin.x);
+        p.clipY = int32_t(clip.origin.y);
+        p.clipWidth = int32_t(clip.size.width);
+        p.clipHeight = int32_t(clip.size.height);
+        p.gradientEdgeMode = gEdge;
+        p.outputEdgeMode = yEdge;
+        p.logSoftmax = log_ ? 1 : 0;
+        params.push_back(p);
+        clips.push_back(clip);
+    }
+    Backend& backend = device_.backend();
+    auto runs = elementwise::batchRuns(params.size(), [&](size_t j) {
+        const auto& a = params[j - 1];
+        const auto& b = params[j];
+        return elementwise::singleImagesBackToBack(*sourceGradients[j - 1], *sourceGradients[j]) &&
+               elementwise::singleImagesBackToBack(*sourceImages[j - 1], *sourceImages[j]) &&
+               elementwise::singleImagesBackToBack(*destinations[j - 1], *destinations[j]) &&
+               elementwise::sameRegion(clips[j - 1], clips[j]) && a.gradientX == b.gradientX &&
+               a.gradientY == b.gradientY && a.outputX == b.outputX && a.outputY == b.outputY &&
+               a.destination.channels == b.destination.channels;
+    });
+    for (auto [begin, end] : runs) {
+        SoftmaxGradientParams p = params[begin];
+        p.batch = int32_t(end - begin) * params[begin].batch;
+        backend.softmaxGradient(cb, p, sourceGradients[begin]->storage(primaryOffset.z),
+                                sourceImages[begin]->storage(secondaryOffset.z),
+                                destinations[begin]->storage(clips[begin].origin.z));
+    }
+}
+
+}  // namespace mpsgrad
