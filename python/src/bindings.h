@@ -26,6 +26,8 @@ void bindCore(py::module_& m);
 void bindKernel(py::module_& m);
 void bindNeuron(py::module_& m);
 void bindConvolution(py::module_& m);
+void bindArithmetic(py::module_& m);
+void bindSoftmax(py::module_& m);
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

@@ -232,7 +232,88 @@ void bindKernel(py::module_& m) {
             return k.destinationImageDescriptor(toImageBatch(sources, "source_images"),
                                                 toStateBatch(states, "source_states"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(),
-             "-destinationImageDescriptorForSourceImages:sourceStates:");
+             "-destinationImageDescriptorForSourceImages:sourceStates:")
+        .def(
+            "encode",
+            [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primary, py::handle secondary,
+               py::handle destinationState, py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
+                ImagePtr p = requireImage(primary, "primary_image");
+                ImagePtr s = requireImage(secondary, "secondary_image");
+                StatePtr state = optionalState(destinationState, "destination_state");
+                if (!destinationImage.is_none()) {
+                    ImagePtr dst = requireImage(destinationImage, "destination_image");
+                    k.encode(cb, p, s, state, dst);
+                    return py::cast(dst);
+                }
+                if (!stateIsTemporary.is_none()) {
+                    StatePtr produced;
+                    ImagePtr dst = k.encode(cb, p, s, &produced, stateIsTemporary.cast<bool>());
+                    return py::make_tuple(dst, produced);
+                }
+                if (state) {
+                    ImageDescriptor d = k.destinationImageDescriptor({p, s}, {});
+                    ImagePtr dst = (k.destinationImageAllocator ? k.destinationImageAllocator
+                                                                : ImageAllocator::temporaryAllocator())
+                                       ->imageForCommandBuffer(cb, d, &k);
+                    k.encode(cb, p, s, state, dst);
+                    return py::cast(dst);
+                }
+                return py::cast(k.encode(cb, p, s));
+            },
+            py::arg("command_buffer"), py::arg("primary_image"), py::arg("secondary_image"),
+            py::arg("destination_state") = py::none(), py::arg("destination_image") = py::none(), py::kw_only(),
+            py::arg("destination_state_is_temporary") = py::none(),
+            "Encode forms of MPSCNNBinaryKernel:\n"
+            "- destination_image given: -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]"
+            "destinationImage: (uses primary_offset / secondary_offset as set, ignores `padding`); returns "
+            "destination_image.\n"
+            "- otherwise -encodeToCommandBuffer:primaryImage:secondaryImage: (padding policy applied, result "
+            "allocated); with destination_state_is_temporary=True/False it is "
+            "-encodeToCommandBuffer:primaryImage:secondaryImage:destinationState:destinationStateIsTemporary: and "
+            "returns (image, state).")
+        .def(
+            "encode_batch",
+            [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primaries, py::handle secondaries,
+               py::handle destinationStates, py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
+                ImageBatch p = toImageBatch(primaries, "primary_images");
+                ImageBatch s = toImageBatch(secondaries, "secondary_images");
+                StateBatch states = toStateBatch(destinationStates, "destination_states");
+                if (!destinationImages.is_none()) {
+                    ImageBatch dst = toImageBatch(destinationImages, "destination_images");
+                    k.encodeBatch(cb, p, s, states, dst);
+                    return py::cast(dst);
+                }
+                if (!stateIsTemporary.is_none()) {
+                    StateBatch produced;
+                    ImageBatch dst = k.encodeBatch(cb, p, s, &produced, stateIsTemporary.cast<bool>());
+                    return py::make_tuple(dst, produced);
+                }
+                if (!states.empty()) throwValueError("destination_states: pass destination_images with them");
+                return py::cast(k.encodeBatch(cb, p, s));
+            },
+            py::arg("command_buffer"), py::arg("primary_images"), py::arg("secondary_images"),
+            py::arg("destination_states") = py::none(), py::arg("destination_images") = py::none(), py::kw_only(),
+            py::arg("destination_state_is_temporary") = py::none(),
+            "-encodeBatchToCommandBuffer:primaryImages:secondaryImages:[destinationStates:]destinationImages: and "
+            "the returning forms (see encode).")
+        .def("result_state", [](CNNBinaryKernel& k, py::handle primary, py::handle secondary, py::handle states,
+                                py::handle dst) {
+            return k.resultState(requireImage(primary, "primary_image"), requireImage(secondary, "secondary_image"),
+                                 toStateBatch(states, "source_states"),
+                                 dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
+        }, py::arg("primary_image"), py::arg("secondary_image"), py::arg("source_states") = py::none(),
+             py::arg("destination_image") = py::none(),
+             "-resultStateForPrimaryImage:secondaryImage:sourceStates:destinationImage: (None when the kernel "
+             "writes no state)")
+        .def("temporary_result_state", [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primary,
+                                          py::handle secondary, py::handle states, py::handle dst) {
+            return k.temporaryResultState(cb, requireImage(primary, "primary_image"),
+                                          requireImage(secondary, "secondary_image"),
+                                          toStateBatch(states, "source_states"),
+                                          dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
+        }, py::arg("command_buffer"), py::arg("primary_image"), py::arg("secondary_image"),
+             py::arg("source_states") = py::none(), py::arg("destination_image") = py::none(),
+             "-temporaryResultStateForCommandBuffer:primaryImage:secondaryImage:sourceStates:destinationImage:");
 
     py::class_<CNNGradientKernel, CNNBinaryKernel, std::shared_ptr<CNNGradientKernel>>(m, "CNNGradientKernel",
                                                                                       "MPSCNNGradientKernel")

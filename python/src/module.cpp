@@ -17,6 +17,8 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindKernel(m);
     bindNeuron(m);
     bindConvolution(m);
+    bindArithmetic(m);
+    bindSoftmax(m);
 }
 
 }  // namespace mpsgrad::python

@@ -3,6 +3,23 @@
 #include "kernels/neuron.h"
 
 namespace mpsgrad::python {
+namespace {
+
+Device neuronDevice(const py::object& device) {
+    if (device.is_none()) return Device::defaultDevice();
+    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
+    if (!py::isinstance<Device>(device))
+        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
+    return device.cast<Device>();
+}
+
+const NNNeuronDescriptor& requireNeuronDescriptor(const py::object& value) {
+    if (value.is_none() || !py::isinstance<NNNeuronDescriptor>(value))
+        throwTypeError("neuron_descriptor: expected an NNNeuronDescriptor, got ", std::string(py::repr(py::type::of(value))));
+    return value.cast<const NNNeuronDescriptor&>();
+}
+
+}  // namespace
 
 void bindNeuron(py::module_& m) {
     py::enum_<CNNNeuronType>(m, "CNNNeuronType", "MPSCNNNeuronType")
@@ -57,6 +74,47 @@ void bindNeuron(py::module_& m) {
             return "NNNeuronDescriptor(type=" + std::to_string(int(d.neuronType)) + ", a=" + std::to_string(d.a) +
                    ", b=" + std::to_string(d.b) + ", c=" + std::to_string(d.c) + ")";
         });
+
+    py::class_<CNNNeuronGradientState, NNGradientState, std::shared_ptr<CNNNeuronGradientState>>(
+        m, "CNNNeuronGradientState",
+        "The MPSNNGradientState a CNNNeuron writes for CNNNeuronGradient (forward geometry, neuron type, and "
+        "which images were the forward input and output)")
+        .def_property_readonly("neuron_type", [](const CNNNeuronGradientState& s) { return s.neuronType; });
+
+    py::class_<CNNNeuron, CNNKernel, std::shared_ptr<CNNNeuron>>(
+        m, "CNNNeuron",
+        "MPSCNNNeuron: Y = f(X) per pixel and feature channel, f given by the NNNeuronDescriptor (formulas in "
+        "docs/neurons.md). result_state() returns a CNNNeuronGradientState for CNNNeuronGradient.")
+        .def(py::init([](py::object device, py::object descriptor) {
+                 return std::make_shared<CNNNeuron>(neuronDevice(device), requireNeuronDescriptor(descriptor));
+             }),
+             py::arg("device"), py::arg("neuron_descriptor"),
+             "-[MPSCNNNeuron initWithDevice:neuronDescriptor:]. ValueError for a neuron type out of range or a PReLU "
+             "descriptor without data; PReLU data must hold one value per processed channel (or per channel of the "
+             "source image), checked at encode.")
+        .def_property_readonly("neuron_type", &CNNNeuron::neuronType, "MPSCNNNeuron.neuronType")
+        .def_property_readonly("a", &CNNNeuron::a, "MPSCNNNeuron.a")
+        .def_property_readonly("b", &CNNNeuron::b, "MPSCNNNeuron.b")
+        .def_property_readonly("c", &CNNNeuron::c, "MPSCNNNeuron.c")
+        .def_property_readonly("data", &CNNNeuron::data, "MPSCNNNeuron.data (PReLU's per-channel a; empty otherwise)")
+        .def_property_readonly("neuron_descriptor", &CNNNeuron::neuronDescriptor);
+
+    py::class_<CNNNeuronGradient, CNNGradientKernel, std::shared_ptr<CNNNeuronGradient>>(
+        m, "CNNNeuronGradient",
+        "MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, "
+        "gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the "
+        "derivative of the x >= 0 branch is used, as MPS documents.")
+        .def(py::init([](py::object device, py::object descriptor) {
+                 return std::make_shared<CNNNeuronGradient>(neuronDevice(device), requireNeuronDescriptor(descriptor));
+             }),
+             py::arg("device"), py::arg("neuron_descriptor"),
+             "-[MPSCNNNeuronGradient initWithDevice:neuronDescriptor:] (the forward neuron's descriptor)")
+        .def_property_readonly("neuron_type", &CNNNeuronGradient::neuronType, "MPSCNNNeuronGradient.neuronType")
+        .def_property_readonly("a", &CNNNeuronGradient::a, "MPSCNNNeuronGradient.a")
+        .def_property_readonly("b", &CNNNeuronGradient::b, "MPSCNNNeuronGradient.b")
+        .def_property_readonly("c", &CNNNeuronGradient::c, "MPSCNNNeuronGradient.c")
+        .def_property_readonly("data", &CNNNeuronGradient::data, "MPSCNNNeuronGradient.data")
+        .def_property_readonly("neuron_descriptor", &CNNNeuronGradient::neuronDescriptor);
 }
 
 }  // namespace mpsgrad::python
