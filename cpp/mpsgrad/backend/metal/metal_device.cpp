@@ -1,0 +1,88 @@
+#include "backend/metal/metal_device.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/metal/metal_backend.h"
+#include "backend/metal/metal_context.h"
+
+namespace mpsgrad::metal_backend {
+
+namespace {
+
+constexpr const char* kLibraryFile = "mpsgrad.metallib";
+
+std::string errorText(NS::Error* error) {
+    NS::String* text = error ? error->localizedDescription() : nullptr;
+    return text && text->utf8String() ? text->utf8String() : "no error description";
+}
+
+bool readable(const std::string& path) { return !path.empty() && access(path.c_str(), R_OK) == 0; }
+
+// The directory of the shared object (or executable) this function was linked into.
+std::string ownBinaryDirectory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&ownBinaryDirectory), &info) == 0 || !info.dli_fname) return "";
+    std::string path = info.dli_fname;
+    size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+Ref<MTL::Library> loadFile(MTL::Device* device, const std::string& path, std::string& error) {
+    AutoreleaseScope pool;
+    NS::URL* url = NS::URL::fileURLWithPath(NS::String::string(path.c_str(), NS::UTF8StringEncoding));
+    NS::Error* nsError = nullptr;
+    auto library = adopt(device->newLibrary(url, &nsError));
+    if (!library) error = path + ": " + errorText(nsError);
+    return library;
+}
+
+}  // namespace
+
+Ref<MTL::Device> selectDevice() {
+    if (MTL::Device* device = MTL::CreateSystemDefaultDevice()) return adopt(device);
+    NS::Array* all = MTL::CopyAllDevices();
+    if (!all) return {};
+    Ref<MTL::Device> chosen;
+    if (all->count() > 0) chosen = retain(all->object<MTL::Device>(0));
+    all->release();
+    return chosen;
+}
+
+KernelLibrary loadKernelLibrary(MTL::Device* device) {
+    std::string error;
+    if (const char* env = std::getenv("MPSGRAD_METALLIB"); env && *env) {
+        auto library = loadFile(device, env, error);
+        if (!library) throw MetalError("MPSGRAD_METALLIB names a kernel library Metal cannot load: " + error);
+        return {library, env};
+    }
+
+    std::vector<std::string> tried;
+    std::vector<std::string> candidates = {ownBinaryDirectory() + "/" + kLibraryFile};
+#ifdef MPSGRAD_METALLIB_BUILD_PATH
+    candidates.push_back(MPSGRAD_METALLIB_BUILD_PATH);
+#endif
+    for (const std::string& path : candidates) {
+        if (!readable(path)) {
+            tried.push_back(path + " (not found)");
+            continue;
+        }
+        if (auto library = loadFile(device, path, error)) return {library, path};
+        tried.push_back(error);
+    }
+
+    AutoreleaseScope pool;
+    if (auto library = adopt(device->newDefaultLibrary())) return {library, "the default library"};
+    tried.push_back("the default library (none)");
+
+    std::string list;
+    for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
+    throw MetalError(std::string("no Metal kernel library (") + kLibraryFile +
+                     "): set MPSGRAD_METALLIB to its path. Tried: " + list);
+}
+
+}  // namespace mpsgrad::metal_backend
