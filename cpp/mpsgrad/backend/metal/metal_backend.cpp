@@ -1,0 +1,194 @@
+// The Metal backend object: device, kernel library, pipeline cache and buffer pool, with each
+// Backend op forwarded to its family's encoder (metal_convolution.cpp, metal_neuron.cpp,
+// metal_utility.cpp).
+#include "backend/metal/metal_backend.h"
+
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "backend/metal/metal_command.h"
+#include "backend/metal/metal_context.h"
+#include "backend/metal/metal_device.h"
+#include "backend/metal/metal_ops.h"
+#include "core/errors.h"
+
+namespace mpsgrad {
+
+namespace metal_backend {
+
+namespace {
+
+// Freed buffers the pool keeps for reuse, unless $MPSGRAD_METAL_POOL_MB says otherwise.
+constexpr size_t kDefaultPoolMegabytes = 512;
+
+size_t poolLimitBytes() {
+    size_t megabytes = kDefaultPoolMegabytes;
+    if (const char* env = std::getenv("MPSGRAD_METAL_POOL_MB"); env && *env) megabytes = std::strtoull(env, nullptr, 10);
+    return megabytes << 20;
+}
+
+class MetalBackend final : public Backend {
+public:
+    explicit MetalBackend(MetalContext context) : ctx_(std::move(context)) {}
+
+    MetalContext& context() { return ctx_; }
+
+    std::string name() const override { return "metal"; }
+
+    std::shared_ptr<Buffer> newBuffer(size_t bytes) override { return ctx_.buffers->allocate(bytes); }
+
+    std::shared_ptr<BackendQueue> newQueue() override {
+        auto queue = adopt(ctx_.device->newCommandQueue());
+        if (!queue) throw MetalError("Metal returned no command queue");
+        return std::make_shared<MetalQueue>(queue);
+    }
+
+    void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
+                    size_t bytes) override {
+        AutoreleaseScope pool;
+        encodeCopyBuffer(ctx_, cb, source, destination, bytes);
+    }
+
+    void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
+                            const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
+                            const BufferSlice& destination, const BufferSlice& preactivation) override {
+        AutoreleaseScope pool;
+        encodeConvolutionForward(ctx_, cb, p, source, weights, biases, neuronData, destination, preactivation);
+    }
+
+    void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
+                                 const BufferSlice& gradient, const BufferSlice& weights,
+                                 const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeConvolutionDataGradient(ctx_, cb, p, gradient, weights, destination);
+    }
+
+    void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
+                                   const BufferSlice& gradient, const BufferSlice& source,
+                                   const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
+        AutoreleaseScope pool;
+        encodeConvolutionWeightGradient(ctx_, cb, p, gradient, source, weightGradient, biasGradient);
+    }
+
+    void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
+                       const BufferSlice& neuronData, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeNeuronForward(ctx_, cb, p, source, neuronData, destination);
+    }
+
+    void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& source, const BufferSlice& neuronData,
+                        const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeNeuronGradient(ctx_, cb, p, gradient, source, neuronData, destination);
+    }
+
+    void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
+                           const BufferSlice& secondary, const BufferSlice& destination,
+                           const BufferSlice& clampState) override {
+        AutoreleaseScope pool;
+        encodeArithmeticForward(ctx_, cb, p, primary, secondary, destination, clampState);
+    }
+    void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
+                        const BufferSlice& secondary, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeCompareForward(ctx_, cb, p, primary, secondary, destination);
+    }
+    void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
+                            const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeArithmeticGradient(ctx_, cb, p, gradient, primary, secondary, clampState, destination);
+    }
+    void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeSoftmaxForward(ctx_, cb, p, source, destination);
+    }
+    void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& output, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
+    }
+
+private:
+    MetalContext ctx_;
+};
+
+std::mutex reasonMutex;
+std::string unavailableReason;
+
+void setUnavailableReason(std::string reason) {
+    std::lock_guard<std::mutex> lock(reasonMutex);
+    unavailableReason = std::move(reason);
+}
+
+std::shared_ptr<Backend> createBackend() {
+    AutoreleaseScope pool;
+    MetalContext ctx;
+    ctx.device = selectDevice();
+    if (!ctx.device) {
+        setUnavailableReason("this machine has no Metal device");
+        return nullptr;
+    }
+    NS::String* name = ctx.device->name();
+    ctx.deviceName = name && name->utf8String() ? name->utf8String() : "Metal device";
+    KernelLibrary library = loadKernelLibrary(ctx.device.get());
+    ctx.pipelines = std::make_unique<PipelineCache>(ctx.device, library.library, library.description);
+    ctx.buffers = std::make_shared<BufferPool>(ctx.device, poolLimitBytes());
+    ctx.placeholder = ctx.buffers->allocate(16);
+    setUnavailableReason("");
+    return std::make_shared<MetalBackend>(std::move(ctx));
+}
+
+}  // namespace
+
+MetalContext& contextOf(Backend& backend) {
+    auto* metal = dynamic_cast<MetalBackend*>(&backend);
+    if (!metal) throwValueError("expected the Metal backend, got the '", backend.name(), "' backend");
+    return metal->context();
+}
+
+}  // namespace metal_backend
+
+std::shared_ptr<Backend> makeMetalBackend() {
+    // A missing device or library makes Metal unavailable (the CPU remains), never an exception
+    // out of device discovery.
+    try {
+        return metal_backend::createBackend();
+    } catch (const std::exception& e) {
+        metal_backend::setUnavailableReason(e.what());
+    } catch (...) {
+        metal_backend::setUnavailableReason("unknown error while setting up Metal");
+    }
+    return nullptr;
+}
+
+std::string metalUnavailableReason() {
+    std::lock_guard<std::mutex> lock(metal_backend::reasonMutex);
+    return metal_backend::unavailableReason;
+}
+
+MetalBackendStats metalBackendStats(Backend& backend) {
+    metal_backend::MetalContext& ctx = metal_backend::contextOf(backend);
+    const metal_backend::BufferPool::Stats pool = ctx.buffers->stats();
+    MetalBackendStats stats;
+    stats.deviceName = ctx.deviceName;
+    stats.library = ctx.pipelines->libraryDescription();
+    stats.buffersCreated = pool.created;
+    stats.buffersReused = pool.reused;
+    stats.pooledBuffers = pool.pooledBuffers;
+    stats.pooledBytes = pool.pooledBytes;
+    stats.pipelines = ctx.pipelines->size();
+    return stats;
+}
+
+void metalPreparePipeline(Backend& backend, const std::string& kernelName) {
+    metal_backend::AutoreleaseScope pool;
+    metal_backend::contextOf(backend).pipelines->get(kernelName);
+}
+
+void metalTrimBufferPool(Backend& backend) { metal_backend::contextOf(backend).buffers->trim(); }
+
+}  // namespace mpsgrad

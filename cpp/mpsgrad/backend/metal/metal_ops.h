@@ -1,0 +1,77 @@
+// Internal to the Metal backend: the op encoders, one file per family (metal_convolution.cpp,
+// metal_neuron.cpp, metal_utility.cpp). Each checks its arguments (ValueError naming the op and
+// the binding), picks the kernel variant, and encodes one or two dispatches into `cb`.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/metal/metal_context.h"
+#include "metal/arithmetic_params.h"
+#include "metal/convolution_params.h"
+#include "metal/neuron_params.h"
+#include "metal/softmax_params.h"
+#include "metal/utility_params.h"
+
+namespace mpsgrad {
+class CommandBuffer;
+}
+
+namespace mpsgrad::metal_backend {
+
+// Function-constant indices; each .metal file declares the ones its kernels read.
+enum FunctionConstantIndex : unsigned {
+    kConstantNeuronType = 0,
+    kConstantAlignedInput = 1,          // convolution: the image patches are gathered from
+    kConstantAlignedSource = 1,         // neuron, utility
+    kConstantAlignedWeights = 2,        // convolution
+    kConstantAlignedGradient = 2,       // neuron
+    kConstantAlignedOutput = 3,         // convolution
+    kConstantAlignedDestination = 3,    // neuron, utility
+    kConstantAlignedPreactivation = 4,  // convolution forward
+    kConstantAlignedConvGradient = 5,   // convolution weight and bias gradients: E
+};
+
+// ---- convolution family (metal/convolution.metal)
+void encodeConvolutionForward(MetalContext& ctx, CommandBuffer& cb, ConvolutionParams p, const BufferSlice& source,
+                              const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
+                              const BufferSlice& destination, const BufferSlice& preactivation);
+void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, ConvolutionDataGradientParams p,
+                                   const BufferSlice& gradient, const BufferSlice& weights,
+                                   const BufferSlice& destination);
+void encodeConvolutionWeightGradient(MetalContext& ctx, CommandBuffer& cb, ConvolutionWeightGradientParams p,
+                                     const BufferSlice& gradient, const BufferSlice& source,
+                                     const BufferSlice& weightGradient, const BufferSlice& biasGradient);
+
+// ---- neuron family (metal/neuron.metal)
+void encodeNeuronForward(MetalContext& ctx, CommandBuffer& cb, NeuronForwardParams p, const BufferSlice& source,
+                         const BufferSlice& neuronData, const BufferSlice& destination);
+void encodeNeuronGradient(MetalContext& ctx, CommandBuffer& cb, NeuronGradientParams p, const BufferSlice& gradient,
+                          const BufferSlice& source, const BufferSlice& neuronData, const BufferSlice& destination);
+
+// ---- arithmetic family (metal/arithmetic.metal; metal_arithmetic.cpp)
+void encodeArithmeticForward(MetalContext& ctx, CommandBuffer& cb, ArithmeticParams p, const BufferSlice& primary,
+                             const BufferSlice& secondary, const BufferSlice& destination,
+                             const BufferSlice& clampState);
+void encodeCompareForward(MetalContext& ctx, CommandBuffer& cb, CompareParams p, const BufferSlice& primary,
+                          const BufferSlice& secondary, const BufferSlice& destination);
+void encodeArithmeticGradient(MetalContext& ctx, CommandBuffer& cb, ArithmeticGradientParams p,
+                              const BufferSlice& gradient, const BufferSlice& primary, const BufferSlice& secondary,
+                              const BufferSlice& clampState, const BufferSlice& destination);
+
+// ---- softmax family (metal/softmax.metal; metal_softmax.cpp)
+void encodeSoftmaxForward(MetalContext& ctx, CommandBuffer& cb, SoftmaxParams p, const BufferSlice& source,
+                          const BufferSlice& destination);
+void encodeSoftmaxGradient(MetalContext& ctx, CommandBuffer& cb, SoftmaxGradientParams p, const BufferSlice& gradient,
+                           const BufferSlice& output, const BufferSlice& destination);
+
+// ---- utility (metal/utility.metal and blits)
+// Blit copy of `bytes` bytes (multiples of 4, as macOS blits require); overlapping ranges of one
+// buffer are copied through a temporary buffer, so the result is that of memmove.
+void encodeCopyBuffer(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& source,
+                      const BufferSlice& destination, size_t bytes);
+void encodeFill(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& destination, size_t count, float value);
+void encodeCopyFloats(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& source,
+                      const BufferSlice& destination, size_t count);
+void encodeCopyChannels(MetalContext& ctx, CommandBuffer& cb, ChannelCopyParams p, const BufferSlice& source,
+                        const BufferSlice& destination);
+
+}  // namespace mpsgrad::metal_backend
