@@ -107,6 +107,12 @@ set(MPSGRAD_METAL_MOCK_SOURCES
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_commands.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/kernel_runtime.cpp")
 
+# Code that runs on kernel fibers (kernels, the kernel runtime) is compiled
+# without AddressSanitizer's use-after-return instrumentation: its "fake
+# stacks" would be created and destroyed for every GPU thread (no effect
+# without -fsanitize=address).
+set(MPSGRAD_METAL_FIBER_COMPILE_OPTIONS -fsanitize-address-use-after-return=never -Wno-unused-command-line-argument)
+
 if(NOT TARGET mpsgrad_metal_mock)
   add_library(mpsgrad_metal_mock STATIC ${MPSGRAD_METAL_MOCK_SOURCES})
   set_target_properties(mpsgrad_metal_mock PROPERTIES POSITION_INDEPENDENT_CODE ON)
@@ -114,7 +120,7 @@ if(NOT TARGET mpsgrad_metal_mock)
     PUBLIC "${MPSGRAD_METAL_EMULATION_DIR}/mock/include" "${MPSGRAD_METAL_EMULATION_DIR}/shim/include"
     PRIVATE "${MPSGRAD_METAL_EMULATION_DIR}/mock/src")
   target_link_libraries(mpsgrad_metal_mock PUBLIC mpsgrad_metal_cpp Threads::Threads)
-  target_compile_options(mpsgrad_metal_mock PRIVATE -Wall -Wextra)
+  target_compile_options(mpsgrad_metal_mock PRIVATE -Wall -Wextra ${MPSGRAD_METAL_FIBER_COMPILE_OPTIONS})
 endif()
 
 # ------------------------------------------------------------------------- emulated kernels
@@ -168,6 +174,7 @@ function(mpsgrad_add_emulated_metal_kernels target)
   # #line names are relative to DISPLAY_ROOT; make debug info (sanitizer
   # reports, debuggers) resolve them there.
   target_compile_options(${target} PRIVATE "-fdebug-compilation-dir=${ARG_DISPLAY_ROOT}"
+    ${MPSGRAD_METAL_FIBER_COMPILE_OPTIONS}
     -Wno-unused-function -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable
     -Wno-unknown-attributes -Wno-duplicate-decl-specifier -Wno-unused-value)
 endfunction()
