@@ -28,7 +28,7 @@ using objc::NSUInteger;
 using objc::Object;
 using objc::String;
 
-// ABI twins of MTL::Size, MTL::Origin-free NS::Range and MTL::Region parts.
+// ABI twins of MTL::Size and NS::Range (passed by value in messages).
 struct Size {
     NSUInteger width, height, depth;
 };

@@ -401,26 +401,29 @@ bool sameSite(const Fiber& a, const Fiber& b) {
     return a.file && b.file && std::strcmp(a.file, b.file) == 0;
 }
 
-// Groups `ThreadIds` for thread i (flat) of a threadgroup.
-void makeIds(ThreadIds& t, unsigned i, const unsigned size[3], const unsigned group[3], const unsigned groups[3],
-             const DispatchDesc& d) {
+// The values shared by all threads of a threadgroup.
+void setGroupIds(ThreadIds& t, const unsigned size[3], const unsigned group[3], const unsigned groups[3],
+                 const DispatchDesc& d) {
     const unsigned n = size[0] * size[1] * size[2];
-    const unsigned x = i % size[0], y = (i / size[0]) % size[1], z = i / (size[0] * size[1]);
-    t.thread_position_in_threadgroup = uint3v{x, y, z};
     t.threadgroup_position_in_grid = uint3v{group[0], group[1], group[2]};
     t.threads_per_threadgroup = uint3v{size[0], size[1], size[2]};
     t.dispatch_threads_per_threadgroup =
         uint3v{d.threadsPerThreadgroup[0], d.threadsPerThreadgroup[1], d.threadsPerThreadgroup[2]};
     t.threadgroups_per_grid = uint3v{groups[0], groups[1], groups[2]};
-    t.thread_position_in_grid = t.threadgroup_position_in_grid * t.dispatch_threads_per_threadgroup +
-                                t.thread_position_in_threadgroup;
     t.threads_per_grid = d.gridIsThreads ? uint3v{d.grid[0], d.grid[1], d.grid[2]}
                                          : t.threadgroups_per_grid * t.dispatch_threads_per_threadgroup;
+    t.threads_per_simdgroup = kSimdWidth;
+    t.simdgroups_per_threadgroup = (n + kSimdWidth - 1) / kSimdWidth;
+}
+
+// The values of thread (x, y, z), flat index i, of the threadgroup.
+inline void setThreadIds(ThreadIds& t, unsigned i, unsigned x, unsigned y, unsigned z) {
+    t.thread_position_in_threadgroup = uint3v{x, y, z};
+    t.thread_position_in_grid =
+        t.threadgroup_position_in_grid * t.dispatch_threads_per_threadgroup + t.thread_position_in_threadgroup;
     t.thread_index_in_threadgroup = i;
     t.thread_index_in_simdgroup = i % kSimdWidth;
     t.simdgroup_index_in_threadgroup = i / kSimdWidth;
-    t.threads_per_simdgroup = kSimdWidth;
-    t.simdgroups_per_threadgroup = (n + kSimdWidth - 1) / kSimdWidth;
 }
 
 // Releases what can be released after every fiber stopped. Returns false and
@@ -522,24 +525,40 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
     if (!k.needsSync) {
         // Fast path: no barriers, no simdgroup functions; threads run in turn.
         ThreadIds ids;
+        setGroupIds(ids, size, group, groups, d);
         w.currentIds = &ids;
-        for (unsigned j = 0; j < n && ok; ++j) {
-            const unsigned i = reverse ? n - 1 - j : j;
-            makeIds(ids, i, size, group, groups, d);
-            try {
-                k.entry(d.buffers, w.tgBuffers, ids);
-            } catch (KernelFault& e) {
-                w.setFault(std::move(e.message));
-                ok = false;
+        try {
+            if (!reverse) {
+                unsigned i = 0;
+                for (unsigned z = 0; z < size[2]; ++z)
+                    for (unsigned y = 0; y < size[1]; ++y)
+                        for (unsigned x = 0; x < size[0]; ++x, ++i) {
+                            setThreadIds(ids, i, x, y, z);
+                            k.entry(d.buffers, w.tgBuffers, ids);
+                        }
+            } else {
+                unsigned i = n;
+                for (unsigned z = size[2]; z-- > 0;)
+                    for (unsigned y = size[1]; y-- > 0;)
+                        for (unsigned x = size[0]; x-- > 0;) {
+                            setThreadIds(ids, --i, x, y, z);
+                            k.entry(d.buffers, w.tgBuffers, ids);
+                        }
             }
+        } catch (KernelFault& e) {
+            w.setFault(std::move(e.message));
+            ok = false;
         }
         w.currentIds = nullptr;
     } else {
         if (w.fibers.size() < n) w.fibers.resize(n);
         w.lanes.resize((n + kSimdWidth - 1) / kSimdWidth * kSimdWidth);
+        ThreadIds shared;
+        setGroupIds(shared, size, group, groups, d);
         for (unsigned i = 0; i < n; ++i) {
             Fiber& f = w.fibers[i];
-            makeIds(f.ids, i, size, group, groups, d);
+            f.ids = shared;
+            setThreadIds(f.ids, i, i % size[0], (i / size[0]) % size[1], i / (size[0] * size[1]));
             f.state = FiberState::Runnable;
             f.what = f.file = nullptr;
             f.line = 0;
