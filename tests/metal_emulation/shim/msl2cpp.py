@@ -162,9 +162,6 @@ class Scopes:
     def at_namespace_scope(self, pos):
         return all(b[2] in ("namespace", "extern") for b in self.enclosing(pos))
 
-    def namespace_path(self, pos):
-        return [b[3] for b in self.enclosing(pos) if b[2] == "namespace" and b[3]]
-
 
 def function_bodies(mask):
     """{name: [body text, ...]} for the function definitions in a masked source."""
@@ -275,6 +272,7 @@ class Kernel:
         self.fptr = "&" + name        # expression for the function pointer
         self.call = name
         self.params = []              # (kind, key, param name, position)
+        self.param_decls = []         # parameter declarations without attributes
         self.max_threads = 1024
         self.sync = False
         self.constants = []
@@ -445,7 +443,7 @@ def translate(path, text, display, include_dirs):
             else:
                 raise TranslationError(lines(start), "kernel %s: parameter '%s': attribute [[%s]] is not "
                                        "supported by the Metal emulation" % (k.host_name, pname, spec))
-            k.param_decls = getattr(k, "param_decls", []) + [decl]
+            k.param_decls.append(decl)
 
     for m in re.finditer(r"(\[\[\s*kernel\s*\]\]|\bkernel\b)\s*void\s+(" + IDENT + r")\s*\(", mask):
         name = m.group(2)
@@ -473,10 +471,9 @@ def translate(path, text, display, include_dirs):
         k.sync, k.constants = body_info(mask[body_open:body_close + 1])
         sizes = [s for pos, s in tg_decls if body_open < pos < body_close]
         k.tg_size_expr = " + ".join(sizes) if sizes else "0"
-        ns = scopes.namespace_path(m.start())
         if template:
             k.template_params = code[template.start(1):template.end(1)]
-            templates[name] = (k, ns, body_close)
+            templates[name] = k
             if sizes:
                 ed.add(body_close + 1, body_close + 1,
                        " template <%s> constexpr ::std::size_t mtlemu_tg_bytes_%s() { return %s; }"
@@ -496,7 +493,7 @@ def translate(path, text, display, include_dirs):
         if name not in templates:
             raise TranslationError(lines(m.start()), "host_name instantiation of unknown template kernel '%s'"
                                    % name)
-        tk, _, _ = templates[name]
+        tk = templates[name]
         open_paren = m.end() - 1
         close_paren = match_close(mask, open_paren)
         semi = re.match(r"\s*;", mask[close_paren + 1:])
