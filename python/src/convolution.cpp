@@ -228,20 +228,6 @@ void bindConvolution(py::module_& m) {
         .def_property_readonly("weights_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.weights().offset; })
         .def_property_readonly("biases_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.biases().offset; });
 
-    py::class_<CNNConvolutionGradientState, NNGradientState, std::shared_ptr<CNNConvolutionGradientState>>(
-        m, "CNNConvolutionGradientState", "MPSCNNConvolutionGradientState")
-        .def_property_readonly("gradient_for_weights", [](const CNNConvolutionGradientState& s) {
-            return floatView(s.gradientForWeights(), weightShape(s.descriptor()));
-        }, "MPSCNNConvolutionGradientState.gradientForWeights: (O, kH, kW, I/groups), summed over the batch")
-        .def_property_readonly("gradient_for_biases", [](const CNNConvolutionGradientState& s) {
-            return floatView(s.gradientForBiases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
-        }, "MPSCNNConvolutionGradientState.gradientForBiases: (O,), summed over the batch")
-        .def_property_readonly("convolution", &CNNConvolutionGradientState::convolution,
-                               "MPSCNNConvolutionGradientState.convolution")
-        .def_property_readonly("gradient_for_weights_layout", &CNNConvolutionGradientState::gradientForWeightsLayout)
-        .def_property_readonly("source_width", &CNNConvolutionGradientState::sourceWidth)
-        .def_property_readonly("source_height", &CNNConvolutionGradientState::sourceHeight);
-
     py::class_<CNNConvolution, CNNKernel, std::shared_ptr<CNNConvolution>>(m, "CNNConvolution", "MPSCNNConvolution")
         .def(py::init([](py::object device, py::object weights) {
                  return std::make_shared<CNNConvolution>(deviceOf(device), toDataSource(weights));
@@ -267,6 +253,20 @@ void bindConvolution(py::module_& m) {
              &CNNConvolution::exportWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
              py::arg("result_state_can_be_temporary") = false,
              "-exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:");
+
+    py::class_<CNNConvolutionGradientState, NNGradientState, std::shared_ptr<CNNConvolutionGradientState>>(
+        m, "CNNConvolutionGradientState", "MPSCNNConvolutionGradientState")
+        .def_property_readonly("gradient_for_weights", [](const CNNConvolutionGradientState& s) {
+            return floatView(s.gradientForWeights(), weightShape(s.descriptor()));
+        }, "MPSCNNConvolutionGradientState.gradientForWeights: (O, kH, kW, I/groups), summed over the batch")
+        .def_property_readonly("gradient_for_biases", [](const CNNConvolutionGradientState& s) {
+            return floatView(s.gradientForBiases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
+        }, "MPSCNNConvolutionGradientState.gradientForBiases: (O,), summed over the batch")
+        .def_property_readonly("convolution", &CNNConvolutionGradientState::convolution,
+                               "MPSCNNConvolutionGradientState.convolution")
+        .def_property_readonly("gradient_for_weights_layout", &CNNConvolutionGradientState::gradientForWeightsLayout)
+        .def_property_readonly("source_width", &CNNConvolutionGradientState::sourceWidth)
+        .def_property_readonly("source_height", &CNNConvolutionGradientState::sourceHeight);
 
     py::class_<CNNConvolutionGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionGradient>>(
         m, "CNNConvolutionGradient", "MPSCNNConvolutionGradient")

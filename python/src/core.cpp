@@ -373,7 +373,7 @@ void bindCore(py::module_& m) {
                  return ImageDescriptor::make(format, width, height, featureChannels, numberOfImages, usage);
              }),
              py::arg("width") = 1, py::arg("height") = 1, py::arg("feature_channels") = 1,
-             py::arg("number_of_images") = 1, py::arg("channel_format") = ImageFeatureChannelFormat::Float32,
+             py::arg("number_of_images") = 1, py::arg_v("channel_format", ImageFeatureChannelFormat::Float32, "ImageFeatureChannelFormat.FLOAT32"),
              py::arg("usage") = 3,
              "+[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]")
         .def_readwrite("width", &ImageDescriptor::width)
@@ -412,13 +412,13 @@ void bindCore(py::module_& m) {
         .def("sub_image_with_feature_channel_range", &Image::subImageWithFeatureChannelRange, py::arg("location"),
              py::arg("length"), "-[MPSImage subImageWithFeatureChannelRange:] (aliases the storage)")
         .def("batch_representation", &Image::batchRepresentation, "-[MPSImage batchRepresentation]")
-        .def("read_bytes", &readImage, py::arg("data_layout") = DataLayout::HeightxWidthxFeatureChannels,
+        .def("read_bytes", &readImage, py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"),
              py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
              py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array "
              "(height, width, channels) or (channels, height, width)")
         .def("write_bytes", &writeImage, py::arg("data"),
-             py::arg("data_layout") = DataLayout::HeightxWidthxFeatureChannels, py::arg("image_index") = 0,
+             py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"), py::arg("image_index") = 0,
              py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have "
              "exactly the shape of the region written (or as many bytes)")

@@ -49,6 +49,11 @@ public:
 }  // namespace
 
 void bindKernel(py::module_& m) {
+    py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel", "MPSKernel")
+        .def_property_readonly("device", &Kernel::device)
+        .def_readwrite("options", &Kernel::options, "MPSKernel.options (KernelOptions bits)")
+        .def_readwrite("label", &Kernel::label);
+
     py::class_<NNPadding, PyNNPadding, std::shared_ptr<NNPadding>>(
         m, "NNPadding",
         "@protocol MPSNNPadding. Subclass it and implement padding_method(); with the CUSTOM bit also "
@@ -78,11 +83,6 @@ void bindKernel(py::module_& m) {
         return padding::offset(s, stride, k, method, axis == "x" ? padding::Axis::X : padding::Axis::Y, reverse);
     }, py::arg("source_size"), py::arg("stride"), py::arg("kernel_size"), py::arg("method"), py::arg("axis") = "x",
           py::arg("reverse") = false, "The window-centre offset the MPSNNPadding arithmetic gives along an axis.");
-
-    py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel", "MPSKernel")
-        .def_property_readonly("device", &Kernel::device)
-        .def_readwrite("options", &Kernel::options, "MPSKernel.options (KernelOptions bits)")
-        .def_readwrite("label", &Kernel::label);
 
     py::class_<CNNKernel, Kernel, std::shared_ptr<CNNKernel>>(m, "CNNKernel", "MPSCNNKernel")
         .def_property("offset", [](const CNNKernel& k) { return k.offset; },

@@ -1,0 +1,1956 @@
+"""
+mpsgrad: an open implementation of Apple's MetalPerformanceShaders CNN training API
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+class CommandBufferError(RuntimeError):
+    pass
+class ImageEdgeMode:
+    """
+    MPSImageEdgeMode
+    
+    Members:
+    
+      ZERO
+    
+      CLAMP
+    
+      MIRROR
+    
+      MIRROR_WITH_EDGE
+    
+      CONSTANT
+    """
+    CLAMP: typing.ClassVar[ImageEdgeMode]
+    CONSTANT: typing.ClassVar[ImageEdgeMode]
+    MIRROR: typing.ClassVar[ImageEdgeMode]
+    MIRROR_WITH_EDGE: typing.ClassVar[ImageEdgeMode]
+    ZERO: typing.ClassVar[ImageEdgeMode]
+    __members__: typing.ClassVar[dict[str, ImageEdgeMode]]
+    @typing.overload
+    def __eq__(self, other: ImageEdgeMode) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: ImageEdgeMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class ImageFeatureChannelFormat:
+    """
+    MPSImageFeatureChannelFormat
+    
+    Members:
+    
+      NONE
+    
+      UNORM8
+    
+      UNORM16
+    
+      FLOAT16
+    
+      FLOAT32
+    """
+    FLOAT16: typing.ClassVar[ImageFeatureChannelFormat]
+    FLOAT32: typing.ClassVar[ImageFeatureChannelFormat]
+    NONE: typing.ClassVar[ImageFeatureChannelFormat]
+    UNORM16: typing.ClassVar[ImageFeatureChannelFormat]
+    UNORM8: typing.ClassVar[ImageFeatureChannelFormat]
+    __members__: typing.ClassVar[dict[str, ImageFeatureChannelFormat]]
+    @typing.overload
+    def __eq__(self, other: ImageFeatureChannelFormat) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: ImageFeatureChannelFormat) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class DataLayout:
+    """
+    MPSDataLayout
+    
+    Members:
+    
+      HEIGHT_X_WIDTH_X_FEATURE_CHANNELS
+    
+      FEATURE_CHANNELS_X_HEIGHT_X_WIDTH
+    """
+    FEATURE_CHANNELS_X_HEIGHT_X_WIDTH: typing.ClassVar[DataLayout]
+    HEIGHT_X_WIDTH_X_FEATURE_CHANNELS: typing.ClassVar[DataLayout]
+    __members__: typing.ClassVar[dict[str, DataLayout]]
+    @typing.overload
+    def __eq__(self, other: DataLayout) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: DataLayout) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class DataType:
+    """
+    MPSDataType
+    
+    Members:
+    
+      INVALID
+    
+      FLOAT32
+    
+      FLOAT16
+    
+      INT8
+    
+      INT16
+    
+      INT32
+    
+      UINT8
+    
+      UINT16
+    
+      UINT32
+    
+      UNORM1
+    
+      UNORM8
+    """
+    FLOAT16: typing.ClassVar[DataType]
+    FLOAT32: typing.ClassVar[DataType]
+    INT16: typing.ClassVar[DataType]
+    INT32: typing.ClassVar[DataType]
+    INT8: typing.ClassVar[DataType]
+    INVALID: typing.ClassVar[DataType]
+    UINT16: typing.ClassVar[DataType]
+    UINT32: typing.ClassVar[DataType]
+    UINT8: typing.ClassVar[DataType]
+    UNORM1: typing.ClassVar[DataType]
+    UNORM8: typing.ClassVar[DataType]
+    __members__: typing.ClassVar[dict[str, DataType]]
+    @typing.overload
+    def __eq__(self, other: DataType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: DataType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CommandBufferStatus:
+    """
+    MTLCommandBufferStatus
+    
+    Members:
+    
+      NOT_ENQUEUED
+    
+      ENQUEUED
+    
+      COMMITTED
+    
+      SCHEDULED
+    
+      COMPLETED
+    
+      ERROR
+    """
+    COMMITTED: typing.ClassVar[CommandBufferStatus]
+    COMPLETED: typing.ClassVar[CommandBufferStatus]
+    ENQUEUED: typing.ClassVar[CommandBufferStatus]
+    ERROR: typing.ClassVar[CommandBufferStatus]
+    NOT_ENQUEUED: typing.ClassVar[CommandBufferStatus]
+    SCHEDULED: typing.ClassVar[CommandBufferStatus]
+    __members__: typing.ClassVar[dict[str, CommandBufferStatus]]
+    @typing.overload
+    def __eq__(self, other: CommandBufferStatus) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CommandBufferStatus) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class StateResourceType:
+    """
+    MPSStateResourceType
+    
+    Members:
+    
+      NONE
+    
+      BUFFER
+    
+      TEXTURE
+    """
+    BUFFER: typing.ClassVar[StateResourceType]
+    NONE: typing.ClassVar[StateResourceType]
+    TEXTURE: typing.ClassVar[StateResourceType]
+    __members__: typing.ClassVar[dict[str, StateResourceType]]
+    @typing.overload
+    def __eq__(self, other: StateResourceType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: StateResourceType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class Offset:
+    """
+    MPSOffset {x, y, z}
+    """
+    __hash__: typing.ClassVar[None] = None
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def x(self) -> int:
+        ...
+    @x.setter
+    def x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def y(self) -> int:
+        ...
+    @y.setter
+    def y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def z(self) -> int:
+        ...
+    @z.setter
+    def z(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class Region:
+    """
+    MTLRegion {origin (x, y, z), size (width, height, depth)}
+    """
+    def __init__(self, origin: typing.Any, size: typing.Any) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def origin(self) -> tuple[int, int, int]:
+        ...
+    @property
+    def size(self) -> tuple[int, int, int]:
+        ...
+class Device:
+    """
+    A compute device: 'cpu', or 'metal' (MTLDevice) where the build has it.
+    """
+    @staticmethod
+    def available() -> list[str]:
+        """
+        Names of the devices this build and machine provide.
+        """
+    @staticmethod
+    def default() -> Device:
+        """
+        MTLCreateSystemDefaultDevice: Metal where present, else the CPU.
+        """
+    def __eq__(self, arg0: Device) -> bool:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __init__(self, name: str) -> None:
+        """
+        Device('cpu') or Device('metal')
+        """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+class CommandBuffer:
+    """
+    MTLCommandBuffer
+    """
+    label: str
+    def add_completed_handler(self, handler: collections.abc.Callable) -> None:
+        """
+        -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
+        """
+    def commit(self) -> None:
+        """
+        -[MTLCommandBuffer commit]: submit the encoded work (asynchronous).
+        """
+    def wait_until_completed(self) -> None:
+        """
+        -[MTLCommandBuffer waitUntilCompleted]; raises CommandBufferError when the work failed.
+        """
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def error(self) -> typing.Any:
+        """
+        MTLCommandBuffer.error: the failure's description, or None
+        """
+    @property
+    def status(self) -> CommandBufferStatus:
+        """
+        MTLCommandBuffer.status
+        """
+class CommandQueue:
+    """
+    MTLCommandQueue
+    """
+    label: str
+    def __init__(self, device: typing.Any = None) -> None:
+        """
+        -[MTLDevice newCommandQueue]
+        """
+    def command_buffer(self) -> CommandBuffer:
+        """
+        -[MTLCommandQueue commandBuffer]
+        """
+    @property
+    def device(self) -> Device:
+        ...
+class ImageDescriptor:
+    """
+    MPSImageDescriptor
+    """
+    channel_format: ImageFeatureChannelFormat
+    def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
+        """
+        +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
+        """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def feature_channels(self) -> int:
+        ...
+    @feature_channels.setter
+    def feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def height(self) -> int:
+        ...
+    @height.setter
+    def height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def number_of_images(self) -> int:
+        ...
+    @number_of_images.setter
+    def number_of_images(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def usage(self) -> int:
+        ...
+    @usage.setter
+    def usage(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def width(self) -> int:
+        ...
+    @width.setter
+    def width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class Image:
+    """
+    MPSImage: float32 feature channels, NHWC storage.
+    """
+    label: str
+    @staticmethod
+    def _from_array_zero_copy(array: numpy.ndarray, device: typing.Any = None) -> Image:
+        ...
+    @staticmethod
+    def from_dlpack(obj, device = None):
+        """
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+            (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
+            otherwise a copy. 3-D (height, width, channels) input gives one image.
+        """
+    @staticmethod
+    def from_numpy(array: typing.Any, device: typing.Any = None) -> Image:
+        """
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
+        """
+    def __array__(self, dtype = None, copy = None):
+        ...
+    def __dlpack__(self, stream = None, **kwargs):
+        """
+        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
+        """
+    def __dlpack_device__(self):
+        ...
+    def __init__(self, device: typing.Any, image_descriptor: ImageDescriptor) -> None:
+        """
+        -[MPSImage initWithDevice:imageDescriptor:]
+        """
+    def _numpy_view(self) -> numpy.ndarray:
+        """
+        Zero-copy (n, height, width, channels) view of the storage.
+        """
+    def batch_representation(self) -> list[Image]:
+        """
+        -[MPSImage batchRepresentation]
+        """
+    def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
+        """
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array (height, width, channels) or (channels, height, width)
+        """
+    def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
+        """
+        -[MPSImage subImageWithFeatureChannelRange:] (aliases the storage)
+        """
+    def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
+        """
+        -[MPSImage synchronizeOnCommandBuffer:]
+        """
+    def to_numpy(self) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        A copy of the image as a float32 array (number_of_images, height, width, feature_channels).
+        """
+    def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
+        """
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many bytes)
+        """
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def feature_channel_format(self) -> ImageFeatureChannelFormat:
+        ...
+    @property
+    def feature_channels(self) -> int:
+        ...
+    @property
+    def height(self) -> int:
+        ...
+    @property
+    def is_temporary(self) -> bool:
+        ...
+    @property
+    def number_of_images(self) -> int:
+        ...
+    @property
+    def parent(self) -> Image:
+        ...
+    @property
+    def pixel_size(self) -> int:
+        ...
+    @property
+    def precision(self) -> int:
+        ...
+    @property
+    def resource_size(self) -> int:
+        """
+        -[MPSImage resourceSize]
+        """
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """
+        (number_of_images, height, width, feature_channels)
+        """
+    @property
+    def usage(self) -> int:
+        ...
+    @property
+    def width(self) -> int:
+        ...
+class TemporaryImage(Image):
+    """
+    MPSTemporaryImage
+    """
+    def __init__(self, command_buffer: CommandBuffer, image_descriptor: ImageDescriptor) -> None:
+        """
+        +[MPSTemporaryImage temporaryImageWithCommandBuffer:imageDescriptor:]
+        """
+    @property
+    def read_count(self) -> int:
+        """
+        MPSTemporaryImage.readCount: reads left before the storage is released
+        """
+    @read_count.setter
+    def read_count(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class ImageAllocator:
+    """
+    MPSImageAllocator; subclass and implement image_for_command_buffer(cb, descriptor, kernel)
+    """
+    @staticmethod
+    def persistent() -> ImageAllocator:
+        """
+        +[MPSImage defaultAllocator]
+        """
+    @staticmethod
+    def temporary() -> ImageAllocator:
+        """
+        +[MPSTemporaryImage defaultAllocator]
+        """
+    def __init__(self) -> None:
+        ...
+class State:
+    """
+    MPSState: buffers with a read count
+    """
+    label: str
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, buffer_sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> State:
+        """
+        +[MPSState temporaryStateWithCommandBuffer:resourceList:]
+        """
+    def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        -[MPSState initWithDevice:bufferSize:]
+        """
+    def __repr__(self) -> str:
+        ...
+    def buffer_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> numpy.ndarray:
+        """
+        -[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view
+        """
+    def buffer_size_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def resource_type_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> StateResourceType:
+        ...
+    def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
+        """
+        -[MPSState synchronizeOnCommandBuffer:]
+        """
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def is_temporary(self) -> bool:
+        ...
+    @property
+    def read_count(self) -> int:
+        """
+        MPSState.readCount
+        """
+    @read_count.setter
+    def read_count(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def resource_count(self) -> int:
+        ...
+    @property
+    def resource_size(self) -> int:
+        ...
+class NNGradientState(State):
+    """
+    MPSNNGradientState
+    """
+class NNBinaryGradientState(State):
+    """
+    MPSNNBinaryGradientState
+    """
+class Kernel:
+    """
+    MPSKernel
+    """
+    label: str
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def options(self) -> int:
+        """
+        MPSKernel.options (KernelOptions bits)
+        """
+    @options.setter
+    def options(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class NNPadding:
+    """
+    @protocol MPSNNPadding. Subclass it and implement padding_method(); with the CUSTOM bit also destination_image_descriptor(source_images, source_states, kernel, suggested) -> ImageDescriptor.
+    """
+    def __init__(self) -> None:
+        ...
+    def destination_image_descriptor(self, source_images: collections.abc.Sequence[Image], source_states: collections.abc.Sequence[State], kernel: Kernel, suggested: ImageDescriptor) -> ImageDescriptor:
+        """
+        -destinationImageDescriptorForSourceImages:sourceStates:forKernel:suggestedDescriptor:
+        """
+    def inverse(self) -> NNPadding:
+        """
+        -inverse
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def padding_method(self) -> int:
+        """
+        -paddingMethod
+        """
+class NNDefaultPadding(NNPadding):
+    """
+    MPSNNDefaultPadding
+    """
+    @staticmethod
+    def padding_for_tensorflow_average_pooling() -> NNDefaultPadding:
+        """
+        +[MPSNNDefaultPadding paddingForTensorflowAveragePooling]
+        """
+    @staticmethod
+    def padding_for_tensorflow_average_pooling_valid_only() -> NNDefaultPadding:
+        """
+        +[MPSNNDefaultPadding paddingForTensorflowAveragePoolingValidOnly]
+        """
+    @staticmethod
+    def padding_with_method(method: typing.SupportsInt | typing.SupportsIndex) -> NNDefaultPadding:
+        """
+        +[MPSNNDefaultPadding paddingWithMethod:]
+        """
+    def __init__(self, method: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +[MPSNNDefaultPadding paddingWithMethod:]
+        """
+class CNNKernel(Kernel):
+    """
+    MPSCNNKernel
+    """
+    destination_image_allocator: ImageAllocator
+    edge_mode: ImageEdgeMode
+    padding: NNPadding
+    def append_batch_barrier(self) -> bool:
+        ...
+    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+        """
+        -destinationImageDescriptorForSourceImages:sourceStates: (runs the padding policy; sets `offset`)
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        Encode forms of MPSCNNKernel:
+        - destination_image given: -encodeToCommandBuffer:sourceImage:[destinationState:]destinationImage: (uses `offset` as set, ignores `padding`); returns destination_image.
+        - otherwise -encodeToCommandBuffer:sourceImage: (padding policy applied, result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:sourceImage:destinationState:destinationStateIsTemporary: and returns (image, state).
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning forms (see encode).
+        """
+    def is_result_state_reused_across_batch(self) -> bool:
+        ...
+    def result_state(self, source_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -resultStateForSourceImage:sourceStates:destinationImage:
+        """
+    def result_state_batch(self, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list[State]:
+        """
+        -resultStateBatchForSourceImage:sourceStates:destinationImage:
+        """
+    def temporary_result_state(self, command_buffer: CommandBuffer, source_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -temporaryResultStateForCommandBuffer:sourceImage:sourceStates:destinationImage:
+        """
+    def temporary_result_state_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list[State]:
+        """
+        -temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:
+        """
+    @property
+    def clip_rect(self) -> Region:
+        """
+        MPSCNNKernel.clipRect
+        """
+    @clip_rect.setter
+    def clip_rect(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def destination_feature_channel_offset(self) -> int:
+        ...
+    @destination_feature_channel_offset.setter
+    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
+    @property
+    def is_backwards(self) -> bool:
+        ...
+    @property
+    def is_state_modified(self) -> bool:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def offset(self) -> Offset:
+        """
+        MPSCNNKernel.offset
+        """
+    @offset.setter
+    def offset(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def source_feature_channel_max_count(self) -> int:
+        ...
+    @source_feature_channel_max_count.setter
+    def source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def source_feature_channel_offset(self) -> int:
+        ...
+    @source_feature_channel_offset.setter
+    def source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNBinaryKernel(Kernel):
+    """
+    MPSCNNBinaryKernel
+    """
+    destination_image_allocator: ImageAllocator
+    padding: NNPadding
+    primary_edge_mode: ImageEdgeMode
+    secondary_edge_mode: ImageEdgeMode
+    def append_batch_barrier(self) -> bool:
+        ...
+    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+        """
+        -destinationImageDescriptorForSourceImages:sourceStates:
+        """
+    def encode(self, command_buffer: CommandBuffer, primary_image: typing.Any, secondary_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        Encode forms of MPSCNNBinaryKernel:
+        - destination_image given: -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]destinationImage: (uses primary_offset / secondary_offset as set, ignores `padding`); returns destination_image.
+        - otherwise -encodeToCommandBuffer:primaryImage:secondaryImage: (padding policy applied, result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:primaryImage:secondaryImage:destinationState:destinationStateIsTemporary: and returns (image, state).
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, primary_images: typing.Any, secondary_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        -encodeBatchToCommandBuffer:primaryImages:secondaryImages:[destinationStates:]destinationImages: and the returning forms (see encode).
+        """
+    def is_result_state_reused_across_batch(self) -> bool:
+        ...
+    def result_state(self, primary_image: typing.Any, secondary_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -resultStateForPrimaryImage:secondaryImage:sourceStates:destinationImage: (None when the kernel writes no state)
+        """
+    def temporary_result_state(self, command_buffer: CommandBuffer, primary_image: typing.Any, secondary_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -temporaryResultStateForCommandBuffer:primaryImage:secondaryImage:sourceStates:destinationImage:
+        """
+    @property
+    def clip_rect(self) -> Region:
+        ...
+    @clip_rect.setter
+    def clip_rect(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def destination_feature_channel_offset(self) -> int:
+        ...
+    @destination_feature_channel_offset.setter
+    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def is_backwards(self) -> bool:
+        ...
+    @property
+    def is_state_modified(self) -> bool:
+        ...
+    @property
+    def primary_dilation_rate_x(self) -> int:
+        ...
+    @property
+    def primary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def primary_kernel_height(self) -> int:
+        ...
+    @property
+    def primary_kernel_width(self) -> int:
+        ...
+    @property
+    def primary_offset(self) -> Offset:
+        ...
+    @primary_offset.setter
+    def primary_offset(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def primary_source_feature_channel_max_count(self) -> int:
+        ...
+    @primary_source_feature_channel_max_count.setter
+    def primary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_source_feature_channel_offset(self) -> int:
+        ...
+    @primary_source_feature_channel_offset.setter
+    def primary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_stride_in_pixels_x(self) -> int:
+        ...
+    @primary_stride_in_pixels_x.setter
+    def primary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_stride_in_pixels_y(self) -> int:
+        ...
+    @primary_stride_in_pixels_y.setter
+    def primary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_dilation_rate_x(self) -> int:
+        ...
+    @property
+    def secondary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def secondary_kernel_height(self) -> int:
+        ...
+    @property
+    def secondary_kernel_width(self) -> int:
+        ...
+    @property
+    def secondary_offset(self) -> Offset:
+        ...
+    @secondary_offset.setter
+    def secondary_offset(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def secondary_source_feature_channel_max_count(self) -> int:
+        ...
+    @secondary_source_feature_channel_max_count.setter
+    def secondary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_source_feature_channel_offset(self) -> int:
+        ...
+    @secondary_source_feature_channel_offset.setter
+    def secondary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_stride_in_pixels_x(self) -> int:
+        ...
+    @secondary_stride_in_pixels_x.setter
+    def secondary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_stride_in_pixels_y(self) -> int:
+        ...
+    @secondary_stride_in_pixels_y.setter
+    def secondary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNGradientKernel(CNNBinaryKernel):
+    """
+    MPSCNNGradientKernel
+    """
+    def encode(self, command_buffer: CommandBuffer, source_gradient: typing.Any, source_image: typing.Any, gradient_state: typing.Any, destination_gradient: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceGradient:sourceImage:gradientState:[destinationGradient:]. Without a destination the forward parameters are copied from the state and the result is allocated; with one, the kernel's properties are used as set (call destination_image_descriptor first).
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, gradient_states: typing.Any, destination_gradients: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:gradientStates:[destinationGradients:]
+        """
+    @property
+    def kernel_offset_x(self) -> int:
+        """
+        MPSCNNGradientKernel.kernelOffsetX
+        """
+    @kernel_offset_x.setter
+    def kernel_offset_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def kernel_offset_y(self) -> int:
+        """
+        MPSCNNGradientKernel.kernelOffsetY
+        """
+    @kernel_offset_y.setter
+    def kernel_offset_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNNeuronType:
+    """
+    MPSCNNNeuronType
+    
+    Members:
+    
+      NONE
+    
+      RELU
+    
+      LINEAR
+    
+      SIGMOID
+    
+      HARD_SIGMOID
+    
+      TANH
+    
+      ABSOLUTE
+    
+      SOFT_PLUS
+    
+      SOFT_SIGN
+    
+      ELU
+    
+      PRELU
+    
+      RELUN
+    
+      POWER
+    
+      EXPONENTIAL
+    
+      LOGARITHM
+    
+      GELU
+    """
+    ABSOLUTE: typing.ClassVar[CNNNeuronType]
+    ELU: typing.ClassVar[CNNNeuronType]
+    EXPONENTIAL: typing.ClassVar[CNNNeuronType]
+    GELU: typing.ClassVar[CNNNeuronType]
+    HARD_SIGMOID: typing.ClassVar[CNNNeuronType]
+    LINEAR: typing.ClassVar[CNNNeuronType]
+    LOGARITHM: typing.ClassVar[CNNNeuronType]
+    NONE: typing.ClassVar[CNNNeuronType]
+    POWER: typing.ClassVar[CNNNeuronType]
+    PRELU: typing.ClassVar[CNNNeuronType]
+    RELU: typing.ClassVar[CNNNeuronType]
+    RELUN: typing.ClassVar[CNNNeuronType]
+    SIGMOID: typing.ClassVar[CNNNeuronType]
+    SOFT_PLUS: typing.ClassVar[CNNNeuronType]
+    SOFT_SIGN: typing.ClassVar[CNNNeuronType]
+    TANH: typing.ClassVar[CNNNeuronType]
+    __members__: typing.ClassVar[dict[str, CNNNeuronType]]
+    @typing.overload
+    def __eq__(self, other: CNNNeuronType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNNeuronType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class NNNeuronDescriptor:
+    """
+    MPSNNNeuronDescriptor
+    """
+    @staticmethod
+    def prelu(data: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> NNNeuronDescriptor:
+        """
+        +[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]
+        """
+    def __init__(self, neuron_type: typing.Any, a: typing.Any = None, b: typing.Any = None, c: typing.Any = None) -> None:
+        """
+        +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
+        """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def a(self) -> float:
+        ...
+    @a.setter
+    def a(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def b(self) -> float:
+        ...
+    @b.setter
+    def b(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def c(self) -> float:
+        ...
+    @c.setter
+    def c(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def data(self) -> list[float]:
+        ...
+    @data.setter
+    def data(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def neuron_type(self) -> CNNNeuronType:
+        ...
+    @neuron_type.setter
+    def neuron_type(self, arg1: typing.Any) -> None:
+        ...
+class CNNNeuronGradientState(NNGradientState):
+    """
+    The MPSNNGradientState a CNNNeuron writes for CNNNeuronGradient (forward geometry, neuron type, and which images were the forward input and output)
+    """
+    @property
+    def neuron_type(self) -> CNNNeuronType:
+        ...
+class CNNNeuron(CNNKernel):
+    """
+    MPSCNNNeuron: Y = f(X) per pixel and feature channel, f given by the NNNeuronDescriptor (formulas in docs/neurons.md). result_state() returns a CNNNeuronGradientState for CNNNeuronGradient.
+    """
+    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
+        """
+        -[MPSCNNNeuron initWithDevice:neuronDescriptor:]. ValueError for a neuron type out of range or a PReLU descriptor without data; PReLU data must hold one value per processed channel (or per channel of the source image), checked at encode.
+        """
+    @property
+    def a(self) -> float:
+        """
+        MPSCNNNeuron.a
+        """
+    @property
+    def b(self) -> float:
+        """
+        MPSCNNNeuron.b
+        """
+    @property
+    def c(self) -> float:
+        """
+        MPSCNNNeuron.c
+        """
+    @property
+    def data(self) -> list[float]:
+        """
+        MPSCNNNeuron.data (PReLU's per-channel a; empty otherwise)
+        """
+    @property
+    def neuron_descriptor(self) -> NNNeuronDescriptor:
+        ...
+    @property
+    def neuron_type(self) -> CNNNeuronType:
+        """
+        MPSCNNNeuron.neuronType
+        """
+class CNNNeuronGradient(CNNGradientKernel):
+    """
+    MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the derivative of the x >= 0 branch is used, as MPS documents.
+    """
+    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronGradient initWithDevice:neuronDescriptor:] (the forward neuron's descriptor)
+        """
+    @property
+    def a(self) -> float:
+        """
+        MPSCNNNeuronGradient.a
+        """
+    @property
+    def b(self) -> float:
+        """
+        MPSCNNNeuronGradient.b
+        """
+    @property
+    def c(self) -> float:
+        """
+        MPSCNNNeuronGradient.c
+        """
+    @property
+    def data(self) -> list[float]:
+        """
+        MPSCNNNeuronGradient.data
+        """
+    @property
+    def neuron_descriptor(self) -> NNNeuronDescriptor:
+        ...
+    @property
+    def neuron_type(self) -> CNNNeuronType:
+        """
+        MPSCNNNeuronGradient.neuronType
+        """
+class CNNConvolutionGradientOption:
+    """
+    MPSCNNConvolutionGradientOption
+    
+    Members:
+    
+      GRADIENT_WITH_DATA
+    
+      GRADIENT_WITH_WEIGHTS_AND_BIAS
+    
+      ALL
+    """
+    ALL: typing.ClassVar[CNNConvolutionGradientOption]
+    GRADIENT_WITH_DATA: typing.ClassVar[CNNConvolutionGradientOption]
+    GRADIENT_WITH_WEIGHTS_AND_BIAS: typing.ClassVar[CNNConvolutionGradientOption]
+    __members__: typing.ClassVar[dict[str, CNNConvolutionGradientOption]]
+    @typing.overload
+    def __eq__(self, other: CNNConvolutionGradientOption) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNConvolutionGradientOption) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class NNConvolutionAccumulatorPrecisionOption:
+    """
+    MPSNNConvolutionAccumulatorPrecisionOption
+    
+    Members:
+    
+      HALF
+    
+      FLOAT
+    """
+    FLOAT: typing.ClassVar[NNConvolutionAccumulatorPrecisionOption]
+    HALF: typing.ClassVar[NNConvolutionAccumulatorPrecisionOption]
+    __members__: typing.ClassVar[dict[str, NNConvolutionAccumulatorPrecisionOption]]
+    @typing.overload
+    def __eq__(self, other: NNConvolutionAccumulatorPrecisionOption) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: NNConvolutionAccumulatorPrecisionOption) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNConvolutionDescriptor:
+    """
+    MPSCNNConvolutionDescriptor
+    """
+    def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
+        """
+        +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
+        """
+    def __repr__(self) -> str:
+        ...
+    def set_batch_normalization_parameters_for_inference(self, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], variance: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], gamma: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], beta: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], epsilon: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:
+        """
+    def validate(self) -> None:
+        """
+        Raises ValueError naming a bad property.
+        """
+    @property
+    def channel_multiplier(self) -> int:
+        ...
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @dilation_rate_x.setter
+    def dilation_rate_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
+    @dilation_rate_y.setter
+    def dilation_rate_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        """
+        MPSCNNConvolutionDescriptor.fusedNeuronDescriptor (None: no neuron)
+        """
+    @fused_neuron_descriptor.setter
+    def fused_neuron_descriptor(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @groups.setter
+    def groups(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def input_feature_channels(self) -> int:
+        ...
+    @input_feature_channels.setter
+    def input_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def is_depthwise(self) -> bool:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @kernel_height.setter
+    def kernel_height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @kernel_width.setter
+    def kernel_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def output_feature_channels(self) -> int:
+        ...
+    @output_feature_channels.setter
+    def output_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @stride_in_pixels_x.setter
+    def stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+    @stride_in_pixels_y.setter
+    def stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNConvolutionDataSource:
+    """
+    @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
+    """
+class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
+    """
+    A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and `biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().
+    """
+    def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
+        ...
+    def data_type(self) -> DataType:
+        """
+        -dataType
+        """
+    def descriptor(self) -> CNNConvolutionDescriptor:
+        """
+        -descriptor
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    @property
+    def biases(self) -> typing.Any:
+        """
+        The biases (O,), a writable view, or None
+        """
+    @property
+    def weights(self) -> numpy.ndarray:
+        """
+        The weights (O, kH, kW, I/groups), a writable view
+        """
+class CNNConvolutionWeightsAndBiasesState(State):
+    """
+    MPSCNNConvolutionWeightsAndBiasesState
+    """
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, descriptor: CNNConvolutionDescriptor) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:
+        """
+    def __init__(self, device: typing.Any, descriptor: CNNConvolutionDescriptor) -> None:
+        """
+        -initWithDevice:cnnConvolutionDescriptor:
+        """
+    @property
+    def biases(self) -> numpy.ndarray:
+        """
+        MPSCNNConvolutionWeightsAndBiasesState.biases as a writable (O,) view
+        """
+    @property
+    def biases_offset(self) -> int:
+        ...
+    @property
+    def weights(self) -> numpy.ndarray:
+        """
+        MPSCNNConvolutionWeightsAndBiasesState.weights as a writable (O, kH, kW, I/groups) view
+        """
+    @property
+    def weights_offset(self) -> int:
+        ...
+class CNNConvolution(CNNKernel):
+    """
+    MPSCNNConvolution
+    """
+    accumulator_precision_option: NNConvolutionAccumulatorPrecisionOption
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolution initWithDevice:weights:]
+        """
+    def export_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, result_state_can_be_temporary: bool = False) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        -exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state: (decrements a temporary state's read count)
+        """
+    @property
+    def channel_multiplier(self) -> int:
+        ...
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def input_feature_channels(self) -> int:
+        ...
+    @property
+    def output_feature_channels(self) -> int:
+        ...
+    @property
+    def sub_pixel_scale_factor(self) -> int:
+        ...
+class CNNConvolutionGradientState(NNGradientState):
+    """
+    MPSCNNConvolutionGradientState
+    """
+    @property
+    def convolution(self) -> CNNConvolution:
+        """
+        MPSCNNConvolutionGradientState.convolution
+        """
+    @property
+    def gradient_for_biases(self) -> numpy.ndarray:
+        """
+        MPSCNNConvolutionGradientState.gradientForBiases: (O,), summed over the batch
+        """
+    @property
+    def gradient_for_weights(self) -> numpy.ndarray:
+        """
+        MPSCNNConvolutionGradientState.gradientForWeights: (O, kH, kW, I/groups), summed over the batch
+        """
+    @property
+    def gradient_for_weights_layout(self) -> int:
+        ...
+    @property
+    def source_height(self) -> int:
+        ...
+    @property
+    def source_width(self) -> int:
+        ...
+class CNNConvolutionGradient(CNNGradientKernel):
+    """
+    MPSCNNConvolutionGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionGradient initWithDevice:weights:] (pass the forward convolution's data source)
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def channel_multiplier(self) -> int:
+        ...
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def gradient_option(self) -> CNNConvolutionGradientOption:
+        """
+        MPSCNNConvolutionGradient.gradientOption
+        """
+    @gradient_option.setter
+    def gradient_option(self, arg0: CNNConvolutionGradientOption) -> None:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def source_gradient_feature_channels(self) -> int:
+        ...
+    @property
+    def source_image_feature_channels(self) -> int:
+        ...
+class NNComparisonType:
+    """
+    MPSNNComparisonType
+    
+    Members:
+    
+      EQUAL
+    
+      NOT_EQUAL
+    
+      LESS
+    
+      LESS_OR_EQUAL
+    
+      GREATER
+    
+      GREATER_OR_EQUAL
+    """
+    EQUAL: typing.ClassVar[NNComparisonType]
+    GREATER: typing.ClassVar[NNComparisonType]
+    GREATER_OR_EQUAL: typing.ClassVar[NNComparisonType]
+    LESS: typing.ClassVar[NNComparisonType]
+    LESS_OR_EQUAL: typing.ClassVar[NNComparisonType]
+    NOT_EQUAL: typing.ClassVar[NNComparisonType]
+    __members__: typing.ClassVar[dict[str, NNComparisonType]]
+    @typing.overload
+    def __eq__(self, other: NNComparisonType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: NNComparisonType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNArithmeticGradientState(NNBinaryGradientState):
+    """
+    MPSCNNArithmeticGradientState: the forward arithmetic kernel's parameters, its operands' broadcast parameters, the clamp mask (when a clamp is set) and, for CNNDivide, a copy of y.
+    """
+    @property
+    def has_clamp_mask(self) -> bool:
+        ...
+    @property
+    def maximum_value(self) -> float:
+        ...
+    @property
+    def minimum_value(self) -> float:
+        ...
+    @property
+    def primary_scale(self) -> float:
+        ...
+    @property
+    def secondary_scale(self) -> float:
+        ...
+class CNNArithmetic(CNNBinaryKernel):
+    """
+    MPSCNNArithmetic (abstract). r = clamp((primary_scale * x) OP (secondary_scale * y) + bias, minimum_value, maximum_value) with x = primary, y = secondary. Broadcasting: primary/secondary_stride_in_pixels_x/y and primary/secondary_stride_in_feature_channels are 0 or 1; 0 repeats one column / row / channel of that input (all pixel strides 0: a scalar). Training: encode(..., destination_state=result_state(...)) or destination_state_is_temporary=... writes a CNNArithmeticGradientState (clamp mask, forward parameters) for the gradient filters.
+    """
+    @property
+    def bias(self) -> float:
+        """
+        MPSCNNArithmetic.bias [0]
+        """
+    @bias.setter
+    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def maximum_value(self) -> float:
+        """
+        MPSCNNArithmetic.maximumValue [FLT_MAX]
+        """
+    @maximum_value.setter
+    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def minimum_value(self) -> float:
+        """
+        MPSCNNArithmetic.minimumValue [-FLT_MAX]
+        """
+    @minimum_value.setter
+    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_scale(self) -> float:
+        """
+        MPSCNNArithmetic.primaryScale [1]
+        """
+    @primary_scale.setter
+    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_stride_in_feature_channels(self) -> int:
+        """
+        MPSCNNArithmetic.primaryStrideInFeatureChannels [1]: 0 broadcasts channel 0 of the primary's slice
+        """
+    @primary_stride_in_feature_channels.setter
+    def primary_stride_in_feature_channels(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_scale(self) -> float:
+        """
+        MPSCNNArithmetic.secondaryScale [1]
+        """
+    @secondary_scale.setter
+    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_stride_in_feature_channels(self) -> int:
+        """
+        MPSCNNArithmetic.secondaryStrideInFeatureChannels [1]: 0 broadcasts channel 0 of the secondary's slice
+        """
+    @secondary_stride_in_feature_channels.setter
+    def secondary_stride_in_feature_channels(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNAdd(CNNArithmetic):
+    """
+    MPSCNNAdd: OP = +
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNAdd initWithDevice:]
+        """
+class CNNSubtract(CNNArithmetic):
+    """
+    MPSCNNSubtract: OP = -
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNSubtract initWithDevice:]
+        """
+class CNNMultiply(CNNArithmetic):
+    """
+    MPSCNNMultiply: OP = *
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNMultiply initWithDevice:]
+        """
+class CNNDivide(CNNArithmetic):
+    """
+    MPSCNNDivide: OP = / (IEEE division; x/0 gives ±inf or NaN)
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNDivide initWithDevice:]
+        """
+class NNCompare(CNNArithmetic):
+    """
+    MPSNNCompare: r = clamp((compare(primary_scale*x, secondary_scale*y) ? 1 : 0) + bias, minimum_value, maximum_value); forward only (no gradient, no state). threshold is used by EQUAL / NOT_EQUAL only: |x - y| <= threshold.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNCompare initWithDevice:]
+        """
+    @property
+    def comparison_type(self) -> NNComparisonType:
+        """
+        MPSNNCompare.comparisonType [EQUAL]
+        """
+    @comparison_type.setter
+    def comparison_type(self, arg0: NNComparisonType) -> None:
+        ...
+    @property
+    def threshold(self) -> float:
+        """
+        MPSNNCompare.threshold [0]
+        """
+    @threshold.setter
+    def threshold(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class CNNArithmeticGradient(CNNGradientKernel):
+    """
+    MPSCNNArithmeticGradient (abstract): the gradient of a forward arithmetic kernel with respect to one input (is_secondary_source_filter). source_gradient = G, source_image = the OTHER forward operand (y for the primary filter, x for the secondary filter; read by multiply and divide only), gradient_state = the forward CNNArithmeticGradientState. Exact chain rule through the scales (mpsgrad): the scales, strides and clamp bounds describe the forward op and the returning encode forms copy them from the state; broadcast axes are summed so the result has its input's shape; the clamp is differentiated through the mask in the state.
+    """
+    @property
+    def bias(self) -> float:
+        """
+        MPSCNNArithmeticGradient.bias (ignored, as in MPS)
+        """
+    @bias.setter
+    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def is_secondary_source_filter(self) -> bool:
+        """
+        MPSCNNArithmeticGradient.isSecondarySourceFilter
+        """
+    @property
+    def maximum_value(self) -> float:
+        """
+        MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)
+        """
+    @maximum_value.setter
+    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def minimum_value(self) -> float:
+        """
+        MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)
+        """
+    @minimum_value.setter
+    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_scale(self) -> float:
+        """
+        MPSCNNArithmeticGradient.primaryScale (the forward pS)
+        """
+    @primary_scale.setter
+    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def primary_stride_in_feature_channels(self) -> int:
+        """
+        The forward primary's feature-channel stride (must equal the forward kernel's)
+        """
+    @primary_stride_in_feature_channels.setter
+    def primary_stride_in_feature_channels(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_scale(self) -> float:
+        """
+        MPSCNNArithmeticGradient.secondaryScale (the forward sS)
+        """
+    @secondary_scale.setter
+    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def secondary_stride_in_feature_channels(self) -> int:
+        """
+        MPSCNNArithmeticGradient.secondaryStrideInFeatureChannels (must equal the forward kernel's)
+        """
+    @secondary_stride_in_feature_channels.setter
+    def secondary_stride_in_feature_channels(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNAddGradient(CNNArithmeticGradient):
+    """
+    MPSCNNAddGradient: primary dX = primary_scale*G, secondary dY = secondary_scale*G
+    """
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+        """
+        -[MPSCNNAddGradient initWithDevice:isSecondarySourceFilter:]
+        """
+class CNNSubtractGradient(CNNArithmeticGradient):
+    """
+    MPSCNNSubtractGradient: primary dX = primary_scale*G, secondary dY = -secondary_scale*G (MPS code that sets primary_scale = -1 on the secondary filter still gets -G)
+    """
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+        """
+        -[MPSCNNSubtractGradient initWithDevice:isSecondarySourceFilter:]
+        """
+class CNNMultiplyGradient(CNNArithmeticGradient):
+    """
+    MPSCNNMultiplyGradient: primary dX = pS*sS*y*G (source_image = y), secondary dY = pS*sS*x*G (source_image = x)
+    """
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+        """
+        -[MPSCNNMultiplyGradient initWithDevice:isSecondarySourceFilter:]
+        """
+class CNNDivideGradient(CNNArithmeticGradient):
+    """
+    mpsgrad extension (MPS has no divide gradient): primary dX = G*pS/(sS*y) (source_image = y), secondary dY = -G*pS*x/(sS*y^2) (source_image = x; y is the copy CNNDivide stored in the state)
+    """
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+        """
+        CNNDivideGradient(device, is_secondary_source_filter), shaped like the MPS arithmetic gradient inits
+        """
+class CNNSoftMaxGradientState(NNGradientState):
+    """
+    The MPSNNGradientState CNNSoftMax / CNNLogSoftMax write for their gradients (forward geometry, and which images were the forward input and output)
+    """
+    @property
+    def is_log_softmax(self) -> bool:
+        ...
+class CNNSoftMax(CNNKernel):
+    """
+    MPSCNNSoftMax: Y_k = exp(X_k - M) / sum_j exp(X_j - M) across the feature channels of every pixel (M = max_j X_j, so any magnitude is safe).
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNSoftMax initWithDevice:]
+        """
+class CNNLogSoftMax(CNNKernel):
+    """
+    MPSCNNLogSoftMax: Y_k = (X_k - M) - log(sum_j exp(X_j - M)) across the feature channels of every pixel.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNLogSoftMax initWithDevice:]
+        """
+class CNNSoftMaxGradient(CNNGradientKernel):
+    """
+    MPSCNNSoftMaxGradient: dX_k = Y_k * (G_k - sum_j G_j Y_j). source_image is the forward OUTPUT Y (not X); gradient_state is CNNSoftMax's result state.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNSoftMaxGradient initWithDevice:]
+        """
+class CNNLogSoftMaxGradient(CNNGradientKernel):
+    """
+    MPSCNNLogSoftMaxGradient: dX_k = G_k - exp(Y_k) * sum_j G_j. source_image is the forward OUTPUT Y (log-probabilities); gradient_state is CNNLogSoftMax's result state.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNLogSoftMaxGradient initWithDevice:]
+        """
+def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
+    """
+    MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)
+    """
+def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
+    """
+    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
+    """
+def image_batch_increment_read_count(batch: collections.abc.Sequence[Image], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    MPSImageBatchIncrementReadCount: each unique temporary image once; returns the unique count.
+    """
+def padding_destination_size(source_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, kernel_size: typing.SupportsInt | typing.SupportsIndex, style: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    DestSize of the MPSNNPadding arithmetic (style -1, 0 or 1).
+    """
+def padding_offset(source_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, kernel_size: typing.SupportsInt | typing.SupportsIndex, method: typing.SupportsInt | typing.SupportsIndex, axis: str = 'x', reverse: bool = False) -> int:
+    """
+    The window-centre offset the MPSNNPadding arithmetic gives along an axis.
+    """
+def state_batch_increment_read_count(batch: collections.abc.Sequence[State], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    MPSStateBatchIncrementReadCount: each unique state once; returns the unique count.
+    """
+RECT_NO_CLIP: Region
