@@ -9,8 +9,10 @@ torch.clamp's derivative is 1 on the boundary and so is the mask mpsgrad stores;
 picked away from every value so the boundary never decides a case.
 
 Bound: max relative error <= 1e-4. Forward values are one or two float32 roundings; a
-gradient element sums at most 2*5*6*7 = 420 float32 terms of O(1), whose rounding error is ~1e-6
-relative to the largest term; any indexing or reduction mistake gives an O(1) error.
+gradient element sums at most 2*5*6*7 = 420 float32 terms of O(1) in the grid (30720 in the
+large-reduction test), which the backends add in blocked / tree order with an error of ~1e-6
+relative to the result's scale; any indexing or reduction mistake gives an O(1) error. The large
+reductions are also required to be bitwise identical run to run.
 """
 from __future__ import annotations
 
@@ -383,3 +385,30 @@ def test_bad_arithmetic_gradient_inputs(device, queue):
     cb.wait_until_completed()
     assert cb.status == m.CommandBufferStatus.COMPLETED
     np.testing.assert_allclose(dx.to_numpy(), g, rtol=1e-6)
+
+
+def test_large_reductions_are_accurate_and_reproducible(device, queue, check):
+    """Gradients of broadcast inputs over a large image (the threadgroup reductions on Metal) match
+    autograd and are bitwise identical run to run."""
+    gen = rng("arith-large")
+    x = randn(gen, 2, 48, 40, 16)
+    patterns = {"scalar": ((1, 1, 1), (0, 0, 0)), "pixel": ((1, 1, 16), (0, 0, 1)), "row": ((1, 40, 16), (1, 0, 1))}
+    g = randn(gen, 2, 48, 40, 16)
+    for name, (shape, strides) in patterns.items():
+        y = randn(gen, 2, *shape)
+        results = []
+        for _ in range(2):
+            mul = m.CNNMultiply(device)
+            _set_strides(mul, "secondary", strides)
+            cb = queue.command_buffer()
+            X, Y = m.batch_from_numpy(x, device), m.batch_from_numpy(y, device)
+            _, states = mul.encode_batch(cb, X, Y, destination_state_is_temporary=False)
+            gy = m.CNNMultiplyGradient(device, True)
+            gy.destination_image_allocator = m.ImageAllocator.persistent()
+            dys = gy.encode_batch(cb, m.batch_from_numpy(g, device), X, states)
+            cb.commit()
+            cb.wait_until_completed()
+            results.append(m.batch_to_numpy(dys))
+        np.testing.assert_array_equal(results[0], results[1], err_msg=f"{name}: not reproducible")
+        _, _, dy_ref = _torch_ref(lambda a, b: a * b, x, y, g, 1.0, 1.0, 0.0, None)
+        check(results[0], dy_ref, f"{name} reduction")
