@@ -134,6 +134,12 @@ std::shared_ptr<Backend> createBackend() {
     }
     NS::String* name = ctx.device->name();
     ctx.deviceName = name && name->utf8String() ? name->utf8String() : "Metal device";
+    if (!supportsKernels(ctx.device.get())) {
+        // Better no Metal device than kernels that fail to build or compute garbage.
+        setUnavailableReason("the Metal device '" + ctx.deviceName +
+                             "' lacks SIMD-group reductions (GPU family Apple7 or Mac2 needed)");
+        return nullptr;
+    }
     KernelLibrary library = loadKernelLibrary(ctx.device.get());
     ctx.pipelines = std::make_unique<PipelineCache>(ctx.device, library.library, library.description);
     ctx.buffers = std::make_shared<BufferPool>(ctx.device, poolLimitBytes());

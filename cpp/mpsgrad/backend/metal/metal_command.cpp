@@ -102,7 +102,12 @@ void MetalCommandBuffer::commit(std::function<void(const std::string&)> done) {
     endEncoding();
     auto completion = std::make_shared<Completion>();
     completion->done = std::move(done);
-    buffer_->addCompletedHandler([completion](MTL::CommandBuffer* buffer) { completion->finish(buffer); });
+    // `keep`: finishing may release the last reference to the MTLCommandBuffer and with it this
+    // very handler; the Completion must outlive its own finish().
+    buffer_->addCompletedHandler([completion](MTL::CommandBuffer* buffer) {
+        std::shared_ptr<Completion> keep = completion;
+        keep->finish(buffer);
+    });
     buffer_->commit();
     committed_ = true;
 }

@@ -43,14 +43,25 @@ Ref<MTL::Library> loadFile(MTL::Device* device, const std::string& path, std::st
 
 }  // namespace
 
+bool supportsKernels(MTL::Device* device) {
+    return device->supportsFamily(MTL::GPUFamilyApple7) || device->supportsFamily(MTL::GPUFamilyMac2);
+}
+
 Ref<MTL::Device> selectDevice() {
-    if (MTL::Device* device = MTL::CreateSystemDefaultDevice()) return adopt(device);
+    Ref<MTL::Device> fallback = adopt(MTL::CreateSystemDefaultDevice());
+    if (fallback && supportsKernels(fallback.get())) return fallback;
+    // Command-line processes (and CI virtual machines) may get no default device while
+    // MTLCopyAllDevices still lists one; a default device without the needed features may have a
+    // capable sibling (a Mac with two GPUs).
     NS::Array* all = MTL::CopyAllDevices();
-    if (!all) return {};
     Ref<MTL::Device> chosen;
-    if (all->count() > 0) chosen = retain(all->object<MTL::Device>(0));
-    all->release();
-    return chosen;
+    for (NS::UInteger i = 0; all && i < all->count() && !chosen; ++i) {
+        auto* device = all->object<MTL::Device>(i);
+        if (!fallback) fallback = retain(device);
+        if (supportsKernels(device)) chosen = retain(device);
+    }
+    if (all) all->release();
+    return chosen ? chosen : fallback;
 }
 
 KernelLibrary loadKernelLibrary(MTL::Device* device) {

@@ -10,8 +10,13 @@
 
 namespace mpsgrad::metal_backend {
 
-// The system default device, else the first of all devices (command-line processes on Macs
-// with several GPUs may get no default); null when the machine has no Metal device.
+// Whether `device` runs mpsgrad's kernels: they use SIMD-group reductions (simd_sum), which
+// Metal offers from the Apple7 family (M1, A14) and on Mac2 GPUs.
+bool supportsKernels(MTL::Device* device);
+
+// The system default device if it supportsKernels, else the first capable one of all devices,
+// else whatever device there is (the caller reports why it cannot be used); null when the
+// machine has no Metal device.
 Ref<MTL::Device> selectDevice();
 
 struct KernelLibrary {
