@@ -70,7 +70,8 @@ elseif(APPLE)
     message(FATAL_ERROR "metal-cpp not found in ${_metal_cpp_dir} (expected Metal/Metal.hpp)")
   endif()
   target_include_directories(mpsgrad_core SYSTEM PRIVATE "${_metal_cpp_dir}")
-  target_link_libraries(mpsgrad_core PUBLIC "-framework Metal" "-framework Foundation")
+  # CoreGraphics: without it, MTLCreateSystemDefaultDevice returns nil in command-line processes.
+  target_link_libraries(mpsgrad_core PUBLIC "-framework Metal" "-framework Foundation" "-framework CoreGraphics")
 
   # The kernel library. Metal compiles with fast math by default; the kernels are built without it
   # so that NaN/inf handling and the transcendental functions of neuron_math.h behave as on the
