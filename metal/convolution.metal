@@ -26,6 +26,7 @@
 #include "convolution_params.h"
 #include "image_indexing.h"
 #include "neuron_math.h"
+#include "utility_params.h"
 #include "vector_access.h"
 
 using namespace metal;
@@ -567,17 +568,23 @@ kernel void convolution_data_gradient_depthwise(constant ConvolutionDataGradient
 }
 
 // ==========================================================================================
-// Weight gradient: grid (ceil(kg / kWgTileC), ceil(cog / kWgTileO), groups) x kWgThreads.
-// A threadgroup owns dW[o0 .. o0+8)[c0 .. c0+16) of one group and reduces over every pixel of E.
-// Per step it stages 32 pixels' gradient values and input patches; simdgroup s owns columns
-// c0 + 4s .. c0 + 4s + 3 of all 8 rows, lane l accumulates pixel l of every step, and simd_sum
-// adds the lanes at the end. Bindings: 0 params, 1 gradient E, 2 source X, 3 weight gradient dW.
+// Weight gradient: grid (ceil(kg / kWgTileC), ceil(cog / kWgTileO), groups * split.slices) x
+// kWgThreads. A threadgroup owns dW[o0 .. o0+8)[c0 .. c0+16) of one group and reduces over the
+// pixels of its slice of E (all of them when split.slices == 1). Per step it stages 32 pixels'
+// gradient values and input patches; simdgroup s owns columns c0 + 4s .. c0 + 4s + 3 of all 8
+// rows, lane l accumulates pixel l of every step, and simd_sum adds the lanes at the end.
+// Small layers have few tiles, so the host splits their pixels into slices (more threadgroups);
+// each slice then writes its sums to `partials` ([slice][cout][kg]) and sum_slices
+// (utility.metal) adds them in slice order.
+// Bindings: 0 params, 1 gradient E, 2 source X, 3 weight gradient dW, 4 split, 5 partials.
 
 [[max_total_threads_per_threadgroup(128)]]
 kernel void convolution_weight_gradient(constant ConvolutionWeightGradientParams& p [[buffer(0)]],
                                         device const float* gradient [[buffer(1)]],
                                         device const float* source [[buffer(2)]],
                                         device float* weightGradient [[buffer(3)]],
+                                        constant ReductionSplit& split [[buffer(4)]],
+                                        device float* partials [[buffer(5)]],
                                         uint3 group [[threadgroup_position_in_grid]],
                                         uint threadIndex [[thread_index_in_threadgroup]],
                                         uint lane [[thread_index_in_simdgroup]],
@@ -586,19 +593,20 @@ kernel void convolution_weight_gradient(constant ConvolutionWeightGradientParams
     threadgroup float4 tileX[kWgPixels][kWgTileC / 4];  // [pixel][column quad]
 
     const int tid = int(threadIndex);
-    const int g = int(group.z);
+    const int g = int(group.z) % p.groups;
+    const int sliceIndex = int(group.z) / p.groups;
     const int cig = p.source.channels / p.groups;
     const int cog = p.gradient.channels / p.groups;
     const int kg = p.kernelHeight * p.kernelWidth * cig;
     const int o0 = int(group.y) * kWgTileO;
     const int c0 = int(group.x) * kWgTileC;
-    const int pixels = p.batch * p.gradient.height * p.gradient.width;
+    const int pixels = min(p.batch * p.gradient.height * p.gradient.width, (sliceIndex + 1) * split.pixelsPerSlice);
     const int slot = tid % kWgPixels;  // the staged pixel this thread loads for
 
     float4 acc[kWgTileO];  // acc[r]: output o0 + r, columns c0 + 4*simd .. + 3
     for (int r = 0; r < kWgTileO; ++r) acc[r] = 0.0f;
 
-    for (int base = 0; base < pixels; base += kWgPixels) {
+    for (int base = sliceIndex * split.pixelsPerSlice; base < pixels; base += kWgPixels) {
         const int m = base + slot;
         const bool valid = m < pixels;
         const FlatPixel q = unflattenPixel(valid ? m : 0, p.gradient.height, p.gradient.width);
@@ -663,11 +671,16 @@ kernel void convolution_weight_gradient(constant ConvolutionWeightGradientParams
     }
 
     const int col = c0 + 4 * int(simd);
+    const int rows = p.gradient.channels;  // of dW, over all groups
     for (int r = 0; r < kWgTileO; ++r) {
         float4 sum = simd_sum(acc[r]);
         int o = o0 + r;
-        if (lane == 0 && o < cog && col < kg)
-            writeWeightGradient(p, weightGradient, (g * cog + o) * kg + col, min(4, kg - col), sum);
+        if (lane != 0 || o >= cog || col >= kg) continue;
+        int index = (g * cog + o) * kg + col;
+        if (split.slices == 1)
+            writeWeightGradient(p, weightGradient, index, min(4, kg - col), sum);
+        else
+            storeFloat4(partials, sliceIndex * rows * kg + index, sum, min(4, kg - col), kAlignedWeights);
     }
 }
 

@@ -52,3 +52,19 @@ kernel void copy_channels(constant ChannelCopyParams& p [[buffer(0)]],
     float4 v = loadFloat4(source, pixelIndex(p.source, n, y, x) + c, count, kAlignedSource);
     storeFloat4(destination, pixelIndex(p.destination, n, y, x) + c, v, count, kAlignedDestination);
 }
+
+// destination[i] (+)= partials[i] + partials[count + i] + ... in slice order: the second pass of
+// a reduction split across threadgroups (ReductionSplit). Grid ceil(count / 4) threads.
+// Bindings: 0 params, 1 partials, 2 destination.
+kernel void sum_slices(constant SumSlicesParams& p [[buffer(0)]],
+                       device const float* partials [[buffer(1)]],
+                       device float* destination [[buffer(2)]],
+                       uint gid [[thread_position_in_grid]]) {
+    const int i = utility::kFloatsPerThread * int(gid);
+    if (i >= p.count) return;
+    const int count = min(4, p.count - i);
+    float4 sum = loadFloat4(partials, i, count, kAlignedSource);
+    for (int s = 1; s < p.slices; ++s) sum += loadFloat4(partials, s * p.count + i, count, kAlignedSource);
+    if (p.accumulate) sum += loadFloat4(destination, i, count, kAlignedDestination);
+    storeFloat4(destination, i, sum, count, kAlignedDestination);
+}

@@ -26,4 +26,20 @@ struct ChannelCopyParams {
     int32_t batch;
 };
 
+// A reduction over the pixels of a batch split across threadgroups (convolution weight gradient):
+// slice s sums pixels [s * pixelsPerSlice, (s + 1) * pixelsPerSlice). With slices > 1 each slice
+// writes its partial sums to a scratch buffer and sum_slices adds them in slice order. The split
+// depends on the shapes only, so the summation order (and every bit of the result) is fixed.
+struct ReductionSplit {
+    int32_t slices;
+    int32_t pixelsPerSlice;  // a multiple of 32
+};
+
+// destination[i] (+)= sum_{s < slices} partials[s * count + i] in increasing s, for i < count.
+struct SumSlicesParams {
+    int32_t count;
+    int32_t slices;
+    int32_t accumulate;  // 1: add to destination's value, 0: overwrite
+};
+
 }  // namespace mpsgrad

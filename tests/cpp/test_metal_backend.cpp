@@ -248,6 +248,14 @@ std::vector<ConvCase> convCases() {
     v.push_back(make("MisalignedBindings3Depthwise", [](ConvCase& c) {
         c.misalign = 3; c.inC = c.outC = c.groups = 8; c.pre = true; c.neuron = kNeuronReLU;
     }));
+    // Enough pixels and few enough dW tiles that the weight gradient splits its reduction
+    // across threadgroups (partial sums per slice, then summed in slice order).
+    v.push_back(make("WeightGradientSplitOddRows", [](ConvCase& c) {
+        c.batch = 2; c.inC = 3; c.outC = 5; c.srcW = 24; c.srcH = 20; c.misalign = 1;
+    }));
+    v.push_back(make("WeightGradientSplitAligned", [](ConvCase& c) {
+        c.batch = 2; c.inC = 8; c.outC = 8; c.srcW = 16; c.srcH = 16; c.neuron = kNeuronReLU;
+    }));
     v.push_back(make("Everything", [](ConvCase& c) {
         c.batch = 2; c.inC = 12; c.outC = 18; c.groups = 3; c.kW = 4; c.kH = 3; c.sX = 2; c.sY = 3;
         c.dX = 2; c.dY = 1; c.winLeft = -3; c.winTop = -1; c.srcW = 13; c.srcH = 11;

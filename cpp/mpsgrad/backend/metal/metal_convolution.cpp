@@ -3,6 +3,7 @@
 // Each op checks its geometry and bindings, decides which bindings the kernel may access as
 // aligned float4 quads (function constants, so each variant is its own pipeline), and encodes the
 // general implicit-GEMM kernel or, for depthwise convolutions, the per-channel kernel.
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/metal/metal_command.h"
@@ -22,6 +23,8 @@ constexpr unsigned kWeightGradientThreads = 128;
 constexpr int kWeightGradientTileO = 8;   // output channels
 constexpr int kWeightGradientTileC = 16;  // weight-row columns
 constexpr unsigned kReduceThreads = 256;
+constexpr int kSimdWidth = 32;            // pixels per weight-gradient step
+constexpr int kFloatsPerThread = 4;       // utility.metal's sum_slices
 
 struct Geometry {
     int groups;
@@ -66,6 +69,63 @@ int64_t checkedPixels(const char* op, int batch, int width, int height) {
     const int64_t pixels = int64_t(batch) * width * height;
     if (pixels > INT32_MAX) throwValueError(op, ": ", pixels, " pixels in one dispatch; at most 2^31 - 1");
     return pixels;
+}
+
+// How the weight gradient's reduction over `pixels` is split across threadgroups when its dW
+// tiles alone (`tiles` threadgroups) would leave most of the GPU idle: into slices of at least
+// kMinSteps steps of 32 pixels, up to about kTargetThreadgroups threadgroups in all. The split
+// depends on the shapes only, never on the device, so results are the same bits everywhere.
+ReductionSplit weightGradientSplit(int64_t pixels, int64_t tiles) {
+    constexpr int64_t kTargetThreadgroups = 512;
+    constexpr int64_t kMinSteps = 8;
+    const int64_t steps = (pixels + kSimdWidth - 1) / kSimdWidth;
+    const int64_t maxSlices = std::max<int64_t>(1, steps / kMinSteps);
+    const int64_t wanted = std::max<int64_t>(1, std::min(maxSlices, kTargetThreadgroups / std::max<int64_t>(tiles, 1)));
+    const int64_t stepsPerSlice = std::max<int64_t>(1, (steps + wanted - 1) / wanted);
+    ReductionSplit split;
+    split.slices = int32_t(std::max<int64_t>(1, (steps + stepsPerSlice - 1) / stepsPerSlice));
+    split.pixelsPerSlice = int32_t(stepsPerSlice * kSimdWidth);
+    return split;
+}
+
+// The general weight gradient, split or not, then (when split) the sum of the slices into dW.
+void encodeGeneralWeightGradient(MetalContext& ctx, CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
+                                 const Geometry& g, const BufferSlice& grad, const BufferSlice& src,
+                                 const BufferSlice& weightGradient, bool alignedGradient) {
+    const char* op = "convolution_weight_gradient";
+    const MTL::Size tiles(ceilDiv(g.rowLength, kWeightGradientTileC), ceilDiv(g.outPerGroup, kWeightGradientTileO),
+                          g.groups);
+    const int64_t pixels = int64_t(p.batch) * p.gradient.width * p.gradient.height;
+    const ReductionSplit split = weightGradientSplit(pixels, int64_t(tiles.width) * tiles.height * tiles.depth);
+    const int64_t weightFloats = int64_t(p.gradient.channels) * g.rowLength;
+    if (split.slices * weightFloats > INT32_MAX) throwValueError(op, ": the weight gradient is too large to split");
+    const bool alignedWeights = g.rowLength % 4 == 0 && quadAligned(weightGradient);
+
+    FunctionConstants constants;
+    constants.setBool(kConstantAlignedInput, g.inPerGroup % 4 == 0 && quadAligned(p.source))
+        .setBool(kConstantAlignedConvGradient, alignedGradient)
+        .setBool(kConstantAlignedWeights, alignedWeights);
+    const Pipeline& pipeline = ctx.pipelines->get("convolution_weight_gradient", constants);
+    const Pipeline* sumPipeline = nullptr;
+    if (split.slices > 1) {
+        FunctionConstants sumConstants;
+        sumConstants.setBool(kConstantAlignedSource, weightFloats % 4 == 0)
+            .setBool(kConstantAlignedDestination, quadAligned(weightGradient));
+        sumPipeline = &ctx.pipelines->get("sum_slices", sumConstants);
+    }
+
+    // Partial sums per slice (the kernel writes every element of it).
+    const BufferSlice partials =
+        split.slices > 1 ? BufferSlice{ctx.buffers->allocate(size_t(split.slices * weightFloats) * sizeof(float)), 0}
+                         : BufferSlice{};
+    KernelDispatch dispatch(pipeline);
+    dispatch.params(p).buffer(1, grad).buffer(2, src).buffer(3, weightGradient).bytes(4, split).buffer(5, partials);
+    dispatch.encodeThreadgroups(ctx, cb, MTL::Size(tiles.width, tiles.height, tiles.depth * split.slices),
+                                kWeightGradientThreads, true);
+    if (!sumPipeline) return;
+    KernelDispatch sum(*sumPipeline);
+    sum.params(SumSlicesParams{int32_t(weightFloats), split.slices, p.accumulate}).buffer(1, partials).buffer(2, weightGradient);
+    sum.encodeThreads(ctx, cb, MTL::Size(ceilDiv(weightFloats, kFloatsPerThread), 1, 1));
 }
 
 }  // namespace
@@ -194,23 +254,15 @@ void encodeConvolutionWeightGradient(MetalContext& ctx, CommandBuffer& cb, Convo
     // An empty batch still writes: the sums are zero (or leave the accumulated values as they are).
 
     const bool alignedGradient = (g.depthwise || g.outPerGroup % 4 == 0) && quadAligned(p.gradient);
-    if (p.computeWeights) {
+    if (p.computeWeights && !g.depthwise) {
+        encodeGeneralWeightGradient(ctx, cb, p, g, grad, src, weightGradient, alignedGradient);
+    } else if (p.computeWeights) {
         FunctionConstants constants;
-        constants.setBool(kConstantAlignedInput, (g.depthwise || g.inPerGroup % 4 == 0) && quadAligned(p.source))
+        constants.setBool(kConstantAlignedInput, quadAligned(p.source))
             .setBool(kConstantAlignedConvGradient, alignedGradient);
-        if (!g.depthwise)
-            constants.setBool(kConstantAlignedWeights, g.rowLength % 4 == 0 && quadAligned(weightGradient));
-        const Pipeline& pipeline = ctx.pipelines->get(
-            g.depthwise ? "convolution_weight_gradient_depthwise" : "convolution_weight_gradient", constants);
-        KernelDispatch dispatch(pipeline);
+        KernelDispatch dispatch(ctx.pipelines->get("convolution_weight_gradient_depthwise", constants));
         dispatch.params(p).buffer(1, grad).buffer(2, src).buffer(3, weightGradient);
-        if (g.depthwise)
-            dispatch.encodeThreadgroups(ctx, cb, MTL::Size(ceilDiv(outChannels, 4), g.taps, 1), kReduceThreads, true);
-        else
-            dispatch.encodeThreadgroups(ctx, cb,
-                                        MTL::Size(ceilDiv(g.rowLength, kWeightGradientTileC),
-                                                  ceilDiv(g.outPerGroup, kWeightGradientTileO), g.groups),
-                                        kWeightGradientThreads, true);
+        dispatch.encodeThreadgroups(ctx, cb, MTL::Size(ceilDiv(outChannels, 4), g.taps, 1), kReduceThreads, true);
     }
     if (p.computeBiases) {
         FunctionConstants constants;

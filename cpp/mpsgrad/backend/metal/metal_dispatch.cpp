@@ -74,7 +74,7 @@ bool quadAligned(const ImageLayout& l) {
 
 KernelDispatch& KernelDispatch::buffer(unsigned index, const BufferSlice& slice) {
     buffers_.at(index) = slice;
-    bufferCount_ = std::max(bufferCount_, index + 1);
+    bindingCount_ = std::max(bindingCount_, index + 1);
     return *this;
 }
 
@@ -109,9 +109,11 @@ void KernelDispatch::encode(MetalContext& ctx, CommandBuffer& cb, MTL::Size grid
 
     MTL::ComputeCommandEncoder* encoder = metal.computeEncoder();
     encoder->setComputePipelineState(pipeline_.state.get());
-    if (!params_.empty()) encoder->setBytes(params_.data(), params_.size(), 0);
-    for (unsigned i = 0; i < bufferCount_; ++i) {
-        if (i == 0 && !params_.empty()) continue;
+    for (unsigned i = 0; i < bindingCount_; ++i) {
+        if (!bytes_[i].empty()) {
+            encoder->setBytes(bytes_[i].data(), bytes_[i].size(), i);
+            continue;
+        }
         const BufferSlice& slice = buffers_[i] ? buffers_[i] : BufferSlice{ctx.placeholder, 0};
         encoder->setBuffer(metalBufferOf("dispatch", "binding", slice).mtlBuffer(), slice.offset, i);
         cb.retain(slice.buffer);

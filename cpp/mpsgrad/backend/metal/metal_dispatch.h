@@ -4,6 +4,7 @@
 #include <Foundation/Foundation.hpp>
 #include <Metal/Metal.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -51,20 +52,28 @@ inline bool quadAligned(const BufferSlice& slice) { return slice.offset % 16 == 
 
 // Collects a kernel's params and buffers, then encodes the dispatch into a command buffer's
 // compute encoder in one go: nothing reaches the encoder unless every check has passed.
-// Params go through setBytes at index 0 (copied at encode time, at most 4 KiB); an empty slice
-// binds the backend's placeholder buffer. The command buffer keeps every bound Buffer alive
+// Params go through setBytes (copied at encode time, at most 4 KiB); an index with neither bytes
+// nor a buffer, or with an empty slice, binds the backend's placeholder buffer. The command buffer keeps every bound Buffer alive
 // until it completes.
 class KernelDispatch {
 public:
     explicit KernelDispatch(const Pipeline& pipeline) : pipeline_(pipeline) {}
 
+    // A small struct for a `constant T& x [[buffer(index)]]` parameter, copied by setBytes.
     template <class Params>
-    KernelDispatch& params(const Params& p) {
+    KernelDispatch& bytes(unsigned index, const Params& p) {
         static_assert(std::is_trivially_copyable<Params>::value, "params go to the GPU as bytes");
         static_assert(sizeof(Params) <= 4096, "setBytes takes at most 4 KiB");
-        params_.resize(sizeof(Params));
-        std::memcpy(params_.data(), &p, sizeof(Params));
+        std::vector<unsigned char>& b = bytes_.at(index);
+        b.resize(sizeof(Params));
+        std::memcpy(b.data(), &p, sizeof(Params));
+        bindingCount_ = std::max(bindingCount_, index + 1);
         return *this;
+    }
+    // The kernel's params struct, at index 0 by convention.
+    template <class Params>
+    KernelDispatch& params(const Params& p) {
+        return bytes(0, p);
     }
     KernelDispatch& buffer(unsigned index, const BufferSlice& slice);
 
@@ -85,9 +94,9 @@ private:
     void encode(MetalContext& ctx, CommandBuffer& cb, MTL::Size grid, MTL::Size threadgroup, bool gridInThreads);
 
     const Pipeline& pipeline_;
-    std::vector<unsigned char> params_;
+    std::array<std::vector<unsigned char>, 31> bytes_{};  // setBytes bindings (empty: none)
     std::array<BufferSlice, 31> buffers_{};
-    unsigned bufferCount_ = 0;  // highest bound index + 1
+    unsigned bindingCount_ = 0;  // highest bound index + 1
 };
 
 }  // namespace mpsgrad::metal_backend
