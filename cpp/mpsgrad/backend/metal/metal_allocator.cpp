@@ -1,5 +1,6 @@
 #include "backend/metal/metal_allocator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -20,11 +21,15 @@ size_t BufferPool::bucketCapacity(size_t bytes) {
     return capacity;
 }
 
-BufferPool::BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes)
-    : device_(std::move(device)), maxPooledBytes_(maxPooledBytes) {}
+size_t BufferPool::capacityFor(size_t bytes) const {
+    return exactCapacity_ ? std::max<size_t>(16, (bytes + 15) / 16 * 16) : bucketCapacity(bytes);
+}
+
+BufferPool::BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes, bool exactCapacity)
+    : device_(std::move(device)), maxPooledBytes_(maxPooledBytes), exactCapacity_(exactCapacity) {}
 
 std::shared_ptr<Buffer> BufferPool::allocate(size_t bytes) {
-    const size_t capacity = bucketCapacity(bytes);
+    const size_t capacity = capacityFor(bytes);
     Ref<MTL::Buffer> buffer = takePooled(capacity);
     if (!buffer) buffer = create(capacity);
     auto result = std::make_shared<MetalBuffer>(shared_from_this(), buffer, capacity, bytes);

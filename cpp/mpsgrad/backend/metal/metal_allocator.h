@@ -29,7 +29,10 @@ public:
     };
 
     // Keeps at most `maxPooledBytes` of freed buffers; larger frees go back to Metal.
-    BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes);
+    // `exactCapacity`: size every MTLBuffer to the request (rounded to 16 bytes) instead of its
+    // bucket, so that a memory checker (ASan in the Linux emulation) sees a kernel that reads or
+    // writes past the end of a binding; reuse then needs the same size.
+    BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes, bool exactCapacity = false);
 
     // A zero-filled buffer of `bytes` bytes (its MTLBuffer may be larger: the bucket's capacity).
     // MetalError when the device cannot allocate it even after the pool was emptied.
@@ -41,6 +44,8 @@ public:
     // The capacity of the bucket serving `bytes`: powers of two up to 1 MiB (at least 256 B),
     // then whole MiB, so a request wastes at most half of a small buffer and 1 MiB of a large one.
     static size_t bucketCapacity(size_t bytes);
+    // The capacity this pool allocates for `bytes`.
+    size_t capacityFor(size_t bytes) const;
 
     // Called by a MetalBuffer when its last reference goes: keeps `buffer` for reuse.
     void recycle(Ref<MTL::Buffer> buffer, size_t capacity);
@@ -51,6 +56,7 @@ private:
 
     Ref<MTL::Device> device_;
     size_t maxPooledBytes_;
+    bool exactCapacity_;
     mutable std::mutex mutex_;
     std::map<size_t, std::vector<Ref<MTL::Buffer>>> free_;  // by capacity
     Stats stats_;

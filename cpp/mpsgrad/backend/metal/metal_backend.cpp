@@ -28,6 +28,12 @@ size_t poolLimitBytes() {
     return megabytes << 20;
 }
 
+// $MPSGRAD_METAL_EXACT_BUFFERS=1: MTLBuffers sized exactly to each request (for memory checkers).
+bool exactBufferSizes() {
+    const char* env = std::getenv("MPSGRAD_METAL_EXACT_BUFFERS");
+    return env && *env && *env != '0';
+}
+
 class MetalBackend final : public Backend {
 public:
     explicit MetalBackend(MetalContext context) : ctx_(std::move(context)) {}
@@ -142,7 +148,7 @@ std::shared_ptr<Backend> createBackend() {
     }
     KernelLibrary library = loadKernelLibrary(ctx.device.get());
     ctx.pipelines = std::make_unique<PipelineCache>(ctx.device, library.library, library.description);
-    ctx.buffers = std::make_shared<BufferPool>(ctx.device, poolLimitBytes());
+    ctx.buffers = std::make_shared<BufferPool>(ctx.device, poolLimitBytes(), exactBufferSizes());
     ctx.placeholder = ctx.buffers->allocate(16);
     setUnavailableReason("");
     return std::make_shared<MetalBackend>(std::move(ctx));
