@@ -79,7 +79,16 @@ void bindNeuron(py::module_& m) {
         m, "CNNNeuronGradientState",
         "The MPSNNGradientState a CNNNeuron writes for CNNNeuronGradient (forward geometry, neuron type, and "
         "which images were the forward input and output)")
-        .def_property_readonly("neuron_type", [](const CNNNeuronGradientState& s) { return s.neuronType; });
+        .def_property_readonly("neuron_type", [](const CNNNeuronGradientState& s) { return s.neuronType; })
+        .def_property_readonly(
+            "gradient_for_data",
+            [](const CNNNeuronGradientState& s) -> py::object {
+                if (!s.dataCount()) return py::none();
+                return floatView(s.gradientForData(), {py::ssize_t(s.dataCount())});
+            },
+            "mpsgrad extension (MPS has none): PReLU's dL/da, one value per PReLU data value, written by "
+            "CNNNeuronGradient: the sum over the pixels of this state's forward image of G * min(X, 0) (0 for "
+            "channels the forward pass did not process). None for the other neuron types.");
 
     py::class_<CNNNeuron, CNNKernel, std::shared_ptr<CNNNeuron>>(
         m, "CNNNeuron",

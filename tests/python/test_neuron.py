@@ -418,3 +418,51 @@ def test_fused_prelu_data_length_is_checked(device):
     d.fused_neuron_descriptor = m.NNNeuronDescriptor.prelu([0.1] * 4)
     with pytest.raises(ValueError, match="PReLU data has 4"):
         m.CNNConvolutionWeightsDataSource(d, np.zeros((6, 3, 3, 4), np.float32))
+
+
+# ---- PReLU slope gradient (mpsgrad extension) ---------------------------------------------------------
+
+
+def test_prelu_slope_gradient_extension(device, queue, check):
+    """CNNNeuronGradientState.gradient_for_data = dL/da of this state's forward image, against autograd
+    of F.prelu's weight; with data per channel of the source image, only the processed slice is nonzero."""
+    gen = rng("prelu-da")
+    x = randn(gen, 2, 5, 6, C)
+    g = randn(gen, 2, 5, 6, C)
+    desc = m.NNNeuronDescriptor.prelu(PRELU_DATA)
+    neuron, grad = m.CNNNeuron(device, desc), m.CNNNeuronGradient(device, desc)
+    xs = m.batch_from_numpy(x, device)
+    cb = queue.command_buffer()
+    _, states = neuron.encode_batch(cb, xs, destination_state_is_temporary=False)
+    grad.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    for i in range(2):
+        X = torch.tensor(x[i:i + 1], dtype=torch.float64).permute(0, 3, 1, 2)
+        w = torch.tensor(PRELU_DATA, dtype=torch.float64, requires_grad=True)
+        (F.prelu(X, w) * torch.tensor(g[i:i + 1], dtype=torch.float64).permute(0, 3, 1, 2)).sum().backward()
+        check(states[i].gradient_for_data, w.grad.numpy(), f"dL/da of image {i}")
+
+    # data per channel of a 12-channel image, channels 4..9 processed
+    data = list(np.linspace(-0.5, 0.5, 12))
+    x2 = randn(gen, 1, 4, 5, 12)
+    g2 = randn(gen, 1, 4, 5, 12)
+    desc2 = m.NNNeuronDescriptor.prelu(data)
+    n2 = m.CNNNeuron(device, desc2)
+    n2.source_feature_channel_offset = 4
+    n2.source_feature_channel_max_count = 6
+    X2 = m.Image.from_numpy(x2, device)
+    cb = queue.command_buffer()
+    _, state = n2.encode(cb, X2, destination_state_is_temporary=False)
+    m.CNNNeuronGradient(device, desc2).encode(cb, m.Image.from_numpy(g2[..., 4:10].copy(), device), X2, state)
+    cb.commit()
+    cb.wait_until_completed()
+    xs2, gs2 = x2[0, ..., 4:10].astype(np.float64), g2[0, ..., 4:10].astype(np.float64)
+    expected = np.zeros(12)
+    expected[4:10] = (gs2 * np.minimum(xs2, 0)).sum(axis=(0, 1))
+    check(state.gradient_for_data, expected, "dL/da of the processed slice")
+    assert np.all(state.gradient_for_data[:4] == 0) and np.all(state.gradient_for_data[10:] == 0)
+
+    _, relu_state = m.CNNNeuron(device, m.NNNeuronDescriptor(T.RELU)).encode(
+        queue.command_buffer(), X2, destination_state_is_temporary=False)
+    assert relu_state.gradient_for_data is None

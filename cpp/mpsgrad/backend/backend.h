@@ -90,6 +90,12 @@ public:
     virtual void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                 const BufferSlice& source, const BufferSlice& neuronData,
                                 const BufferSlice& destination) = 0;
+    // Extension: PReLU's gradient with respect to its per-channel a over the geometry of p
+    // (p.destination is unused): overwrites aGradient[p.neuronDataOffset + c], c < p.destination.channels,
+    // with sum over every pixel of G * (X < 0 ? X : 0), summed in a fixed order.
+    virtual void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p,
+                                           const BufferSlice& gradient, const BufferSlice& source,
+                                           const BufferSlice& aGradient) = 0;
 
     // ---- arithmetic family (metal/arithmetic_params.h) ---------------------------------
     // clampState may be empty when p.stateMode is kArithmeticClampNone.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "core/errors.h"
 
@@ -110,7 +111,9 @@ CNNNeuron::CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescr
 }
 
 StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
-    auto state = std::make_shared<CNNNeuronGradientState>(device_, descriptor_.neuronType, cb != nullptr, cb);
+    auto state = std::make_shared<CNNNeuronGradientState>(
+        device_, descriptor_.neuronType,
+        descriptor_.neuronType == CNNNeuronType::PReLU ? descriptor_.data.size() : 0, cb != nullptr, cb);
     try {
         state->producer = shared_from_this();
     } catch (const std::bad_weak_ptr&) {
@@ -189,6 +192,9 @@ void CNNNeuronGradient::checkGradientStateType(const State& state) const {
     if (s->neuronType != descriptor_.neuronType)
         throwValueError("gradient_state: comes from a CNNNeuron of type ", neuronTypeName(s->neuronType),
                         " but this CNNNeuronGradient has type ", neuronTypeName(descriptor_.neuronType));
+    if (s->dataCount() != (descriptor_.neuronType == CNNNeuronType::PReLU ? descriptor_.data.size() : 0))
+        throwValueError("gradient_state: comes from a PReLU with ", s->dataCount(),
+                        " values but this CNNNeuronGradient has ", descriptor_.data.size());
 }
 
 void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
@@ -196,6 +202,13 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
                                            const ImageBatch& destinations) {
     const int32_t gEdge = edgeModeCode(primaryEdgeMode, "primary_edge_mode");
     const int32_t xEdge = edgeModeCode(secondaryEdgeMode, "secondary_edge_mode");
+    if (descriptor_.neuronType == CNNNeuronType::PReLU) {
+        std::set<const State*> seen;  // each state receives the a-gradient of its own images
+        for (const auto& s : states)
+            if (!seen.insert(s.get()).second)
+                throwValueError("gradient_states: the same CNNNeuronGradientState appears twice in the batch; a "
+                                "PReLU state receives dL/da of the one forward image it was written for");
+    }
     std::vector<NeuronGradientParams> params;
     std::vector<Region> clips;
     for (size_t i = 0; i < states.size(); ++i) {
@@ -273,6 +286,14 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         backend.neuronGradient(cb, p, sourceGradients[begin]->storage(primaryOffset.z),
                                sourceImages[begin]->storage(secondaryOffset.z), data_,
                                destinations[begin]->storage(clips[begin].origin.z));
+    }
+    // PReLU's dL/da into each state (the extension), over the images of that state.
+    if (descriptor_.neuronType == CNNNeuronType::PReLU) {
+        for (size_t i = 0; i < states.size(); ++i) {
+            auto& state = static_cast<CNNNeuronGradientState&>(*states[i]);
+            backend.neuronPReLUWeightGradient(cb, params[i], sourceGradients[i]->storage(primaryOffset.z),
+                                              sourceImages[i]->storage(secondaryOffset.z), state.gradientForData());
+        }
     }
 }
 

@@ -60,14 +60,29 @@ int32_t preluDataOffset(const NNNeuronDescriptor& d, int64_t channelOffset, int6
 // The state a CNNNeuron writes for its gradient: mpsgrad's concrete MPSNNGradientState. It records
 // the forward geometry (snapshot), the neuron type and which images were the forward input and
 // output, so CNNNeuronGradient can insist on the forward INPUT X as its secondary.
+//
+// Extension (MPS has none): for a PReLU neuron the state also holds gradientForData(), one float
+// per PReLU value, which CNNNeuronGradient fills with dL/da = sum over the pixels of the images
+// encoded with this state of G * min(X, 0) (0 for channels the forward pass did not process).
 class CNNNeuronGradientState final : public NNGradientState {
 public:
-    CNNNeuronGradientState(const Device& device, CNNNeuronType type, bool temporary, const CommandBuffer* cb)
-        : NNGradientState(device, temporary, cb), neuronType(type) {}
+    // dataCount: PReLU values (0 for the other types).
+    CNNNeuronGradientState(const Device& device, CNNNeuronType type, size_t dataCount, bool temporary,
+                           const CommandBuffer* cb)
+        : NNGradientState(device, temporary, cb), neuronType(type), dataCount_(dataCount) {
+        if (dataCount_) addBuffer(dataCount_ * sizeof(float));
+    }
     const char* className() const override { return "CNNNeuronGradientState"; }
+
+    size_t dataCount() const { return dataCount_; }
+    // PReLU's dL/da (empty slice for the other types).
+    BufferSlice gradientForData() const { return dataCount_ ? resourceAtIndex(0) : BufferSlice{}; }
 
     CNNNeuronType neuronType;
     elementwise::StorageIdentity forwardSource, forwardDestination;
+
+private:
+    size_t dataCount_;
 };
 
 // MPSCNNNeuron: Y = f(X) at every pixel and feature channel (f per neuron type, docs/neurons.md).

@@ -184,6 +184,11 @@ public:
         });
     }
 
+    void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
+                                   const BufferSlice& source, const BufferSlice& aGradient) override {
+        encode(cb, [=] { cpu::cnnNeuronPReLUWeightGradient(p, gradient.floats(), source.floats(), aGradient.floats()); });
+    }
+
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {

@@ -90,6 +90,12 @@ public:
         encodeNeuronGradient(ctx_, cb, p, gradient, source, neuronData, destination);
     }
 
+    void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
+                                   const BufferSlice& source, const BufferSlice& aGradient) override {
+        AutoreleaseScope pool;
+        encodeNeuronPReLUWeightGradient(ctx_, cb, p, gradient, source, aGradient);
+    }
+
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {

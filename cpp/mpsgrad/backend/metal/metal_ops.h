@@ -46,6 +46,10 @@ void encodeNeuronForward(MetalContext& ctx, CommandBuffer& cb, NeuronForwardPara
                          const BufferSlice& neuronData, const BufferSlice& destination);
 void encodeNeuronGradient(MetalContext& ctx, CommandBuffer& cb, NeuronGradientParams p, const BufferSlice& gradient,
                           const BufferSlice& source, const BufferSlice& neuronData, const BufferSlice& destination);
+// PReLU's a-gradient extension (metal/neuron_prelu.metal; metal_neuron_prelu.cpp)
+void encodeNeuronPReLUWeightGradient(MetalContext& ctx, CommandBuffer& cb, NeuronGradientParams p,
+                                     const BufferSlice& gradient, const BufferSlice& source,
+                                     const BufferSlice& aGradient);
 
 // ---- arithmetic family (metal/arithmetic.metal; metal_arithmetic.cpp)
 void encodeArithmeticForward(MetalContext& ctx, CommandBuffer& cb, ArithmeticParams p, const BufferSlice& primary,
