@@ -1164,6 +1164,11 @@ class CNNNeuronGradientState(NNGradientState):
     The MPSNNGradientState a CNNNeuron writes for CNNNeuronGradient (forward geometry, neuron type, and which images were the forward input and output)
     """
     @property
+    def gradient_for_data(self) -> typing.Any:
+        """
+        mpsgrad extension (MPS has none): PReLU's dL/da, one value per PReLU data value, written by CNNNeuronGradient: the sum over the pixels of this state's forward image of G * min(X, 0) (0 for channels the forward pass did not process). None for the other neuron types.
+        """
+    @property
     def neuron_type(self) -> CNNNeuronType:
         ...
 class CNNNeuron(CNNKernel):

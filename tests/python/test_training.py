@@ -267,7 +267,9 @@ def test_training_runs_are_bitwise_identical(device, queue):
 
 def test_example_script_runs(device):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(REPO, "python"), env.get("PYTHONPATH")) if p)
+    # The subprocess must import the same mpsgrad as this process (installed wheel, or a build tree).
+    package_parent = os.path.dirname(os.path.dirname(m.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train_conv.py"), "--device", device.name,
                           "--steps", "20"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
