@@ -130,18 +130,18 @@ struct PythonCallback {
     }
 };
 
-std::vector<py::ssize_t> imageShape(const Image& image, int64_t channels) {
-    return {py::ssize_t(image.height()), py::ssize_t(image.width()), py::ssize_t(channels)};
+// The array shape of `channels` channels of one image in `layout`: (H, W, C) or (C, H, W).
+std::vector<py::ssize_t> readWriteShape(const Image& image, int64_t channels, DataLayout layout) {
+    if (layout == DataLayout::HeightxWidthxFeatureChannels)
+        return {py::ssize_t(image.height()), py::ssize_t(image.width()), py::ssize_t(channels)};
+    return {py::ssize_t(channels), py::ssize_t(image.height()), py::ssize_t(image.width())};
 }
 
 py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
                     py::object channelCount) {
     ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
     int64_t channels = image.channelsForReadWrite(params);
-    std::vector<py::ssize_t> shape = layout == DataLayout::HeightxWidthxFeatureChannels
-                                         ? imageShape(image, channels)
-                                         : std::vector<py::ssize_t>{py::ssize_t(channels), py::ssize_t(image.height()),
-                                                                    py::ssize_t(image.width())};
+    std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
     py::array_t<float> out(shape);
     image.readBytes(out.mutable_data(), layout, imageIndex, params);
     return std::move(out);
@@ -151,10 +151,7 @@ void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageI
                 py::object channelCount) {
     ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
     int64_t channels = image.channelsForReadWrite(params);
-    std::vector<py::ssize_t> shape = layout == DataLayout::HeightxWidthxFeatureChannels
-                                         ? imageShape(image, channels)
-                                         : std::vector<py::ssize_t>{py::ssize_t(channels), py::ssize_t(image.height()),
-                                                                    py::ssize_t(image.width())};
+    std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
     auto array = floatArrayOfShape(data, shape, "data");
     image.writeBytes(array.data(), layout, imageIndex, params);
 }

@@ -151,6 +151,18 @@ void reloadFromState(CommandBuffer& cb, ConvolutionWeights& w, const char* kerne
     state->noteRead();
 }
 
+// The kernel geometry every convolution params struct carries (groups, size, stride, dilation).
+template <class Params>
+void setKernelGeometry(Params& p, const CNNConvolutionDescriptor& d) {
+    p.groups = int32_t(d.effectiveGroups());
+    p.kernelWidth = int32_t(d.kernelWidth);
+    p.kernelHeight = int32_t(d.kernelHeight);
+    p.strideX = int32_t(d.strideInPixelsX);
+    p.strideY = int32_t(d.strideInPixelsY);
+    p.dilationX = int32_t(d.dilationRateX);
+    p.dilationY = int32_t(d.dilationRateY);
+}
+
 std::shared_ptr<CNNConvolutionDataSource> requireDataSource(std::shared_ptr<CNNConvolutionDataSource> source) {
     if (!source) throwTypeError("weights: expected a CNNConvolutionDataSource, got None");
     return source;
@@ -297,13 +309,7 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
 
     const bool fused = d.fusedNeuronDescriptor.neuronType != CNNNeuronType::None;
     ConvolutionParams base{};
-    base.groups = int32_t(d.effectiveGroups());
-    base.kernelWidth = int32_t(d.kernelWidth);
-    base.kernelHeight = int32_t(d.kernelHeight);
-    base.strideX = int32_t(d.strideInPixelsX);
-    base.strideY = int32_t(d.strideInPixelsY);
-    base.dilationX = int32_t(d.dilationRateX);
-    base.dilationY = int32_t(d.dilationRateY);
+    setKernelGeometry(base, d);
     base.windowLeftX = int32_t(offset.x - (dilatedKernelWidth() >> 1));
     base.windowTopY = int32_t(offset.y - (dilatedKernelHeight() >> 1));
     base.edgeMode = edge;
@@ -548,13 +554,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.gradient = gradientLayout;
             p.destination = dst.layout(destinationFeatureChannelOffset, in);
             p.batch = 1;
-            p.groups = int32_t(d.effectiveGroups());
-            p.kernelWidth = int32_t(d.kernelWidth);
-            p.kernelHeight = int32_t(d.kernelHeight);
-            p.strideX = int32_t(d.strideInPixelsX);
-            p.strideY = int32_t(d.strideInPixelsY);
-            p.dilationX = int32_t(d.dilationRateX);
-            p.dilationY = int32_t(d.dilationRateY);
+            setKernelGeometry(p, d);
             int64_t kw = (d.kernelWidth - 1) * d.dilationRateX + 1, kh = (d.kernelHeight - 1) * d.dilationRateY + 1;
             p.windowLeftX = int32_t(primaryOffset.x * d.strideInPixelsX + kernelOffsetX - (kw >> 1));
             p.windowTopY = int32_t(primaryOffset.y * d.strideInPixelsY + kernelOffsetY - (kh >> 1));
@@ -570,13 +570,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.gradient = gradientLayout;
             p.source = xImage.layout(secondarySourceFeatureChannelOffset, in);
             p.batch = 1;
-            p.groups = int32_t(d.effectiveGroups());
-            p.kernelWidth = int32_t(d.kernelWidth);
-            p.kernelHeight = int32_t(d.kernelHeight);
-            p.strideX = int32_t(d.strideInPixelsX);
-            p.strideY = int32_t(d.strideInPixelsY);
-            p.dilationX = int32_t(d.dilationRateX);
-            p.dilationY = int32_t(d.dilationRateY);
+            setKernelGeometry(p, d);
             p.windowLeftX = int32_t(secondaryOffset.x);
             p.windowTopY = int32_t(secondaryOffset.y);
             p.edgeMode = xEdge;
