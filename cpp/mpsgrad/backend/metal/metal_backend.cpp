@@ -1,6 +1,6 @@
 // The Metal backend object: device, kernel library, pipeline cache and buffer pool, with each
-// Backend op forwarded to its family's encoder (metal_convolution.cpp, metal_neuron.cpp,
-// metal_utility.cpp).
+// Backend op forwarded to its family's encoder (metal_<family>.cpp: convolution, neuron, arithmetic,
+// softmax, utility).
 #include "backend/metal/metal_backend.h"
 
 #include <cstdlib>
