@@ -61,6 +61,25 @@ ArithmeticOperand makeOperand(const Image& image, int64_t channelOffset, int64_t
     return o;
 }
 
+// The fields ArithmeticParams and CompareParams share: a dispatch's resolved operands and clip, and
+// the formula's scales, bias and clamp bounds. The two shader structs have no common base.
+template <typename Params, typename Resolved>
+void setResolvedFormula(Params& p, const Resolved& r, const CNNArithmetic& k) {
+    p.primary = r.primary;
+    p.secondary = r.secondary;
+    p.destination = r.destination;
+    p.batch = r.batch;
+    p.primaryScale = k.primaryScale;
+    p.secondaryScale = k.secondaryScale;
+    p.bias = k.bias;
+    p.minimumValue = k.minimumValue;
+    p.maximumValue = k.maximumValue;
+    p.clipX = r.clipX;
+    p.clipY = r.clipY;
+    p.clipWidth = r.clipWidth;
+    p.clipHeight = r.clipHeight;
+}
+
 }  // namespace
 
 // ---- CNNArithmetic ------------------------------------------------------------------------------------
@@ -145,10 +164,7 @@ CNNArithmetic::Resolved CNNArithmetic::resolve(const BinaryDispatch& d) const {
 
     Resolved r{};
     r.channels = C;
-    r.clipX = int32_t(d.clip.origin.x);
-    r.clipY = int32_t(d.clip.origin.y);
-    r.clipWidth = int32_t(d.clip.size.width);
-    r.clipHeight = int32_t(d.clip.size.height);
+    elementwise::setClip(r, d.clip);
     r.batch = int32_t(d.imageCount);
     const int64_t shiftX = clipShift(clipRect.origin.x, d.clip.origin.x);
     const int64_t shiftY = clipShift(clipRect.origin.y, d.clip.origin.y);
@@ -183,20 +199,8 @@ void CNNArithmetic::encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispat
         const BinaryDispatch& d = dispatches[i];
         const Resolved& r = resolved[i];
         ArithmeticParams p{};
-        p.primary = r.primary;
-        p.secondary = r.secondary;
-        p.destination = r.destination;
-        p.batch = r.batch;
+        setResolvedFormula(p, r, *this);
         p.op = op_;
-        p.primaryScale = primaryScale;
-        p.secondaryScale = secondaryScale;
-        p.bias = bias;
-        p.minimumValue = minimumValue;
-        p.maximumValue = maximumValue;
-        p.clipX = r.clipX;
-        p.clipY = r.clipY;
-        p.clipWidth = r.clipWidth;
-        p.clipHeight = r.clipHeight;
         p.stateMode = kArithmeticClampNone;
         BufferSlice mask;
         if (!states.empty()) {
@@ -287,21 +291,9 @@ void NNCompare::encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispatch>&
         const BinaryDispatch& d = dispatches[i];
         const Resolved& r = resolved[i];
         CompareParams p{};
-        p.primary = r.primary;
-        p.secondary = r.secondary;
-        p.destination = r.destination;
-        p.batch = r.batch;
+        setResolvedFormula(p, r, *this);
         p.comparison = comparison;
         p.threshold = threshold;
-        p.primaryScale = primaryScale;
-        p.secondaryScale = secondaryScale;
-        p.bias = bias;
-        p.minimumValue = minimumValue;
-        p.maximumValue = maximumValue;
-        p.clipX = r.clipX;
-        p.clipY = r.clipY;
-        p.clipWidth = r.clipWidth;
-        p.clipHeight = r.clipHeight;
         backend.compareForward(cb, p, d.primary->storage(d.primaryImageIndex),
                                d.secondary->storage(d.secondaryImageIndex),
                                d.destination->storage(d.destinationImageIndex));

@@ -4,6 +4,7 @@
 // Internal to cpp/mpsgrad/kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,77 @@ inline void checkReadRegion(const Image& image, int64_t x, int64_t y, int64_t wi
         throwValueError(what, ": is ", image.width(), "x", image.height(), " but ", kernelName, " reads columns [",
                         x, ", ", x + width, ") and rows [", y, ", ", y + height, ") of it (", offsetName, " ", x,
                         ", ", y, ")");
+}
+
+// The clip fields every element-wise params struct carries. The structs are shared with the Metal
+// shaders, which keeps them plain (no common base), so the fields are set by name.
+template <typename Params>
+void setClip(Params& p, const Region& clip) {
+    p.clipX = int32_t(clip.origin.x);
+    p.clipY = int32_t(clip.origin.y);
+    p.clipWidth = int32_t(clip.size.width);
+    p.clipHeight = int32_t(clip.size.height);
+}
+
+// The geometry of a unary forward dispatch (NeuronForwardParams, SoftmaxParams): the source pixel
+// read for the clip origin is `k.offset` moved by the clip shift, so clipping never shifts the data.
+template <typename Params>
+void setUnaryGeometry(Params& p, const CNNKernel& k, const UnaryDispatch& d, int32_t edge) {
+    p.batch = int32_t(d.imageCount);
+    p.sourceX = int32_t(k.offset.x + clipShift(k.clipRect.origin.x, d.clip.origin.x));
+    p.sourceY = int32_t(k.offset.y + clipShift(k.clipRect.origin.y, d.clip.origin.y));
+    setClip(p, d.clip);
+    p.edgeMode = edge;
+}
+
+// Where a point-wise gradient kernel (primary G, secondary a forward image, one pixel in per pixel
+// out) reads and writes for one batch entry.
+struct PointwiseGeometry {
+    int64_t gradientX, gradientY;  // G pixel read for the clip origin (primaryOffset + clip shift)
+    int64_t sourceX, sourceY;      // secondary pixel read for the clip origin (secondaryOffset + clip shift)
+    Region clip;                   // clipRect intersected with the destination
+    int32_t batch;                 // images: the clip's depth, capped by what both inputs hold from their z
+};
+
+// Resolves k's clipRect against `destination` and validates the reads. `secondaryName` names the
+// secondary in its read-region error; nullptr skips that check, as CNNNeuronGradient has never
+// bounds-checked its secondary (off-image reads of it follow secondary_edge_mode).
+inline PointwiseGeometry resolvePointwiseGeometry(const CNNBinaryKernel& k, const Image& gradient,
+                                                  const Image& secondary, const Image& destination,
+                                                  const char* secondaryName, const char* kernelName) {
+    PointwiseGeometry geo{};
+    geo.clip = clipToImage(k.clipRect, destination);
+    const Region& clip = geo.clip;
+    if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
+        throwValueError("clip_rect: selects no pixel of the ", destination.width(), "x", destination.height(),
+                        " destination_gradient");
+    const int64_t shiftX = clipShift(k.clipRect.origin.x, clip.origin.x);
+    const int64_t shiftY = clipShift(k.clipRect.origin.y, clip.origin.y);
+    geo.gradientX = k.primaryOffset.x + shiftX;
+    geo.gradientY = k.primaryOffset.y + shiftY;
+    geo.sourceX = k.secondaryOffset.x + shiftX;
+    geo.sourceY = k.secondaryOffset.y + shiftY;
+    checkReadRegion(gradient, geo.gradientX, geo.gradientY, int64_t(clip.size.width), int64_t(clip.size.height),
+                    "source_gradient", "primary_offset", kernelName);
+    if (secondaryName)
+        checkReadRegion(secondary, geo.sourceX, geo.sourceY, int64_t(clip.size.width), int64_t(clip.size.height),
+                        secondaryName, "secondary_offset", kernelName);
+    const int64_t gz = k.primaryOffset.z, sz = k.secondaryOffset.z;
+    if (gz < 0 || gz >= gradient.numberOfImages() || sz < 0 || sz >= secondary.numberOfImages())
+        throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
+    geo.batch = int32_t(std::min<int64_t>(
+        {int64_t(clip.size.depth), gradient.numberOfImages() - gz, secondary.numberOfImages() - sz}));
+    return geo;
+}
+
+// Fills the fields PointwiseGeometry sets in a gradient params struct, all but the secondary's read
+// origin, whose field name differs per family (sourceX/Y, outputX/Y).
+template <typename Params>
+void setGradientGeometry(Params& p, const PointwiseGeometry& geo) {
+    p.batch = geo.batch;
+    p.gradientX = int32_t(geo.gradientX);
+    p.gradientY = int32_t(geo.gradientY);
+    setClip(p, geo.clip);
 }
 
 // The identity of an image's storage (buffer, byte offset of its first image, first channel).
@@ -113,6 +185,37 @@ inline bool singleImagesBackToBack(const Image& a, const Image& b) {
 inline bool sameRegion(const Region& a, const Region& b) {
     return a.origin.x == b.origin.x && a.origin.y == b.origin.y && a.size.width == b.size.width &&
            a.size.height == b.size.height;
+}
+
+// Runs of unary forward dispatches that one batched dispatch can process: single images stored back
+// to back, with the same clip and channel count.
+inline std::vector<std::pair<size_t, size_t>> unaryBatchRuns(const std::vector<UnaryDispatch>& dispatches) {
+    return batchRuns(dispatches.size(), [&](size_t j) {
+        const UnaryDispatch& a = dispatches[j - 1];
+        const UnaryDispatch& b = dispatches[j];
+        return singleImagesBackToBack(*a.source, *b.source) && singleImagesBackToBack(*a.destination, *b.destination) &&
+               sameRegion(a.clip, b.clip) && a.sourceChannels == b.sourceChannels;
+    });
+}
+
+// True when batch entry j's gradient, secondary and destination images each directly follow entry
+// j - 1's (the image half of a gradient kernel's batching test; the geometry half is per family).
+inline bool gradientImagesBackToBack(const ImageBatch& gradients, const ImageBatch& secondaries,
+                                     const ImageBatch& destinations, size_t j) {
+    return singleImagesBackToBack(*gradients[j - 1], *gradients[j]) &&
+           singleImagesBackToBack(*secondaries[j - 1], *secondaries[j]) &&
+           singleImagesBackToBack(*destinations[j - 1], *destinations[j]);
+}
+
+// Records in a unary forward kernel's gradient state what its gradient kernel checks and copies:
+// the snapshot of dispatch `d` (read from `p`'s clip-shifted source origin) and the storage of the
+// forward input X and output Y, so the gradient can tell which one it was given.
+template <typename GradientState, typename Params>
+void recordUnaryState(GradientState& state, const CNNKernel& k, const UnaryDispatch& d, const Params& p) {
+    recordUnaryForward(state.snapshot, k, d, Offset{p.sourceX, p.sourceY, k.offset.z}, d.sourceChannels,
+                       d.imageCount);
+    state.forwardSource = StorageIdentity::of(*d.source, d.sourceImageIndex);
+    state.forwardDestination = StorageIdentity::of(*d.destination, d.destinationImageIndex);
 }
 
 }  // namespace mpsgrad::elementwise

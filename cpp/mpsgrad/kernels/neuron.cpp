@@ -1,6 +1,5 @@
 #include "kernels/neuron.h"
 
-#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -90,7 +89,6 @@ int32_t preluDataOffset(const NNNeuronDescriptor& d, int64_t channelOffset, int6
 
 namespace {
 
-using elementwise::clipShift;
 using elementwise::edgeModeCode;
 
 BufferSlice uploadNeuronData(const Device& device, const NNNeuronDescriptor& d) {
@@ -135,14 +133,7 @@ void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& 
         NeuronForwardParams p{};
         p.source = d.source->layout(d.sourceChannelOffset, C);
         p.destination = d.destination->layout(destinationFeatureChannelOffset, C);
-        p.batch = int32_t(d.imageCount);
-        p.sourceX = int32_t(offset.x + clipShift(clipRect.origin.x, d.clip.origin.x));
-        p.sourceY = int32_t(offset.y + clipShift(clipRect.origin.y, d.clip.origin.y));
-        p.clipX = int32_t(d.clip.origin.x);
-        p.clipY = int32_t(d.clip.origin.y);
-        p.clipWidth = int32_t(d.clip.size.width);
-        p.clipHeight = int32_t(d.clip.size.height);
-        p.edgeMode = edge;
+        elementwise::setUnaryGeometry(p, *this, d, edge);
         p.neuronDataOffset = preluDataOffset(descriptor_, d.sourceChannelOffset, C, d.source->featureChannels(),
                                              "neuron_descriptor", "CNNNeuron");
         p.neuron = descriptor_.params();
@@ -151,23 +142,12 @@ void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& 
 
     for (size_t i = 0; i < states.size(); ++i) {
         auto& state = static_cast<CNNNeuronGradientState&>(*states[i]);
-        const UnaryDispatch& d = dispatches[i];
-        elementwise::recordUnaryForward(state.snapshot, *this, d, Offset{params[i].sourceX, params[i].sourceY, offset.z},
-                                        d.sourceChannels, d.imageCount);
+        elementwise::recordUnaryState(state, *this, dispatches[i], params[i]);
         state.neuronType = descriptor_.neuronType;
-        state.forwardSource = elementwise::StorageIdentity::of(*d.source, d.sourceImageIndex);
-        state.forwardDestination = elementwise::StorageIdentity::of(*d.destination, d.destinationImageIndex);
     }
 
     Backend& backend = device_.backend();
-    auto runs = elementwise::batchRuns(dispatches.size(), [&](size_t j) {
-        const UnaryDispatch& a = dispatches[j - 1];
-        const UnaryDispatch& b = dispatches[j];
-        return elementwise::singleImagesBackToBack(*a.source, *b.source) &&
-               elementwise::singleImagesBackToBack(*a.destination, *b.destination) &&
-               elementwise::sameRegion(a.clip, b.clip) && a.sourceChannels == b.sourceChannels;
-    });
-    for (auto [begin, end] : runs) {
+    for (auto [begin, end] : elementwise::unaryBatchRuns(dispatches)) {
         NeuronForwardParams p = params[begin];
         p.batch = int32_t(end - begin) * params[begin].batch;
         const UnaryDispatch& d = dispatches[begin];
@@ -236,46 +216,27 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
             throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
                             "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", C);
         checkDestinationChannels(dst, C, "destination_gradient");
-        Region clip = clipToImage(clipRect, dst);
-        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
-                            " destination_gradient");
-        const int64_t shiftX = clipShift(clipRect.origin.x, clip.origin.x);
-        const int64_t shiftY = clipShift(clipRect.origin.y, clip.origin.y);
-        elementwise::checkReadRegion(g, primaryOffset.x + shiftX, primaryOffset.y + shiftY, int64_t(clip.size.width),
-                                     int64_t(clip.size.height), "source_gradient", "primary_offset",
-                                     "CNNNeuronGradient");
-        if (primaryOffset.z < 0 || primaryOffset.z >= g.numberOfImages() || secondaryOffset.z < 0 ||
-            secondaryOffset.z >= x.numberOfImages())
-            throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
+        const elementwise::PointwiseGeometry geo =
+            elementwise::resolvePointwiseGeometry(*this, g, x, dst, nullptr, "CNNNeuronGradient");
         NeuronGradientParams p{};
         p.gradient = g.layout(primarySourceFeatureChannelOffset, C);
         p.source = x.layout(secondarySourceFeatureChannelOffset, C);
         p.destination = dst.layout(destinationFeatureChannelOffset, C);
-        p.batch = int32_t(std::min<int64_t>({int64_t(clip.size.depth), g.numberOfImages() - primaryOffset.z,
-                                             x.numberOfImages() - secondaryOffset.z}));
-        p.gradientX = int32_t(primaryOffset.x + shiftX);
-        p.gradientY = int32_t(primaryOffset.y + shiftY);
-        p.sourceX = int32_t(secondaryOffset.x + shiftX);
-        p.sourceY = int32_t(secondaryOffset.y + shiftY);
-        p.clipX = int32_t(clip.origin.x);
-        p.clipY = int32_t(clip.origin.y);
-        p.clipWidth = int32_t(clip.size.width);
-        p.clipHeight = int32_t(clip.size.height);
+        elementwise::setGradientGeometry(p, geo);
+        p.sourceX = int32_t(geo.sourceX);
+        p.sourceY = int32_t(geo.sourceY);
         p.gradientEdgeMode = gEdge;
         p.sourceEdgeMode = xEdge;
         p.neuronDataOffset = preluDataOffset(descriptor_, secondarySourceFeatureChannelOffset, C, x.featureChannels(),
                                              "neuron_descriptor", "CNNNeuronGradient");
         p.neuron = descriptor_.params();
         params.push_back(p);
-        clips.push_back(clip);
+        clips.push_back(geo.clip);
     }
 
     Backend& backend = device_.backend();
     auto runs = elementwise::batchRuns(params.size(), [&](size_t j) {
-        return elementwise::singleImagesBackToBack(*sourceGradients[j - 1], *sourceGradients[j]) &&
-               elementwise::singleImagesBackToBack(*sourceImages[j - 1], *sourceImages[j]) &&
-               elementwise::singleImagesBackToBack(*destinations[j - 1], *destinations[j]) &&
+        return elementwise::gradientImagesBackToBack(sourceGradients, sourceImages, destinations, j) &&
                elementwise::sameRegion(clips[j - 1], clips[j]) && params[j - 1].gradientX == params[j].gradientX &&
                params[j - 1].gradientY == params[j].gradientY && params[j - 1].sourceX == params[j].sourceX &&
                params[j - 1].sourceY == params[j].sourceY && params[j - 1].destination.channels == params[j].destination.channels;

@@ -1,13 +1,10 @@
 #include "kernels/softmax.h"
 
-#include <algorithm>
-
 #include "core/errors.h"
 
 namespace mpsgrad {
 namespace {
 
-using elementwise::clipShift;
 using elementwise::edgeModeCode;
 
 const char* forwardName(bool logSoftmax) { return logSoftmax ? "CNNLogSoftMax" : "CNNSoftMax"; }
@@ -39,35 +36,17 @@ void CNNSoftMaxBase::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         SoftmaxParams p{};
         p.source = d.source->layout(d.sourceChannelOffset, N);
         p.destination = d.destination->layout(destinationFeatureChannelOffset, N);
-        p.batch = int32_t(d.imageCount);
-        p.sourceX = int32_t(offset.x + clipShift(clipRect.origin.x, d.clip.origin.x));
-        p.sourceY = int32_t(offset.y + clipShift(clipRect.origin.y, d.clip.origin.y));
-        p.clipX = int32_t(d.clip.origin.x);
-        p.clipY = int32_t(d.clip.origin.y);
-        p.clipWidth = int32_t(d.clip.size.width);
-        p.clipHeight = int32_t(d.clip.size.height);
-        p.edgeMode = edge;
+        elementwise::setUnaryGeometry(p, *this, d, edge);
         p.logSoftmax = log_ ? 1 : 0;
         params.push_back(p);
     }
     for (size_t i = 0; i < states.size(); ++i) {
         auto& state = static_cast<CNNSoftMaxGradientState&>(*states[i]);
-        const UnaryDispatch& d = dispatches[i];
-        elementwise::recordUnaryForward(state.snapshot, *this, d, Offset{params[i].sourceX, params[i].sourceY, offset.z},
-                                        d.sourceChannels, d.imageCount);
+        elementwise::recordUnaryState(state, *this, dispatches[i], params[i]);
         state.logSoftmax = log_;
-        state.forwardSource = elementwise::StorageIdentity::of(*d.source, d.sourceImageIndex);
-        state.forwardDestination = elementwise::StorageIdentity::of(*d.destination, d.destinationImageIndex);
     }
     Backend& backend = device_.backend();
-    auto runs = elementwise::batchRuns(dispatches.size(), [&](size_t j) {
-        const UnaryDispatch& a = dispatches[j - 1];
-        const UnaryDispatch& b = dispatches[j];
-        return elementwise::singleImagesBackToBack(*a.source, *b.source) &&
-               elementwise::singleImagesBackToBack(*a.destination, *b.destination) &&
-               elementwise::sameRegion(a.clip, b.clip) && a.sourceChannels == b.sourceChannels;
-    });
-    for (auto [begin, end] : runs) {
+    for (auto [begin, end] : elementwise::unaryBatchRuns(dispatches)) {
         SoftmaxParams p = params[begin];
         p.batch = int32_t(end - begin) * params[begin].batch;
         const UnaryDispatch& d = dispatches[begin];
@@ -133,47 +112,26 @@ void CNNSoftMaxGradientBase::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
                             "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
         checkDestinationChannels(dst, N, "destination_gradient");
-        Region clip = clipToImage(clipRect, dst);
-        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
-                            " destination_gradient");
-        const int64_t shiftX = clipShift(clipRect.origin.x, clip.origin.x);
-        const int64_t shiftY = clipShift(clipRect.origin.y, clip.origin.y);
-        elementwise::checkReadRegion(g, primaryOffset.x + shiftX, primaryOffset.y + shiftY, int64_t(clip.size.width),
-                                     int64_t(clip.size.height), "source_gradient", "primary_offset", className());
-        elementwise::checkReadRegion(y, secondaryOffset.x + shiftX, secondaryOffset.y + shiftY,
-                                     int64_t(clip.size.width), int64_t(clip.size.height), "source_image",
-                                     "secondary_offset", className());
-        if (primaryOffset.z < 0 || primaryOffset.z >= g.numberOfImages() || secondaryOffset.z < 0 ||
-            secondaryOffset.z >= y.numberOfImages())
-            throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
+        const elementwise::PointwiseGeometry geo =
+            elementwise::resolvePointwiseGeometry(*this, g, y, dst, "source_image", className());
         SoftmaxGradientParams p{};
         p.gradient = g.layout(primarySourceFeatureChannelOffset, N);
         p.output = y.layout(secondarySourceFeatureChannelOffset, N);
         p.destination = dst.layout(destinationFeatureChannelOffset, N);
-        p.batch = int32_t(std::min<int64_t>({int64_t(clip.size.depth), g.numberOfImages() - primaryOffset.z,
-                                             y.numberOfImages() - secondaryOffset.z}));
-        p.gradientX = int32_t(primaryOffset.x + shiftX);
-        p.gradientY = int32_t(primaryOffset.y + shiftY);
-        p.outputX = int32_t(secondaryOffset.x + shiftX);
-        p.outputY = int32_t(secondaryOffset.y + shiftY);
-        p.clipX = int32_t(clip.origin.x);
-        p.clipY = int32_t(clip.origin.y);
-        p.clipWidth = int32_t(clip.size.width);
-        p.clipHeight = int32_t(clip.size.height);
+        elementwise::setGradientGeometry(p, geo);
+        p.outputX = int32_t(geo.sourceX);
+        p.outputY = int32_t(geo.sourceY);
         p.gradientEdgeMode = gEdge;
         p.outputEdgeMode = yEdge;
         p.logSoftmax = log_ ? 1 : 0;
         params.push_back(p);
-        clips.push_back(clip);
+        clips.push_back(geo.clip);
     }
     Backend& backend = device_.backend();
     auto runs = elementwise::batchRuns(params.size(), [&](size_t j) {
         const auto& a = params[j - 1];
         const auto& b = params[j];
-        return elementwise::singleImagesBackToBack(*sourceGradients[j - 1], *sourceGradients[j]) &&
-               elementwise::singleImagesBackToBack(*sourceImages[j - 1], *sourceImages[j]) &&
-               elementwise::singleImagesBackToBack(*destinations[j - 1], *destinations[j]) &&
+        return elementwise::gradientImagesBackToBack(sourceGradients, sourceImages, destinations, j) &&
                elementwise::sameRegion(clips[j - 1], clips[j]) && a.gradientX == b.gradientX &&
                a.gradientY == b.gradientY && a.outputX == b.outputX && a.outputY == b.outputY &&
                a.destination.channels == b.destination.channels;
