@@ -13,44 +13,20 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cpp/mpsgrad/backend/cpu/cpu_ops.h"
+#include "convolution_scenarios.h"
 #include "reference_convolution.h"
 
 namespace {
 
 using namespace mpsgrad;
+using namespace mpsgrad::testconv;
 namespace ref = mpsgrad::testref;
 
 constexpr double kRelTol = 1e-5;
-
-int roundUp4(int v) { return (v + 3) / 4 * 4; }
-
-// A layout of `channels` channels at `offset` inside images of `total` channels; images of the
-// batch are separated by a few extra floats so that imageStride is not width*height*pixelStride.
-ImageLayout makeLayout(int width, int height, int total, int offset, int channels) {
-    ImageLayout l{};
-    l.width = width;
-    l.height = height;
-    l.pixelStride = roundUp4(total);
-    l.imageStride = width * height * l.pixelStride + 8;
-    l.channelOffset = offset;
-    l.channels = channels;
-    return l;
-}
-
-size_t bufferSize(const ImageLayout& l, int batch) { return size_t(batch) * size_t(l.imageStride); }
-
-std::vector<float> randomVector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
 
 // Checks written elements against the reference and the others for unchanged bits.
 void expectMatches(const std::vector<float>& got, const std::vector<float>& before,
@@ -75,163 +51,63 @@ void expectMatches(const std::vector<float>& got, const std::vector<float>& befo
     EXPECT_GT(written, 0u) << what << ": the reference writes nothing (bad test case)";
 }
 
-// One convolution scenario; the data and weight gradients use geometry consistent with it.
-struct Case {
-    std::string name;
-    int batch = 1, inC = 4, outC = 8, groups = 1;
-    int kW = 3, kH = 3, sX = 1, sY = 1, dX = 1, dY = 1;
-    int srcW = 7, srcH = 6;
-    int winLeft = -1, winTop = -1;             // forward window left/top
-    int clipX = 0, clipY = 0, clipW = -1, clipH = -1;  // -1: ceil(src / stride)
-    int dstW = -1, dstH = -1;                  // -1: clip origin + clip size
-    int srcChanOffset = 0, srcTotalC = -1;     // -1: inC
-    int dstChanOffset = 0, dstTotalC = -1;     // -1: outC
-    int edge = kEdgeZero;
-    bool bias = true;
-    int neuron = kNeuronNone;
-    float na = 1.0f, nb = 0.0f;
-    bool pre = false;
-    // Data gradient: clip rect in the source image (-1: whole) and a shift of its window.
-    int dgClipX = 0, dgClipY = 0, dgClipW = -1, dgClipH = -1, dgShiftX = 0, dgShiftY = 0;
-
-    void resolve() {
-        if (clipW < 0) clipW = (srcW + sX - 1) / sX;
-        if (clipH < 0) clipH = (srcH + sY - 1) / sY;
-        if (dstW < 0) dstW = clipX + clipW;
-        if (dstH < 0) dstH = clipY + clipH;
-        if (srcTotalC < 0) srcTotalC = srcChanOffset + inC;
-        if (dstTotalC < 0) dstTotalC = dstChanOffset + outC;
-        if (dgClipW < 0) dgClipW = srcW - dgClipX;
-        if (dgClipH < 0) dgClipH = srcH - dgClipY;
-    }
-    ImageLayout source() const { return makeLayout(srcW, srcH, srcTotalC, srcChanOffset, inC); }
-    ImageLayout destination() const { return makeLayout(dstW, dstH, dstTotalC, dstChanOffset, outC); }
-    // E is sized like the forward clip rect, laid out like the destination image.
-    ImageLayout gradient() const { return makeLayout(clipW, clipH, dstTotalC, dstChanOffset, outC); }
-    size_t weightCount() const { return size_t(outC) * kH * kW * (inC / groups); }
-};
-
-std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
-
-Case make(const std::string& name, const std::function<void(Case&)>& edit) {
-    Case c;
-    c.name = name;
-    edit(c);
-    c.resolve();
-    return c;
-}
-
-std::vector<Case> cases() {
-    std::vector<Case> v;
-    v.push_back(make("Basic3x3", [](Case&) {}));
-    v.push_back(make("Stride2", [](Case& c) { c.sX = c.sY = 2; c.srcW = 9; c.srcH = 8; }));
-    v.push_back(make("Stride2Clamp", [](Case& c) { c.sX = c.sY = 2; c.edge = kEdgeClamp; c.srcW = 8; }));
-    v.push_back(make("StrideXOnly", [](Case& c) { c.sX = 2; c.sY = 1; c.srcW = 10; }));
-    v.push_back(make("Dilation2", [](Case& c) { c.dX = c.dY = 2; c.winLeft = c.winTop = -2; c.srcW = 9; }));
-    v.push_back(make("Dilation2Stride2Clamp", [](Case& c) {
-        c.dX = c.dY = 2; c.sX = c.sY = 2; c.winLeft = -2; c.winTop = -1; c.edge = kEdgeClamp;
-        c.srcW = 11; c.srcH = 9;
-    }));
-    v.push_back(make("DilationXOnly", [](Case& c) { c.dX = 2; c.dY = 1; c.winLeft = -2; }));
-    v.push_back(make("Kernel1x1", [](Case& c) { c.kW = c.kH = 1; c.winLeft = c.winTop = 0; }));
-    v.push_back(make("Kernel1x1Stride2", [](Case& c) {
+// The shared scenarios plus the CPU's own (the CPU is cheap: more shapes, larger sizes).
+std::vector<ConvCase> cases() {
+    std::vector<ConvCase> v = sharedConvCases();
+    v.push_back(makeConvCase("StrideXOnly", [](ConvCase& c) { c.sX = 2; c.sY = 1; c.srcW = 10; }));
+    v.push_back(makeConvCase("DilationXOnly", [](ConvCase& c) { c.dX = 2; c.dY = 1; c.winLeft = -2; }));
+    v.push_back(makeConvCase("Kernel1x1Stride2", [](ConvCase& c) {
         c.kW = c.kH = 1; c.winLeft = c.winTop = 0; c.sX = c.sY = 2; c.srcW = 8;
     }));
-    v.push_back(make("Kernel2x2", [](Case& c) { c.kW = c.kH = 2; c.winLeft = c.winTop = 0; }));
-    v.push_back(make("Kernel2x2Stride2", [](Case& c) {
+    v.push_back(makeConvCase("Kernel2x2", [](ConvCase& c) { c.kW = c.kH = 2; c.winLeft = c.winTop = 0; }));
+    v.push_back(makeConvCase("Kernel2x2Stride2", [](ConvCase& c) {
         c.kW = c.kH = 2; c.winLeft = c.winTop = 0; c.sX = c.sY = 2; c.srcW = 8;
     }));
-    v.push_back(make("Kernel2x2Stride3", [](Case& c) {  // phases with no taps in the data gradient
-        c.kW = c.kH = 2; c.winLeft = c.winTop = 0; c.sX = c.sY = 3; c.srcW = 10; c.srcH = 9;
-    }));
-    v.push_back(make("Kernel4x4", [](Case& c) { c.kW = c.kH = 4; c.winLeft = c.winTop = -2; c.srcW = 9; }));
-    v.push_back(make("Kernel5x5", [](Case& c) { c.kW = c.kH = 5; c.winLeft = c.winTop = -2; }));
-    v.push_back(make("Kernel5x5Stride2Clamp", [](Case& c) {
+    v.push_back(makeConvCase("Kernel4x4", [](ConvCase& c) { c.kW = c.kH = 4; c.winLeft = c.winTop = -2; c.srcW = 9; }));
+    v.push_back(makeConvCase("Kernel5x5", [](ConvCase& c) { c.kW = c.kH = 5; c.winLeft = c.winTop = -2; }));
+    v.push_back(makeConvCase("Kernel5x5Stride2Clamp", [](ConvCase& c) {
         c.kW = c.kH = 5; c.winLeft = c.winTop = -2; c.sX = c.sY = 2; c.edge = kEdgeClamp; c.srcW = 9;
     }));
-    v.push_back(make("Kernel3x1", [](Case& c) { c.kW = 3; c.kH = 1; c.winTop = 0; }));
-    v.push_back(make("Kernel1x3", [](Case& c) { c.kW = 1; c.kH = 3; c.winLeft = 0; }));
-    v.push_back(make("Groups2", [](Case& c) { c.inC = 8; c.outC = 8; c.groups = 2; }));
-    v.push_back(make("Groups2Widening", [](Case& c) { c.inC = 8; c.outC = 16; c.groups = 2; c.sX = 2; }));
-    v.push_back(make("Groups2OddChannels", [](Case& c) { c.inC = 6; c.outC = 10; c.groups = 2; }));
-    v.push_back(make("Groups4Clamp", [](Case& c) {
-        c.inC = 16; c.outC = 8; c.groups = 4; c.edge = kEdgeClamp;
-    }));
-    v.push_back(make("Depthwise", [](Case& c) { c.inC = c.outC = c.groups = 8; }));
-    v.push_back(make("DepthwiseOddStride2Clamp", [](Case& c) {
-        c.inC = c.outC = c.groups = 6; c.sX = c.sY = 2; c.edge = kEdgeClamp; c.srcW = 9;
-    }));
-    v.push_back(make("DepthwiseDilated5x5", [](Case& c) {
-        c.inC = c.outC = c.groups = 5; c.kW = c.kH = 5; c.dX = c.dY = 2; c.winLeft = c.winTop = -4;
-        c.srcW = 10; c.srcH = 9;
-    }));
-    v.push_back(make("ClipNotAtOrigin", [](Case& c) {
+    v.push_back(makeConvCase("Kernel3x1", [](ConvCase& c) { c.kW = 3; c.kH = 1; c.winTop = 0; }));
+    v.push_back(makeConvCase("Kernel1x3", [](ConvCase& c) { c.kW = 1; c.kH = 3; c.winLeft = 0; }));
+    v.push_back(makeConvCase("Groups2Widening", [](ConvCase& c) { c.inC = 8; c.outC = 16; c.groups = 2; c.sX = 2; }));
+    v.push_back(makeConvCase("ClipNotAtOrigin", [](ConvCase& c) {
         c.clipX = 3; c.clipY = 2; c.clipW = 4; c.clipH = 3; c.dstW = 9; c.dstH = 7;
         c.dgClipX = 2; c.dgClipY = 1; c.dgClipW = 4; c.dgClipH = 4;
     }));
-    v.push_back(make("NegativeWindow", [](Case& c) { c.winLeft = -3; c.winTop = -4; c.edge = kEdgeClamp; }));
-    v.push_back(make("PositiveWindow", [](Case& c) {
+    v.push_back(makeConvCase("NegativeWindow", [](ConvCase& c) { c.winLeft = -3; c.winTop = -4; c.edge = kEdgeClamp; }));
+    v.push_back(makeConvCase("PositiveWindow", [](ConvCase& c) {
         c.winLeft = 2; c.winTop = 1; c.clipW = 4; c.clipH = 4;
     }));
-    v.push_back(make("PositiveWindowClampOffImage", [](Case& c) {  // windows fully off the image
-        c.winLeft = 3; c.winTop = 2; c.edge = kEdgeClamp;
-    }));
-    v.push_back(make("ChannelOffsets", [](Case& c) {
-        c.srcChanOffset = 4; c.srcTotalC = 14; c.dstChanOffset = 4; c.dstTotalC = 15;
-    }));
-    v.push_back(make("ChannelOffsetsGroups2", [](Case& c) {
-        c.inC = 8; c.outC = 8; c.groups = 2; c.srcChanOffset = 8; c.srcTotalC = 20;
-        c.dstChanOffset = 4; c.dstTotalC = 13;
-    }));
-    v.push_back(make("ChannelOffsetsDepthwise", [](Case& c) {
-        c.inC = c.outC = c.groups = 4; c.srcChanOffset = 4; c.srcTotalC = 10; c.dstChanOffset = 8;
-        c.dstTotalC = 14;
-    }));
-    v.push_back(make("Batch3", [](Case& c) { c.batch = 3; }));
-    v.push_back(make("Batch3Stride2Groups2", [](Case& c) {
-        c.batch = 3; c.inC = 8; c.outC = 8; c.groups = 2; c.sX = c.sY = 2; c.srcW = 8;
-    }));
-    v.push_back(make("OddChannels3to5", [](Case& c) { c.inC = 3; c.outC = 5; }));
-    v.push_back(make("OddChannels1to1", [](Case& c) { c.inC = 1; c.outC = 1; }));
-    v.push_back(make("OddChannels7to13", [](Case& c) { c.inC = 7; c.outC = 13; c.sX = 2; }));
-    v.push_back(make("NoBias", [](Case& c) { c.bias = false; }));
-    v.push_back(make("ReLU", [](Case& c) { c.neuron = kNeuronReLU; c.na = 0.0f; }));
-    v.push_back(make("LeakyReLUPreactivation", [](Case& c) {
-        c.neuron = kNeuronReLU; c.na = 0.1f; c.pre = true;
-    }));
-    v.push_back(make("SigmoidPreactivation", [](Case& c) {
+    v.push_back(makeConvCase("Batch3", [](ConvCase& c) { c.batch = 3; }));
+    v.push_back(makeConvCase("OddChannels1to1", [](ConvCase& c) { c.inC = 1; c.outC = 1; }));
+    v.push_back(makeConvCase("OddChannels7to13", [](ConvCase& c) { c.inC = 7; c.outC = 13; c.sX = 2; }));
+    v.push_back(makeConvCase("ReLU", [](ConvCase& c) { c.neuron = kNeuronReLU; c.na = 0.0f; }));
+    v.push_back(makeConvCase("SigmoidPreactivation", [](ConvCase& c) {
         c.neuron = kNeuronSigmoid; c.pre = true; c.clipX = 1; c.clipY = 2; c.dstW = 10; c.dstH = 9;
     }));
-    v.push_back(make("TanH", [](Case& c) { c.neuron = kNeuronTanH; c.na = 1.5f; c.nb = 0.7f; }));
-    v.push_back(make("LinearDepthwisePreactivation", [](Case& c) {
-        c.neuron = kNeuronLinear; c.na = 2.0f; c.nb = -0.5f; c.pre = true;
-        c.inC = c.outC = c.groups = 7;
-    }));
-    v.push_back(make("PReLUChannelData", [](Case& c) { c.neuron = kNeuronPReLU; c.outC = 6; }));
-    v.push_back(make("PReLUGroups2Preactivation", [](Case& c) {
-        c.neuron = kNeuronPReLU; c.inC = 8; c.outC = 12; c.groups = 2; c.pre = true;
-    }));
-    v.push_back(make("PReLUDepthwiseBatch3", [](Case& c) {
+    v.push_back(makeConvCase("PReLUChannelData", [](ConvCase& c) { c.neuron = kNeuronPReLU; c.outC = 6; }));
+    v.push_back(makeConvCase("PReLUDepthwiseBatch3", [](ConvCase& c) {
         c.neuron = kNeuronPReLU; c.inC = c.outC = c.groups = 5; c.batch = 3;
     }));
-    v.push_back(make("DataGradientShiftedWindow", [](Case& c) {
+    v.push_back(makeConvCase("DataGradientShiftedWindow", [](ConvCase& c) {
         c.sX = c.sY = 2; c.srcW = 9; c.dgShiftX = 1; c.dgShiftY = -2;
     }));
-    v.push_back(make("DataGradientShiftedWindowStride3", [](Case& c) {
+    v.push_back(makeConvCase("DataGradientShiftedWindowStride3", [](ConvCase& c) {
         c.sX = 3; c.sY = 2; c.srcW = 11; c.dgShiftX = -1; c.dgShiftY = 3; c.dgClipX = 1;
         c.dgClipW = 8;
     }));
-    v.push_back(make("WideRowManyBlocks", [](Case& c) {  // clip rows longer than one pixel block
+    v.push_back(makeConvCase("WideRowManyBlocks", [](ConvCase& c) {  // clip rows longer than one pixel block
         c.srcW = 150; c.srcH = 3; c.inC = 2; c.outC = 3;
     }));
-    v.push_back(make("FullyConnectedLike", [](Case& c) {  // kernel = source, 1x1 output
+    v.push_back(makeConvCase("FullyConnectedLike", [](ConvCase& c) {  // kernel = source, 1x1 output
         c.batch = 3; c.inC = 6; c.outC = 20; c.srcW = 5; c.srcH = 4; c.kW = 5; c.kH = 4;
         c.winLeft = c.winTop = 0; c.clipW = c.clipH = 1; c.neuron = kNeuronReLU;
     }));
-    v.push_back(make("ManyChannels", [](Case& c) {
+    v.push_back(makeConvCase("ManyChannels", [](ConvCase& c) {
         c.inC = 36; c.outC = 44; c.srcW = 9; c.srcH = 8; c.batch = 2; c.sX = 2;
     }));
-    v.push_back(make("Everything", [](Case& c) {
+    v.push_back(makeConvCase("Everything", [](ConvCase& c) {
         c.batch = 3; c.inC = 12; c.outC = 18; c.groups = 3; c.kW = 4; c.kH = 3; c.sX = 2; c.sY = 3;
         c.dX = 2; c.dY = 1; c.winLeft = -3; c.winTop = -1; c.srcW = 13; c.srcH = 11;
         c.clipX = 2; c.clipY = 1; c.clipW = 5; c.clipH = 3; c.dstW = 9; c.dstH = 6;
@@ -242,100 +118,11 @@ std::vector<Case> cases() {
     return v;
 }
 
-struct Data {
-    std::vector<float> x, w, b, neuronData, e;
-};
-
-Data makeData(const Case& c, uint32_t seed) {
-    Data d;
-    d.x = randomVector(bufferSize(c.source(), c.batch), seed + 1);
-    d.w = randomVector(c.weightCount(), seed + 2);
-    d.b = randomVector(size_t(c.outC), seed + 3);
-    d.neuronData = randomVector(size_t(c.outC), seed + 4, 0.05f, 0.5f);
-    d.e = randomVector(bufferSize(c.gradient(), c.batch), seed + 5);
-    return d;
-}
-
-ConvolutionParams forwardParams(const Case& c) {
-    ConvolutionParams p{};
-    p.source = c.source();
-    p.destination = c.destination();
-    // Preactivation: its own layout, channel offset 4 inside wider pixels.
-    p.preactivation = makeLayout(c.clipW, c.clipH, c.outC + 6, 4, c.outC);
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    p.windowLeftX = c.winLeft;
-    p.windowTopY = c.winTop;
-    p.clipX = c.clipX;
-    p.clipY = c.clipY;
-    p.clipWidth = c.clipW;
-    p.clipHeight = c.clipH;
-    p.edgeMode = c.edge;
-    p.hasBias = c.bias;
-    p.writePreactivation = c.pre;
-    p.neuron.type = c.neuron;
-    p.neuron.a = c.na;
-    p.neuron.b = c.nb;
-    p.neuron.c = 1.0f;
-    p.neuron.hasChannelData = c.neuron == kNeuronPReLU;
-    return p;
-}
-
-ConvolutionDataGradientParams dataGradientParams(const Case& c) {
-    ConvolutionDataGradientParams p{};
-    p.gradient = c.gradient();
-    p.destination = c.source();
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    // The window consistent with the forward pass (the adjoint), plus the case's shift:
-    // forward source x = winLeft + sX*i + dX*kx, here z = wL + x + dX*(kW-1-kx) with z = sX*i.
-    p.windowLeftX = c.dgClipX - c.winLeft - c.dX * (c.kW - 1) + c.dgShiftX;
-    p.windowTopY = c.dgClipY - c.winTop - c.dY * (c.kH - 1) + c.dgShiftY;
-    p.clipX = c.dgClipX;
-    p.clipY = c.dgClipY;
-    p.clipWidth = c.dgClipW;
-    p.clipHeight = c.dgClipH;
-    return p;
-}
-
-ConvolutionWeightGradientParams weightGradientParams(const Case& c) {
-    ConvolutionWeightGradientParams p{};
-    p.gradient = c.gradient();
-    p.source = c.source();
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    p.windowLeftX = c.winLeft;
-    p.windowTopY = c.winTop;
-    p.edgeMode = c.edge;
-    p.accumulate = 0;
-    p.computeWeights = 1;
-    p.computeBiases = 1;
-    return p;
-}
-
-class CpuConvolution : public ::testing::TestWithParam<Case> {};
+class CpuConvolution : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(CpuConvolution, ForwardMatchesReference) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 100);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 100);
     const ConvolutionParams p = forwardParams(c);
 
     const std::vector<float> dstBefore = randomVector(bufferSize(p.destination, c.batch), 7, 10, 20);
@@ -358,8 +145,8 @@ TEST_P(CpuConvolution, ForwardMatchesReference) {
 }
 
 TEST_P(CpuConvolution, DataGradientMatchesReference) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 200);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 200);
     const ConvolutionDataGradientParams p = dataGradientParams(c);
 
     const std::vector<float> before = randomVector(bufferSize(p.destination, c.batch), 9, 10, 20);
@@ -372,8 +159,8 @@ TEST_P(CpuConvolution, DataGradientMatchesReference) {
 }
 
 TEST_P(CpuConvolution, WeightGradientMatchesReference) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 300);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 300);
     const ConvolutionWeightGradientParams p = weightGradientParams(c);
 
     const std::vector<float> wBefore = randomVector(c.weightCount(), 11, 10, 20);
@@ -389,8 +176,8 @@ TEST_P(CpuConvolution, WeightGradientMatchesReference) {
 
 // Same inputs, same bits: the ops are deterministic run to run.
 TEST_P(CpuConvolution, Deterministic) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 400);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 400);
     const ConvolutionParams fp = forwardParams(c);
     const ConvolutionDataGradientParams dp = dataGradientParams(c);
     const ConvolutionWeightGradientParams wp = weightGradientParams(c);
@@ -415,26 +202,26 @@ TEST_P(CpuConvolution, Deterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuConvolution, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
 
 // ---- weight-gradient flags ------------------------------------------------------------------
 
-class CpuConvolutionWeightGradient : public ::testing::TestWithParam<Case> {};
+class CpuConvolutionWeightGradient : public ::testing::TestWithParam<ConvCase> {};
 
-std::vector<Case> flagCases() {
-    return {make("Groups2", [](Case& c) {
+std::vector<ConvCase> flagCases() {
+    return {makeConvCase("Groups2", [](ConvCase& c) {
                 c.batch = 3; c.inC = 6; c.outC = 10; c.groups = 2; c.sX = 2; c.srcW = 12; c.srcH = 10;
                 c.edge = kEdgeClamp;
             }),
-            make("Depthwise", [](Case& c) {
+            makeConvCase("Depthwise", [](ConvCase& c) {
                 c.batch = 3; c.inC = c.outC = c.groups = 6; c.sY = 2; c.srcW = 11; c.srcH = 10;
                 c.edge = kEdgeClamp;
             })};
 }
 
 TEST_P(CpuConvolutionWeightGradient, AccumulateAddsToExistingValues) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 500);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 500);
     ConvolutionWeightGradientParams p = weightGradientParams(c);
     p.accumulate = 1;
     const std::vector<float> wBefore = randomVector(c.weightCount(), 13);
@@ -456,8 +243,8 @@ TEST_P(CpuConvolutionWeightGradient, AccumulateAddsToExistingValues) {
 }
 
 TEST_P(CpuConvolutionWeightGradient, ComputeWeightsOnly) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 600);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 600);
     ConvolutionWeightGradientParams p = weightGradientParams(c);
     p.computeBiases = 0;
     const std::vector<float> wBefore = randomVector(c.weightCount(), 15);
@@ -475,8 +262,8 @@ TEST_P(CpuConvolutionWeightGradient, ComputeWeightsOnly) {
 }
 
 TEST_P(CpuConvolutionWeightGradient, ComputeBiasesOnly) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 700);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 700);
     ConvolutionWeightGradientParams p = weightGradientParams(c);
     p.computeWeights = 0;
     for (int accumulate : {0, 1}) {
@@ -497,8 +284,8 @@ TEST_P(CpuConvolutionWeightGradient, ComputeBiasesOnly) {
 }
 
 TEST_P(CpuConvolutionWeightGradient, NothingToCompute) {
-    const Case& c = GetParam();
-    const Data d = makeData(c, 800);
+    const ConvCase& c = GetParam();
+    const ConvData d = makeConvData(c, 800);
     ConvolutionWeightGradientParams p = weightGradientParams(c);
     p.computeWeights = 0;
     p.computeBiases = 0;
@@ -506,7 +293,7 @@ TEST_P(CpuConvolutionWeightGradient, NothingToCompute) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuConvolutionWeightGradient, ::testing::ValuesIn(flagCases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
 
 // ---- adjoint identities ---------------------------------------------------------------------
 //
@@ -529,12 +316,12 @@ double dotLayout(const std::vector<float>& a, const std::vector<float>& b, const
     return s;
 }
 
-class CpuConvolutionAdjoint : public ::testing::TestWithParam<Case> {};
+class CpuConvolutionAdjoint : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(CpuConvolutionAdjoint, DataGradientIsAdjointOfForward) {
-    Case c = GetParam();
+    ConvCase c = GetParam();
     c.edge = kEdgeZero;
-    const Data d = makeData(c, 900);
+    const ConvData d = makeConvData(c, 900);
     ConvolutionParams fp = forwardParams(c);
     fp.hasBias = 0;
     std::vector<float> y(bufferSize(fp.destination, c.batch), 0.0f);
@@ -551,11 +338,11 @@ TEST_P(CpuConvolutionAdjoint, DataGradientIsAdjointOfForward) {
 }
 
 TEST_P(CpuConvolutionAdjoint, WeightGradientIsAdjointOfForward) {
-    const Case& c = GetParam();
+    const ConvCase& c = GetParam();
     for (int edge : {int(kEdgeZero), int(kEdgeClamp)}) {
-        Case cc = c;
+        ConvCase cc = c;
         cc.edge = edge;
-        const Data d = makeData(cc, 1000 + edge);
+        const ConvData d = makeConvData(cc, 1000 + edge);
         const ConvolutionParams fp = forwardParams(cc);
         std::vector<float> y(bufferSize(fp.destination, cc.batch), 0.0f);
         cpu::convolutionForward(fp, d.x.data(), d.w.data(), d.b.data(), nullptr, y.data(), nullptr);
@@ -580,53 +367,53 @@ TEST_P(CpuConvolutionAdjoint, WeightGradientIsAdjointOfForward) {
 }
 
 // Full-image geometry: the forward clip covers its whole output, the data gradient the whole source.
-std::vector<Case> adjointCases() {
-    auto full = [](const std::string& name, const std::function<void(Case&)>& edit) {
-        return make(name, [&](Case& c) {
+std::vector<ConvCase> adjointCases() {
+    auto full = [](const std::string& name, const std::function<void(ConvCase&)>& edit) {
+        return makeConvCase(name, [&](ConvCase& c) {
             edit(c);
             c.neuron = kNeuronNone;
             c.pre = false;
         });
     };
-    std::vector<Case> v;
-    v.push_back(full("Same3x3", [](Case&) {}));
-    v.push_back(full("Stride2", [](Case& c) { c.sX = c.sY = 2; c.srcW = 11; c.srcH = 9; }));
-    v.push_back(full("Stride2Dilation2Kernel4x4", [](Case& c) {
+    std::vector<ConvCase> v;
+    v.push_back(full("Same3x3", [](ConvCase&) {}));
+    v.push_back(full("Stride2", [](ConvCase& c) { c.sX = c.sY = 2; c.srcW = 11; c.srcH = 9; }));
+    v.push_back(full("Stride2Dilation2Kernel4x4", [](ConvCase& c) {
         c.sX = c.sY = 2; c.dX = c.dY = 2; c.kW = c.kH = 4; c.winLeft = c.winTop = -3; c.srcW = 12; c.srcH = 10;
     }));
-    v.push_back(full("Stride3Kernel2x2", [](Case& c) {
+    v.push_back(full("Stride3Kernel2x2", [](ConvCase& c) {
         c.sX = c.sY = 3; c.kW = c.kH = 2; c.winLeft = c.winTop = 0; c.srcW = 12; c.srcH = 9;
     }));
-    v.push_back(full("ValidKernel5x3Stride2x1", [](Case& c) {
+    v.push_back(full("ValidKernel5x3Stride2x1", [](ConvCase& c) {
         c.kW = 5; c.kH = 3; c.sX = 2; c.sY = 1; c.winLeft = 0; c.winTop = 0; c.srcW = 13; c.srcH = 7;
         c.clipW = 5; c.clipH = 5;
     }));
-    v.push_back(full("Groups2Batch3ChannelOffsets", [](Case& c) {
+    v.push_back(full("Groups2Batch3ChannelOffsets", [](ConvCase& c) {
         c.batch = 3; c.inC = 8; c.outC = 12; c.groups = 2; c.srcChanOffset = 4; c.srcTotalC = 13;
         c.dstChanOffset = 4; c.dstTotalC = 17; c.sX = 2;
     }));
-    v.push_back(full("Depthwise5x5", [](Case& c) {
+    v.push_back(full("Depthwise5x5", [](ConvCase& c) {
         c.inC = c.outC = c.groups = 6; c.kW = c.kH = 5; c.winLeft = c.winTop = -2; c.sX = c.sY = 2;
         c.srcW = 10; c.srcH = 9;
     }));
-    v.push_back(full("FullyConnectedLike", [](Case& c) {
+    v.push_back(full("FullyConnectedLike", [](ConvCase& c) {
         c.batch = 3; c.inC = 6; c.outC = 20; c.srcW = 5; c.srcH = 4; c.kW = 5; c.kH = 4;
         c.winLeft = c.winTop = 0; c.clipW = c.clipH = 1;
     }));
-    v.push_back(full("Kernel1x1Stride2OddChannels", [](Case& c) {
+    v.push_back(full("Kernel1x1Stride2OddChannels", [](ConvCase& c) {
         c.kW = c.kH = 1; c.winLeft = c.winTop = 0; c.sX = c.sY = 2; c.inC = 3; c.outC = 5;
     }));
     return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuConvolutionAdjoint, ::testing::ValuesIn(adjointCases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
 
 // ---- argument validation ----------------------------------------------------------------------
 
 TEST(CpuConvolutionValidation, RejectsBadGeometry) {
-    const Case c = make("Bad", [](Case&) {});
-    const Data d = makeData(c, 1100);
+    const ConvCase c = makeConvCase("Bad", [](ConvCase&) {});
+    const ConvData d = makeConvData(c, 1100);
     ConvolutionParams p = forwardParams(c);
     std::vector<float> y(bufferSize(p.destination, c.batch));
     p.groups = 3;  // does not divide 4 input channels

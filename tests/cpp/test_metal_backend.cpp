@@ -20,7 +20,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -30,6 +29,7 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "convolution_scenarios.h"
 #include "reference_convolution.h"
 
 #ifdef MPSGRAD_METAL_EMULATION
@@ -39,6 +39,7 @@
 namespace {
 
 using namespace mpsgrad;
+using namespace mpsgrad::testconv;
 namespace ref = mpsgrad::testref;
 
 constexpr double kRelTol = 2e-5;
@@ -57,29 +58,6 @@ bool metalAvailable() {
     } while (0)
 
 Device metalDevice() { return Device("metal"); }
-
-int roundUp4(int v) { return (v + 3) / 4 * 4; }
-
-ImageLayout makeLayout(int width, int height, int total, int offset, int channels) {
-    ImageLayout l{};
-    l.width = width;
-    l.height = height;
-    l.pixelStride = roundUp4(total);
-    l.imageStride = width * height * l.pixelStride + 8;  // images not back to back
-    l.channelOffset = offset;
-    l.channels = channels;
-    return l;
-}
-
-size_t bufferSize(const ImageLayout& l, int batch) { return size_t(batch) * size_t(l.imageStride); }
-
-std::vector<float> randomVector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
 
 // Device memory holding `data` at `offsetFloats` floats into its buffer (offsets that are not
 // multiples of 4 floats exercise the backend's realignment of image bindings).
@@ -131,133 +109,46 @@ void expectClose(const std::vector<float>& metal, const std::vector<float>& cpu,
 
 // ---- convolution cases -------------------------------------------------------------------------
 
-struct ConvCase {
-    std::string name;
-    int batch = 1, inC = 4, outC = 8, groups = 1;
-    int kW = 3, kH = 3, sX = 1, sY = 1, dX = 1, dY = 1;
-    int srcW = 7, srcH = 6;
-    int winLeft = -1, winTop = -1;
-    int clipX = 0, clipY = 0, clipW = -1, clipH = -1;
-    int dstW = -1, dstH = -1;
-    int srcChanOffset = 0, srcTotalC = -1;
-    int dstChanOffset = 0, dstTotalC = -1;
-    int edge = kEdgeZero;
-    bool bias = true;
-    int neuron = kNeuronNone;
-    float na = 1.0f, nb = 0.0f;
-    bool pre = false;
-    int dgShiftX = 0, dgShiftY = 0;  // data gradient: window shift from the forward's adjoint
-    size_t misalign = 0;             // floats every binding is offset by inside its buffer
-
-    void resolve() {
-        if (clipW < 0) clipW = (srcW + sX - 1) / sX;
-        if (clipH < 0) clipH = (srcH + sY - 1) / sY;
-        if (dstW < 0) dstW = clipX + clipW;
-        if (dstH < 0) dstH = clipY + clipH;
-        if (srcTotalC < 0) srcTotalC = srcChanOffset + inC;
-        if (dstTotalC < 0) dstTotalC = dstChanOffset + outC;
-    }
-    ImageLayout source() const { return makeLayout(srcW, srcH, srcTotalC, srcChanOffset, inC); }
-    ImageLayout destination() const { return makeLayout(dstW, dstH, dstTotalC, dstChanOffset, outC); }
-    ImageLayout gradient() const { return makeLayout(clipW, clipH, dstTotalC, dstChanOffset, outC); }
-    size_t weightCount() const { return size_t(outC) * kH * kW * (inC / groups); }
-};
-
-std::ostream& operator<<(std::ostream& os, const ConvCase& c) { return os << c.name; }
-
-ConvCase make(const std::string& name, const std::function<void(ConvCase&)>& edit) {
-    ConvCase c;
-    c.name = name;
-    edit(c);
-    c.resolve();
-    return c;
-}
-
-// Small sizes: in the emulation every GPU thread is a CPU fiber.
+// The shared scenarios plus Metal's own (binding misalignment, the weight gradient's split
+// reduction, stride/dilation phases of the data gradient kernels).
 std::vector<ConvCase> convCases() {
-    std::vector<ConvCase> v;
-    v.push_back(make("Basic3x3", [](ConvCase&) {}));
-    v.push_back(make("Stride2", [](ConvCase& c) { c.sX = c.sY = 2; c.srcW = 9; c.srcH = 8; }));
-    v.push_back(make("Stride2Clamp", [](ConvCase& c) { c.sX = c.sY = 2; c.edge = kEdgeClamp; c.srcW = 8; }));
-    v.push_back(make("Dilation2", [](ConvCase& c) { c.dX = c.dY = 2; c.winLeft = c.winTop = -2; c.srcW = 9; }));
-    v.push_back(make("Dilation2Stride2Clamp", [](ConvCase& c) {
-        c.dX = c.dY = 2; c.sX = c.sY = 2; c.winLeft = -2; c.winTop = -1; c.edge = kEdgeClamp;
-        c.srcW = 11; c.srcH = 9;
-    }));
-    v.push_back(make("Stride2Dilation3", [](ConvCase& c) {  // gcd(dilation, stride) = 1
+    std::vector<ConvCase> v = sharedConvCases();
+    v.push_back(makeConvCase("Stride2Dilation3", [](ConvCase& c) {  // gcd(dilation, stride) = 1
         c.sX = c.sY = 2; c.dX = c.dY = 3; c.winLeft = c.winTop = -3; c.srcW = 10; c.srcH = 9;
     }));
-    v.push_back(make("Stride4Dilation2", [](ConvCase& c) {  // gcd 2: half the phases have no taps
+    v.push_back(makeConvCase("Stride4Dilation2", [](ConvCase& c) {  // gcd 2: half the phases have no taps
         c.sX = c.sY = 4; c.dX = c.dY = 2; c.kW = c.kH = 4; c.winLeft = c.winTop = -3; c.srcW = 13; c.srcH = 12;
     }));
-    v.push_back(make("Kernel1x1", [](ConvCase& c) { c.kW = c.kH = 1; c.winLeft = c.winTop = 0; }));
-    v.push_back(make("Kernel2x2Stride3", [](ConvCase& c) {
-        c.kW = c.kH = 2; c.winLeft = c.winTop = 0; c.sX = c.sY = 3; c.srcW = 10; c.srcH = 9;
-    }));
-    v.push_back(make("Kernel5x3", [](ConvCase& c) { c.kW = 5; c.kH = 3; c.winLeft = -2; }));
-    v.push_back(make("Groups2", [](ConvCase& c) { c.inC = 8; c.outC = 8; c.groups = 2; }));
-    v.push_back(make("Groups2OddChannels", [](ConvCase& c) { c.inC = 6; c.outC = 10; c.groups = 2; }));
-    v.push_back(make("Groups4Clamp", [](ConvCase& c) { c.inC = 16; c.outC = 8; c.groups = 4; c.edge = kEdgeClamp; }));
-    v.push_back(make("Depthwise", [](ConvCase& c) { c.inC = c.outC = c.groups = 8; }));
-    v.push_back(make("DepthwiseOddStride2Clamp", [](ConvCase& c) {
-        c.inC = c.outC = c.groups = 6; c.sX = c.sY = 2; c.edge = kEdgeClamp; c.srcW = 9;
-    }));
-    v.push_back(make("DepthwiseDilated5x5", [](ConvCase& c) {
-        c.inC = c.outC = c.groups = 5; c.kW = c.kH = 5; c.dX = c.dY = 2; c.winLeft = c.winTop = -4;
-        c.srcW = 10; c.srcH = 9;
-    }));
-    v.push_back(make("ClipNotAtOrigin", [](ConvCase& c) {
+    v.push_back(makeConvCase("Kernel5x3", [](ConvCase& c) { c.kW = 5; c.kH = 3; c.winLeft = -2; }));
+    v.push_back(makeConvCase("ClipNotAtOrigin", [](ConvCase& c) {
         c.clipX = 3; c.clipY = 2; c.clipW = 4; c.clipH = 3; c.dstW = 9; c.dstH = 7;
     }));
-    v.push_back(make("PositiveWindowClampOffImage", [](ConvCase& c) { c.winLeft = 3; c.winTop = 2; c.edge = kEdgeClamp; }));
-    v.push_back(make("ChannelOffsets", [](ConvCase& c) {
-        c.srcChanOffset = 4; c.srcTotalC = 14; c.dstChanOffset = 4; c.dstTotalC = 15;
-    }));
-    v.push_back(make("ChannelOffsetsGroups2", [](ConvCase& c) {
-        c.inC = 8; c.outC = 8; c.groups = 2; c.srcChanOffset = 8; c.srcTotalC = 20; c.dstChanOffset = 4; c.dstTotalC = 13;
-    }));
-    v.push_back(make("ChannelOffsetsDepthwise", [](ConvCase& c) {
-        c.inC = c.outC = c.groups = 4; c.srcChanOffset = 4; c.srcTotalC = 10; c.dstChanOffset = 8; c.dstTotalC = 14;
-    }));
-    v.push_back(make("Batch3Stride2Groups2", [](ConvCase& c) {
-        c.batch = 3; c.inC = 8; c.outC = 8; c.groups = 2; c.sX = c.sY = 2; c.srcW = 8;
-    }));
-    v.push_back(make("OddChannels3to5", [](ConvCase& c) { c.inC = 3; c.outC = 5; }));
-    v.push_back(make("OddChannels7to13Stride2", [](ConvCase& c) { c.inC = 7; c.outC = 13; c.sX = 2; }));
-    v.push_back(make("ManyChannels", [](ConvCase& c) {  // several channel tiles, several k slices
+    v.push_back(makeConvCase("OddChannels7to13Stride2", [](ConvCase& c) { c.inC = 7; c.outC = 13; c.sX = 2; }));
+    v.push_back(makeConvCase("ManyChannels", [](ConvCase& c) {  // several channel tiles, several k slices
         c.inC = 36; c.outC = 44; c.srcW = 6; c.srcH = 5; c.sX = 2;
     }));
-    v.push_back(make("NoBias", [](ConvCase& c) { c.bias = false; }));
-    v.push_back(make("LeakyReLUPreactivation", [](ConvCase& c) { c.neuron = kNeuronReLU; c.na = 0.1f; c.pre = true; }));
-    v.push_back(make("SigmoidPreactivationClip", [](ConvCase& c) {
+    v.push_back(makeConvCase("SigmoidPreactivationClip", [](ConvCase& c) {
         c.neuron = kNeuronSigmoid; c.pre = true; c.clipX = 1; c.clipY = 2; c.dstW = 10; c.dstH = 9;
     }));
-    v.push_back(make("TanH", [](ConvCase& c) { c.neuron = kNeuronTanH; c.na = 1.5f; c.nb = 0.7f; }));
-    v.push_back(make("LinearDepthwisePreactivation", [](ConvCase& c) {
-        c.neuron = kNeuronLinear; c.na = 2.0f; c.nb = -0.5f; c.pre = true; c.inC = c.outC = c.groups = 7;
-    }));
-    v.push_back(make("PReLUGroups2Preactivation", [](ConvCase& c) {
-        c.neuron = kNeuronPReLU; c.inC = 8; c.outC = 12; c.groups = 2; c.pre = true;
-    }));
-    v.push_back(make("PReLUDepthwiseBatch2", [](ConvCase& c) {
+    v.push_back(makeConvCase("PReLUDepthwiseBatch2", [](ConvCase& c) {
         c.neuron = kNeuronPReLU; c.inC = c.outC = c.groups = 5; c.batch = 2;
     }));
-    v.push_back(make("DataGradientShiftedWindowStride3x2", [](ConvCase& c) {
+    v.push_back(makeConvCase("DataGradientShiftedWindowStride3x2", [](ConvCase& c) {
         c.sX = 3; c.sY = 2; c.srcW = 11; c.dgShiftX = -1; c.dgShiftY = 3;
     }));
-    v.push_back(make("MisalignedBindings1", [](ConvCase& c) { c.misalign = 1; c.inC = 8; c.outC = 8; }));
-    v.push_back(make("MisalignedBindings3Depthwise", [](ConvCase& c) {
+    v.push_back(makeConvCase("MisalignedBindings1", [](ConvCase& c) { c.misalign = 1; c.inC = 8; c.outC = 8; }));
+    v.push_back(makeConvCase("MisalignedBindings3Depthwise", [](ConvCase& c) {
         c.misalign = 3; c.inC = c.outC = c.groups = 8; c.pre = true; c.neuron = kNeuronReLU;
     }));
     // Enough pixels and few enough dW tiles that the weight gradient splits its reduction
     // across threadgroups (partial sums per slice, then summed in slice order).
-    v.push_back(make("WeightGradientSplitOddRows", [](ConvCase& c) {
+    v.push_back(makeConvCase("WeightGradientSplitOddRows", [](ConvCase& c) {
         c.batch = 2; c.inC = 3; c.outC = 5; c.srcW = 24; c.srcH = 20; c.misalign = 1;
     }));
-    v.push_back(make("WeightGradientSplitAligned", [](ConvCase& c) {
+    v.push_back(makeConvCase("WeightGradientSplitAligned", [](ConvCase& c) {
         c.batch = 2; c.inC = 8; c.outC = 8; c.srcW = 16; c.srcH = 16; c.neuron = kNeuronReLU;
     }));
-    v.push_back(make("Everything", [](ConvCase& c) {
+    v.push_back(makeConvCase("Everything", [](ConvCase& c) {
         c.batch = 2; c.inC = 12; c.outC = 18; c.groups = 3; c.kW = 4; c.kH = 3; c.sX = 2; c.sY = 3;
         c.dX = 2; c.dY = 1; c.winLeft = -3; c.winTop = -1; c.srcW = 13; c.srcH = 11;
         c.clipX = 2; c.clipY = 1; c.clipW = 5; c.clipH = 3; c.dstW = 9; c.dstH = 6;
@@ -268,98 +159,12 @@ std::vector<ConvCase> convCases() {
     return v;
 }
 
-struct ConvData {
-    std::vector<float> x, w, b, neuronData, e;
-};
-
-ConvData makeData(const ConvCase& c, uint32_t seed) {
-    ConvData d;
-    d.x = randomVector(bufferSize(c.source(), c.batch), seed + 1);
-    d.w = randomVector(c.weightCount(), seed + 2);
-    d.b = randomVector(size_t(c.outC), seed + 3);
-    d.neuronData = randomVector(size_t(c.outC), seed + 4, 0.05f, 0.5f);
-    d.e = randomVector(bufferSize(c.gradient(), c.batch), seed + 5);
-    return d;
-}
-
-ConvolutionParams forwardParams(const ConvCase& c) {
-    ConvolutionParams p{};
-    p.source = c.source();
-    p.destination = c.destination();
-    p.preactivation = makeLayout(c.clipW, c.clipH, c.outC + 6, 4, c.outC);
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    p.windowLeftX = c.winLeft;
-    p.windowTopY = c.winTop;
-    p.clipX = c.clipX;
-    p.clipY = c.clipY;
-    p.clipWidth = c.clipW;
-    p.clipHeight = c.clipH;
-    p.edgeMode = c.edge;
-    p.hasBias = c.bias;
-    p.writePreactivation = c.pre;
-    p.neuron.type = c.neuron;
-    p.neuron.a = c.na;
-    p.neuron.b = c.nb;
-    p.neuron.c = 1.0f;
-    p.neuron.hasChannelData = c.neuron == kNeuronPReLU;
-    return p;
-}
-
-ConvolutionDataGradientParams dataGradientParams(const ConvCase& c) {
-    ConvolutionDataGradientParams p{};
-    p.gradient = c.gradient();
-    p.destination = c.source();
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    p.windowLeftX = -c.winLeft - c.dX * (c.kW - 1) + c.dgShiftX;  // the forward's adjoint, shifted
-    p.windowTopY = -c.winTop - c.dY * (c.kH - 1) + c.dgShiftY;
-    p.clipX = 0;
-    p.clipY = 0;
-    p.clipWidth = c.srcW;
-    p.clipHeight = c.srcH;
-    return p;
-}
-
-ConvolutionWeightGradientParams weightGradientParams(const ConvCase& c) {
-    ConvolutionWeightGradientParams p{};
-    p.gradient = c.gradient();
-    p.source = c.source();
-    p.batch = c.batch;
-    p.groups = c.groups;
-    p.kernelWidth = c.kW;
-    p.kernelHeight = c.kH;
-    p.strideX = c.sX;
-    p.strideY = c.sY;
-    p.dilationX = c.dX;
-    p.dilationY = c.dY;
-    p.windowLeftX = c.winLeft;
-    p.windowTopY = c.winTop;
-    p.edgeMode = c.edge;
-    p.accumulate = 0;
-    p.computeWeights = 1;
-    p.computeBiases = 1;
-    return p;
-}
-
 class MetalConvolution : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(MetalConvolution, ForwardMatchesCpu) {
     REQUIRE_METAL();
     const ConvCase& c = GetParam();
-    const ConvData d = makeData(c, 100);
+    const ConvData d = makeConvData(c, 100);
     const ConvolutionParams p = forwardParams(c);
     const std::vector<float> dstBefore = randomVector(bufferSize(p.destination, c.batch), 7, 10, 20);
     const std::vector<float> preBefore = randomVector(bufferSize(p.preactivation, c.batch), 8, 10, 20);
@@ -394,7 +199,7 @@ TEST_P(MetalConvolution, ForwardMatchesCpu) {
 TEST_P(MetalConvolution, DataGradientMatchesCpu) {
     REQUIRE_METAL();
     const ConvCase& c = GetParam();
-    const ConvData d = makeData(c, 200);
+    const ConvData d = makeConvData(c, 200);
     const ConvolutionDataGradientParams p = dataGradientParams(c);
     const std::vector<float> before = randomVector(bufferSize(p.destination, c.batch), 9, 10, 20);
 
@@ -415,7 +220,7 @@ TEST_P(MetalConvolution, DataGradientMatchesCpu) {
 TEST_P(MetalConvolution, WeightAndBiasGradientsMatchCpu) {
     REQUIRE_METAL();
     const ConvCase& c = GetParam();
-    const ConvData d = makeData(c, 300);
+    const ConvData d = makeConvData(c, 300);
     for (int accumulate = 0; accumulate < 2; ++accumulate) {
         ConvolutionWeightGradientParams p = weightGradientParams(c);
         p.accumulate = accumulate;
@@ -447,8 +252,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, MetalConvolution, ::testing::ValuesIn(convCases(
 // computeWeights / computeBiases each alone write only their own buffer.
 TEST(MetalConvolutionFlags, WeightsOnlyAndBiasesOnly) {
     REQUIRE_METAL();
-    const ConvCase c = make("flags", [](ConvCase& k) { k.inC = 8; k.outC = 8; });
-    const ConvData d = makeData(c, 500);
+    const ConvCase c = makeConvCase("flags", [](ConvCase& k) { k.inC = 8; k.outC = 8; });
+    const ConvData d = makeConvData(c, 500);
     for (int which = 0; which < 2; ++which) {
         ConvolutionWeightGradientParams p = weightGradientParams(c);
         p.computeWeights = which == 0;
@@ -479,10 +284,10 @@ TEST(MetalConvolutionFlags, WeightsOnlyAndBiasesOnly) {
 // Gradients are reproducible bit for bit: the reductions have a fixed order.
 TEST(MetalConvolutionDeterminism, GradientsAreBitwiseReproducible) {
     REQUIRE_METAL();
-    const ConvCase c = make("determinism", [](ConvCase& k) {
+    const ConvCase c = makeConvCase("determinism", [](ConvCase& k) {
         k.batch = 2; k.inC = 8; k.outC = 12; k.srcW = 9; k.srcH = 8; k.sX = 2;
     });
-    const ConvData d = makeData(c, 600);
+    const ConvData d = makeConvData(c, 600);
     const ConvolutionWeightGradientParams wp = weightGradientParams(c);
     const ConvolutionDataGradientParams dp = dataGradientParams(c);
     auto run = [&] {
@@ -510,8 +315,8 @@ TEST(MetalConvolutionDeterminism, GradientsAreBitwiseReproducible) {
 // neuron's gradient feeding the data gradient, each reading what the previous one wrote.
 TEST(MetalOrdering, ChainedOpsInOneCommandBufferSeeEachOthersWrites) {
     REQUIRE_METAL();
-    const ConvCase c = make("chain", [](ConvCase& k) { k.inC = 4; k.outC = 4; });
-    const ConvData d = makeData(c, 700);
+    const ConvCase c = makeConvCase("chain", [](ConvCase& k) { k.inC = 4; k.outC = 4; });
+    const ConvData d = makeConvData(c, 700);
     ConvolutionParams fp = forwardParams(c);
     fp.hasBias = 0;
     NeuronForwardParams np{};
@@ -793,9 +598,9 @@ TEST(MetalErrors, BadBindingsAreValueErrorsAtEncodeTime) {
     Backend& backend = device.backend();
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
-    const ConvCase c = make("bad", [](ConvCase&) {});
+    const ConvCase c = makeConvCase("bad", [](ConvCase&) {});
     const ConvolutionParams p = forwardParams(c);
-    const ConvData d = makeData(c, 800);
+    const ConvData d = makeConvData(c, 800);
     BufferSlice x = upload(backend, d.x), w = upload(backend, d.w), b = upload(backend, d.b);
     BufferSlice y = upload(backend, std::vector<float>(bufferSize(p.destination, 1), 0.0f));
     // Weights one output channel short.
@@ -878,7 +683,7 @@ TEST(MetalConvolutionDeterminism, ThreadOrderDoesNotChangeResults) {
     REQUIRE_METAL();
     for (const ConvCase& c : convCases()) {
         if (c.name != "Everything" && c.name != "ManyChannels" && c.name != "DepthwiseDilated5x5") continue;
-        const ConvData d = makeData(c, 1000);
+        const ConvData d = makeConvData(c, 1000);
         const ConvolutionParams fp = forwardParams(c);
         const ConvolutionDataGradientParams dp = dataGradientParams(c);
         const ConvolutionWeightGradientParams wp = weightGradientParams(c);
@@ -918,8 +723,8 @@ TEST(MetalConvolutionDeterminism, ThreadOrderDoesNotChangeResults) {
 // Objective-C object behind (every retain has its release).
 TEST(MetalBackend, NoObjectsLeakAcrossACommandBufferCycle) {
     REQUIRE_METAL();
-    const ConvCase c = make("leak", [](ConvCase&) {});
-    const ConvData d = makeData(c, 900);
+    const ConvCase c = makeConvCase("leak", [](ConvCase&) {});
+    const ConvData d = makeConvData(c, 900);
     const ConvolutionParams p = forwardParams(c);
     auto cycle = [&] {
         runOnMetal([&](Backend& backend, CommandBuffer& cb) {
