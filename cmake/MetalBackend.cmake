@@ -44,6 +44,33 @@ if(MPSGRAD_METAL_EMULATION)
   add_dependencies(mpsgrad_core mpsgrad_metal_kernels)
   target_link_libraries(mpsgrad_core INTERFACE "$<TARGET_OBJECTS:mpsgrad_metal_kernels>")
 
+  # The emulation's mpsgrad.metallib: the list of the kernels built (tests/metal_emulation/mock/
+  # make_metallib.py), which the fake device checks against the kernels linked into the process.
+  # The backend finds it in the build tree through the same lookup as on Apple platforms.
+  set(MPSGRAD_METALLIB "${CMAKE_CURRENT_BINARY_DIR}/mpsgrad.metallib")
+  add_custom_command(
+    OUTPUT "${MPSGRAD_METALLIB}"
+    COMMAND "${Python3_EXECUTABLE}" "${CMAKE_CURRENT_LIST_DIR}/../tests/metal_emulation/mock/make_metallib.py"
+            -o "${MPSGRAD_METALLIB}" -I "${MPSGRAD_METAL_SOURCE_DIR}" --display-root "${CMAKE_SOURCE_DIR}"
+            ${MPSGRAD_METAL_KERNEL_FILES}
+    DEPENDS ${MPSGRAD_METAL_KERNEL_FILES} ${MPSGRAD_METAL_KERNEL_HEADERS}
+            "${CMAKE_CURRENT_LIST_DIR}/../tests/metal_emulation/mock/make_metallib.py"
+            "${CMAKE_CURRENT_LIST_DIR}/../tests/metal_emulation/shim/msl2cpp.py"
+    COMMENT "Writing the emulation's mpsgrad.metallib (kernel list)"
+    VERBATIM)
+  add_custom_target(mpsgrad_metallib ALL DEPENDS "${MPSGRAD_METALLIB}")
+  add_dependencies(mpsgrad_core mpsgrad_metallib)
+  target_compile_definitions(mpsgrad_core PRIVATE MPSGRAD_METALLIB_BUILD_PATH="${MPSGRAD_METALLIB}")
+
+  # Coverage build mode (tests/metal_emulation/coverage/README.md): the translated kernels, and only
+  # they, are compiled with clang's source-based coverage; every binary that links them writes
+  # $LLVM_PROFILE_FILE at exit, which metal_coverage.py maps back to metal/*.metal lines.
+  option(MPSGRAD_METAL_COVERAGE "Instrument the emulated Metal kernels for line coverage" OFF)
+  if(MPSGRAD_METAL_COVERAGE)
+    target_compile_options(mpsgrad_metal_kernels PRIVATE -fprofile-instr-generate -fcoverage-mapping)
+    target_link_options(mpsgrad_core INTERFACE -fprofile-instr-generate)
+  endif()
+
   if(MPSGRAD_TESTS)
     enable_testing()
     mpsgrad_add_metal_address_space_check(metal_address_space

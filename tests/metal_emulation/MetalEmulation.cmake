@@ -105,6 +105,7 @@ set(MPSGRAD_METAL_MOCK_SOURCES
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/foundation.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_device.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_commands.cpp"
+  "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/device_config.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/kernel_runtime.cpp")
 
 # Code that runs on kernel fibers (kernels, the kernel runtime) is compiled

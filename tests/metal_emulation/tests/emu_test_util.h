@@ -27,8 +27,7 @@ public:
         device_ = MTL::CreateSystemDefaultDevice();
         ASSERT_NE(device_, nullptr);
         queue_ = device_->newCommandQueue();
-        NS::Error* error = nullptr;
-        library_ = device_->newLibrary(nsString("mpsgrad.metallib"), &error);
+        library_ = device_->newDefaultLibrary();  // every kernel linked into the test
         ASSERT_NE(library_, nullptr);
     }
 

@@ -5,6 +5,7 @@
 #include <objc/message.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 #include "emu_test_params.h"
@@ -570,9 +571,40 @@ TEST_F(Host, LibraryLookup) {
 
 TEST_F(Host, LibraryLoadingPaths) {
     NS::Error* error = nullptr;
-    MTL::Library* byUrl = device_->newLibrary(NS::URL::fileURLWithPath(nsString("/nonexistent/lib/mpsgrad.metallib")), &error);
-    ASSERT_NE(byUrl, nullptr);
+    // A missing file is an error, as in Metal.
+    EXPECT_EQ(device_->newLibrary(NS::URL::fileURLWithPath(nsString("/nonexistent/lib/mpsgrad.metallib")), &error),
+              nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_TRUE(contains(str(error->localizedDescription()), "no such file")) << str(error->localizedDescription());
+
+    // A library file of the emulation lists the kernels it was built from: exactly the ones
+    // linked into this process loads, anything else is another build's library.
+    const std::string path = testing::TempDir() + "mtlemu_library_test.metallib";
+    auto writeLibrary = [&](const std::vector<std::string>& names) {
+        std::FILE* f = std::fopen(path.c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        std::fprintf(f, "mtlemu kernel library 1\n# test\n");
+        for (const std::string& n : names) std::fprintf(f, "%s\n", n.c_str());
+        std::fclose(f);
+    };
+    writeLibrary(mtlemu::kernelNames());
+    error = nullptr;
+    MTL::Library* byUrl = device_->newLibrary(NS::URL::fileURLWithPath(nsString(path.c_str())), &error);
+    ASSERT_NE(byUrl, nullptr) << (error ? str(error->localizedDescription()) : "");
     byUrl->release();
+    std::vector<std::string> more = mtlemu::kernelNames();
+    more.push_back("kernel_of_another_build");
+    writeLibrary(more);
+    EXPECT_EQ(device_->newLibrary(nsString(path.c_str()), &error), nullptr);
+    ASSERT_NE(error, nullptr);
+    EXPECT_TRUE(contains(str(error->localizedDescription()), "kernel_of_another_build"));
+    std::vector<std::string> fewer = mtlemu::kernelNames();
+    fewer.pop_back();
+    writeLibrary(fewer);
+    EXPECT_EQ(device_->newLibrary(nsString(path.c_str()), &error), nullptr);
+    EXPECT_TRUE(contains(str(error->localizedDescription()), "stale"));
+    std::remove(path.c_str());
+
     MTL::Library* byDefault = device_->newDefaultLibrary();
     ASSERT_NE(byDefault, nullptr);
     byDefault->release();

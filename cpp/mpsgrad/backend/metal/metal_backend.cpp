@@ -153,6 +153,10 @@ std::shared_ptr<Backend> createBackend() {
         return nullptr;
     }
     KernelLibrary library = loadKernelLibrary(ctx.device.get());
+    if (std::string reason = unsuitableReason(ctx.device.get(), library.library.get()); !reason.empty()) {
+        setUnavailableReason("the Metal device '" + ctx.deviceName + "' " + reason);
+        return nullptr;
+    }
     ctx.pipelines = std::make_unique<PipelineCache>(ctx.device, library.library, library.description);
     ctx.buffers = std::make_shared<BufferPool>(ctx.device, poolLimitBytes(), exactBufferSizes());
     ctx.placeholder = ctx.buffers->allocate(16);

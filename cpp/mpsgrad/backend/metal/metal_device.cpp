@@ -15,6 +15,8 @@ namespace mpsgrad::metal_backend {
 namespace {
 
 constexpr const char* kLibraryFile = "mpsgrad.metallib";
+constexpr NS::UInteger kSimdWidth = 32;            // the simd_sum reductions of the kernels assume it
+constexpr NS::UInteger kLargestThreadgroup = 256;  // the widest threadgroup a kernel is written for
 
 std::string errorText(NS::Error* error) {
     NS::String* text = error ? error->localizedDescription() : nullptr;
@@ -45,6 +47,29 @@ Ref<MTL::Library> loadFile(MTL::Device* device, const std::string& path, std::st
 
 bool supportsKernels(MTL::Device* device) {
     return device->supportsFamily(MTL::GPUFamilyApple7) || device->supportsFamily(MTL::GPUFamilyMac2);
+}
+
+std::string unsuitableReason(MTL::Device* device, MTL::Library* library) {
+    if (!supportsKernels(device)) return "lacks SIMD-group reductions (GPU family Apple7 or Mac2 needed)";
+    const NS::UInteger maxThreads = device->maxThreadsPerThreadgroup().width;
+    if (maxThreads < kLargestThreadgroup)
+        return "allows " + std::to_string(maxThreads) + " threads per threadgroup; the kernels need " +
+               std::to_string(kLargestThreadgroup);
+    // The SIMD width is a property of pipelines, not of the device: build the smallest kernel.
+    AutoreleaseScope pool;
+    auto constants = adopt(MTL::FunctionConstantValues::alloc()->init());
+    const bool no = false;
+    for (NS::UInteger index : {1u, 3u}) constants->setConstantValue(&no, MTL::DataTypeBool, index);
+    NS::Error* error = nullptr;
+    auto function = adopt(library->newFunction(MTLSTR("fill_floats"), constants.get(), &error));
+    if (!function) return "cannot specialise the kernel fill_floats: " + errorText(error);
+    auto probe = adopt(device->newComputePipelineState(function.get(), &error));
+    if (!probe) return "cannot build the pipeline of fill_floats: " + errorText(error);
+    const NS::UInteger width = probe->threadExecutionWidth();
+    if (width != kSimdWidth)
+        return "runs " + std::to_string(width) + "-wide SIMD groups; mpsgrad's kernels are written for " +
+               std::to_string(kSimdWidth) + "-wide ones (Apple GPUs)";
+    return "";
 }
 
 Ref<MTL::Device> selectDevice() {

@@ -14,6 +14,11 @@ namespace mpsgrad::metal_backend {
 // Metal offers from the Apple7 family (M1, A14) and on Mac2 GPUs.
 bool supportsKernels(MTL::Device* device);
 
+// Why `device` cannot run the kernels of `library` ("" when it can): no SIMD-group reductions
+// (supportsKernels), fewer threads per threadgroup than the kernels dispatch, or SIMD groups that
+// are not 32 wide (AMD GPUs run 64-wide ones; the reductions assume 32 lanes).
+std::string unsuitableReason(MTL::Device* device, MTL::Library* library);
+
 // The system default device if it supportsKernels, else the first capable one of all devices,
 // else whatever device there is (the caller reports why it cannot be used); null when the
 // machine has no Metal device.

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_config.h"
 #include "metal_objects.h"
 
 namespace mtlemu {
@@ -68,7 +69,9 @@ std::string executeCommand(Command& c) {
             }
             d.gridIsThreads = c.gridIsThreads;
             d.constants = &c.pipeline->constants;
+            recordVariant(*c.pipeline->kernel, c.pipeline->constants);
             const rt::DispatchResult r = rt::dispatch(d);
+            recordKernelStats(*c.pipeline->kernel, r);
             Counters& n = counters();
             n.dispatches++;
             n.threadgroups += r.threadgroups;
@@ -365,9 +368,10 @@ void encodeDispatch(ComputeEncoder* self, Size grid, Size group, bool gridIsThre
     const rt::KernelInfo& k = *p->kernel;
     const std::string kname = std::string("kernel '") + k.name + "'";
     const NSUInteger threads = group.width * group.height * group.depth;
-    if (threads == 0 || threads > k.maxTotalThreadsPerThreadgroup)
-        return fail("with " + std::to_string(threads) + " threads per threadgroup; " + kname + " allows 1 to " +
-                    std::to_string(k.maxTotalThreadsPerThreadgroup));
+    const unsigned maxThreads = pipelineMaxThreads(k);
+    if (threads == 0 || threads > maxThreads)
+        return fail("with " + std::to_string(threads) + " threads per threadgroup; the pipeline of " + kname +
+                    " allows 1 to " + std::to_string(maxThreads) + " (its maxTotalThreadsPerThreadgroup)");
     const NSUInteger dims[3] = {grid.width, grid.height, grid.depth};
     for (NSUInteger d : dims)
         if (d == 0 || d > 0xFFFFFFFFul) return fail("with an empty or oversized grid");
@@ -390,9 +394,13 @@ void encodeDispatch(ComputeEncoder* self, Size grid, Size group, bool gridIsThre
                         " has no length (setThreadgroupMemoryLength:atIndex:)");
         tgMemory += len;
     }
-    if (tgMemory > rt::kMaxThreadgroupMemory)
-        return fail("with " + std::to_string(tgMemory) + " bytes of threadgroup memory (at most " +
-                    std::to_string(rt::kMaxThreadgroupMemory) + ")");
+    const DeviceConfig config = deviceConfig();
+    if (tgMemory > config.threadgroupMemory)
+        return fail("with " + std::to_string(tgMemory) + " bytes of threadgroup memory (the device's "
+                    "maxThreadgroupMemoryLength is " + std::to_string(config.threadgroupMemory) + ")");
+    if (config.simdWidth != rt::kSimdWidth)
+        return fail("on a device with " + std::to_string(config.simdWidth) + "-wide simdgroups: the Metal "
+                    "emulation executes " + std::to_string(rt::kSimdWidth) + "-wide simdgroups only");
 
     Command c;
     c.kind = Command::kDispatch;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_config.h"
 #include "metal_objects.h"
 #include "mtlemu/mtlemu.h"
 
@@ -59,18 +60,18 @@ id objDevice(MetalObject*, SEL) { return asId(device()); }
 
 id devName(Device*, SEL) { return asId(gDeviceName); }
 std::uint64_t devRegistryID(Device*, SEL) { return 0x6d746c656d75ull; }
-Size devMaxThreadsPerThreadgroup(Device*, SEL) { return Size{1024, 1024, 1024}; }
-NSUInteger devMaxThreadgroupMemory(Device*, SEL) { return rt::kMaxThreadgroupMemory; }
+Size devMaxThreadsPerThreadgroup(Device*, SEL) {
+    const NSUInteger n = deviceConfig().maxThreadsPerThreadgroup;
+    return Size{n, n, n};
+}
+NSUInteger devMaxThreadgroupMemory(Device*, SEL) { return deviceConfig().threadgroupMemory; }
 NSUInteger devMaxBufferLength(Device*, SEL) { return kMaxBufferLength; }
 bool devYes(Device*, SEL) { return true; }
 bool devNo(Device*, SEL) { return false; }
 std::uint64_t devWorkingSet(Device*, SEL) { return std::uint64_t(16) << 30; }
 NSUInteger devAllocated(Device*, SEL) { return NSUInteger(gAllocated.load()); }
-// Behaves like an Apple7-family GPU (M1): Apple1-7, Mac2, Common1-3, Metal3.
-bool devSupportsFamily(Device*, SEL, NSInteger family) {
-    return (family >= 1001 && family <= 1007) || family == 2002 || (family >= 3001 && family <= 3003) ||
-           family == 5001;
-}
+// The configured family (default Apple7, an M1: Apple1-7, Mac2, Common1-3, Metal3).
+bool devSupportsFamily(Device*, SEL, NSInteger family) { return supportsFamily(family); }
 
 id devNewQueue(Device*, SEL) { return asId(create<CommandQueue>(classNamed("MTLFakeCommandQueue"))); }
 id devNewQueueMax(Device* self, SEL, NSUInteger) { return devNewQueue(self, nullptr); }
@@ -110,16 +111,18 @@ id devNewBufferNoCopy(Device*, SEL, void* pointer, NSUInteger length, NSUInteger
     return asId(b);
 }
 
+// True (and the NSError set) when a test injected a failure of this library load.
+bool injectedLibraryFailure(void* error) {
+    std::lock_guard<std::mutex> lock(settings().mutex);
+    if (!settings().failNextLibrary) return false;
+    settings().failNextLibrary = false;
+    setError(error, kLibraryErrorDomain, kLibraryErrorFileNotFound, settings().failLibraryMessage);
+    return true;
+}
+
 // Every library holds every kernel linked into the process.
 Library* newLibrary(void* error, const std::string& origin) {
-    {
-        std::lock_guard<std::mutex> lock(settings().mutex);
-        if (settings().failNextLibrary) {
-            settings().failNextLibrary = false;
-            setError(error, kLibraryErrorDomain, kLibraryErrorFileNotFound, settings().failLibraryMessage);
-            return nullptr;
-        }
-    }
+    if (injectedLibraryFailure(error)) return nullptr;
     if (rt::allKernels().empty())
         std::fprintf(stderr,
                      "mtlemu: warning: a Metal library was loaded but no emulated kernels are registered "
@@ -128,11 +131,21 @@ Library* newLibrary(void* error, const std::string& origin) {
     l->origin = origin;
     return l;
 }
+// A library file must exist and list exactly the kernels of this build (see device_config.h).
+Library* newLibraryFromFile(void* error, const std::string& path) {
+    if (injectedLibraryFailure(error)) return nullptr;
+    const std::string problem = checkLibraryFile(path);
+    if (!problem.empty()) {
+        setError(error, kLibraryErrorDomain, kLibraryErrorFileNotFound, problem);
+        return nullptr;
+    }
+    return newLibrary(error, path);
+}
 id devNewLibraryWithURL(Device*, SEL, objc::URL* url, void* error) {
-    return asId(newLibrary(error, url ? stringValue(url->path) : std::string()));
+    return asId(newLibraryFromFile(error, url ? stringValue(url->path) : std::string()));
 }
 id devNewLibraryWithFile(Device*, SEL, Object* path, void* error) {
-    return asId(newLibrary(error, stringValue(path)));
+    return asId(newLibraryFromFile(error, stringValue(path)));
 }
 id devNewDefaultLibrary(Device*, SEL) { return asId(newLibrary(nullptr, "default.metallib")); }
 id devNewDefaultLibraryWithBundle(Device*, SEL, Object*, void* error) {
@@ -296,8 +309,8 @@ void fcvReset(FunctionConstantValues* self, SEL) { self->entries.clear(); }
 
 // ---------------------------------------------------------------- pipeline
 
-NSUInteger plMaxThreads(ComputePipeline* self, SEL) { return self->kernel->maxTotalThreadsPerThreadgroup; }
-NSUInteger plExecutionWidth(ComputePipeline*, SEL) { return rt::kSimdWidth; }
+NSUInteger plMaxThreads(ComputePipeline* self, SEL) { return pipelineMaxThreads(*self->kernel); }
+NSUInteger plExecutionWidth(ComputePipeline*, SEL) { return deviceConfig().simdWidth; }
 NSUInteger plStaticTgMemory(ComputePipeline* self, SEL) {
     return (self->kernel->staticThreadgroupMemory + 15) / 16 * 16;
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,39 @@ void resetStats();
 // Names of the kernels linked into the process (what a library contains).
 std::vector<std::string> kernelNames();
 
+// The counters of Stats per kernel (by Metal function name), since the start or the last reset;
+// for the performance model (benchmarks/metal_roofline.py).
+struct KernelStats {
+    std::uint64_t dispatches = 0, threadgroups = 0, threads = 0, barriers = 0, simdOps = 0;
+};
+std::map<std::string, KernelStats> kernelStats();
+void resetKernelStats();
+
+// ------------------------------------------------------------ the device's capabilities
+
+// What the fake MTLDevice reports and enforces. Defaults: an Apple7 GPU (M1). The environment
+// sets the initial values: MTLEMU_GPU_FAMILY (apple1..apple9, mac1, mac2), MTLEMU_SIMD_WIDTH,
+// MTLEMU_MAX_THREADS_PER_THREADGROUP, MTLEMU_THREADGROUP_MEMORY (bytes).
+struct DeviceConfig {
+    // The newest GPU family: "appleN" supports Apple1..AppleN (and Mac2 and Metal3 from Apple7,
+    // as Apple silicon Macs do); "mac2" is an Intel or AMD Mac GPU (Mac1, Mac2, Metal3).
+    std::string family = "apple7";
+    // Every pipeline's threadExecutionWidth. The kernel runtime executes 32-wide simdgroups
+    // only: a dispatch on a device of another width fails, naming the width.
+    unsigned simdWidth = 32;
+    // The device's maxThreadsPerThreadgroup, and the cap on every pipeline's
+    // maxTotalThreadsPerThreadgroup (real pipelines may allow fewer than 1024 threads);
+    // dispatches beyond a pipeline's cap fail validation.
+    unsigned maxThreadsPerThreadgroup = 1024;
+    // maxThreadgroupMemoryLength; dispatches using more fail validation.
+    std::size_t threadgroupMemory = 32 * 1024;
+};
+DeviceConfig deviceConfig();
+// Takes effect for every later query and dispatch (objects already made keep working).
+void setDeviceConfig(const DeviceConfig& config);
+// Back to the environment's values (or the defaults).
+void resetDeviceConfig();
+
 }  // namespace mtlemu
 
 extern "C" {
@@ -84,4 +118,7 @@ long mtlemu_live_object_count(void);
 void mtlemu_set_worker_threads(unsigned n);
 void mtlemu_set_reverse_thread_order(int reverse);
 void mtlemu_set_new_buffer_fill(unsigned char byte);
+// kernelStats() as text, one "name dispatches threadgroups threads barriers simdOps" line per kernel.
+std::size_t mtlemu_kernel_stats(char* out, std::size_t size);
+void mtlemu_reset_kernel_stats(void);
 }
