@@ -2,7 +2,11 @@
 #  1. the harness's own tests, including its planted faults, under ASan + UBSan;
 #  2. the project built with -DMPSGRAD_METAL_EMULATION=ON (clang 16): ctest runs the backend-op
 #     tests against the CPU backend and the address-space check of every metal/*.metal file;
-#  3. the whole pytest suite on Device("metal") and Device("cpu") with that build's extension.
+#  3. the whole pytest suite on Device("metal") and Device("cpu") with that build's extension;
+#  4. coverage: that build instruments the translated kernels (-DMPSGRAD_METAL_COVERAGE=ON), the
+#     ctest and pytest runs write profiles and the kernel variants they dispatch, and
+#     metal_coverage.py prints "metal line coverage" and "kernel variants exercised", failing below
+#     95 % of the .metal lines or below every variant the host can request.
 
 emulation_harness_tests() {
     cmake -S tests/metal_emulation -B build/ci-emu-harness -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 \
@@ -13,13 +17,20 @@ emulation_harness_tests() {
 
 emulation_build() {
     cmake -S . -B build/ci-metal -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-16 \
-        -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=ON \
+        -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=ON -DMPSGRAD_METAL_COVERAGE=ON \
         -Dpybind11_DIR="$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')" >/dev/null
     cmake --build build/ci-metal
 }
 
+# Where the test processes of the coverage build leave their profiles and variant logs.
+coverage_dir="$root/build/ci-metal/coverage"
+export_coverage_env() {
+    export LLVM_PROFILE_FILE="$coverage_dir/%4m.profraw" MTLEMU_VARIANT_LOG="$coverage_dir/variants.log"
+}
+
 emulation_ctest() {
-    ctest --test-dir build/ci-metal --output-on-failure -j2 | tail -n 5
+    rm -rf "$coverage_dir" && mkdir -p "$coverage_dir"
+    (export_coverage_env && ctest --test-dir build/ci-metal --output-on-failure -j2 | tail -n 5)
 }
 
 emulation_pytest() {
@@ -27,10 +38,17 @@ emulation_pytest() {
     rm -rf build/ci-metal/pkg && mkdir -p build/ci-metal/pkg
     cp -r python/mpsgrad build/ci-metal/pkg/
     cp build/ci-metal/_mpsgrad*.so build/ci-metal/pkg/mpsgrad/
-    PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal,cpu python3 -m pytest tests/python -q
+    (export_coverage_env &&
+        PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal,cpu python3 -m pytest tests/python -q)
+}
+
+emulation_coverage() {
+    python3 tests/metal_emulation/coverage/metal_coverage.py --build build/ci-metal --profiles "$coverage_dir" \
+        --variant-log "$coverage_dir/variants.log" --min-lines 95
 }
 
 stage "metal emulation: harness tests (ASan+UBSan)" emulation_harness_tests
 stage "metal emulation: build" emulation_build
 stage "metal emulation: ctest (backend ops, address-space check)" emulation_ctest
 stage "metal emulation: pytest on metal and cpu" emulation_pytest
+stage "metal emulation: .metal line coverage and kernel variants" emulation_coverage
