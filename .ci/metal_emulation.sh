@@ -6,7 +6,10 @@
 #  4. coverage: that build instruments the translated kernels (-DMPSGRAD_METAL_COVERAGE=ON), the
 #     ctest and pytest runs write profiles and the kernel variants they dispatch, and
 #     metal_coverage.py prints "metal line coverage" and "kernel variants exercised", failing below
-#     95 % of the .metal lines or below every variant the host can request.
+#     95 % of the .metal lines or below every variant the host can request;
+#  5. planted kernel bugs (coverage/planted_bugs.py): each is translated into that build in turn
+#     and the C++ tests that must catch it have to fail (lane 31 dropped from a simd_sum, a max
+#     taken from one lane only).
 
 emulation_harness_tests() {
     cmake -S tests/metal_emulation -B build/ci-emu-harness -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 \
@@ -52,3 +55,5 @@ stage "metal emulation: build" emulation_build
 stage "metal emulation: ctest (backend ops, address-space check)" emulation_ctest
 stage "metal emulation: pytest on metal and cpu" emulation_pytest
 stage "metal emulation: .metal line coverage and kernel variants" emulation_coverage
+stage "metal emulation: planted kernel bugs are caught" \
+    python3 tests/metal_emulation/coverage/planted_bugs.py --build build/ci-metal
