@@ -67,8 +67,13 @@ def line_counts(build, profiles, binaries, source_root):
     for b in binaries[1:]:
         args += ["-object", b]
     lcov = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return map_lcov(lcov, generated_map(build), source_root)
 
-    generated = generated_map(build)
+
+def map_lcov(lcov, generated, source_root):
+    """{display file: {source line: count}} from llvm-cov's lcov export: records of a translated
+    file (`generated`, see generated_map) moved back to their .metal lines, records of headers in
+    source_root/metal kept under their own names, everything else dropped."""
     metal_dir = os.path.realpath(os.path.join(source_root, "metal"))
     counts = collections.defaultdict(dict)
     current = None
