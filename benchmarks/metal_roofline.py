@@ -18,7 +18,8 @@ plus element-wise ops on the activations they produce), this prints
 Where the counts come from. threads, threadgroups, barriers and simd ops are the Metal emulation's
 counters (tests/metal_emulation: mtlemu_kernel_stats) when run with --measure on the emulation
 build: every op is executed once on Device("metal") of the Linux emulation and the counters of
-each kernel are read back and checked against the model's. FLOPs and bytes follow from each
+each kernel are read back and checked against the model's (all rows agree in the tree this was
+written in). FLOPs and bytes follow from each
 kernel's algorithm and tiling as written in metal/*.metal (the emulator does not count
 individual arithmetic instructions or memory accesses); the model states them per kernel below.
 
@@ -203,12 +204,22 @@ def conv_dispatches(case, quick):
     return out
 
 
+def per_image(d, n):
+    """`d` (the counts of one image) dispatched once per image of an n-image batch; FLOPs and
+    bytes are already the batch's."""
+    d.threads *= n
+    d.threadgroups *= n
+    return d
+
+
 def elementwise_dispatches(case, quick):
     _, n_full, n_quick, H, W, C = case
     N = n_quick if quick else n_full
     name = f"{N}x{H}x{W}x{C}"
     elems = N * H * W * C
     b = F * elems
+    # One thread per channel quad of 4 consecutive pixels (the element-wise kernels' shared
+    # geometry); the arithmetic kernel classes dispatch image by image.
     quad_grid = (cdiv(C, 4), W, N * H)
     arith_grid = (cdiv(C, 4), cdiv(W, 4), N * H)
     pixels = N * H * W
@@ -217,14 +228,16 @@ def elementwise_dispatches(case, quick):
     if C > 16:
         groups = cdiv(pixels, 4)
         softmax = Dispatch(f"{name} softmax", "softmax_forward_simd", 5.0 * elems, 2 * b, 2 * b, 0.0, groups * 128,
-                           groups, 0)
+                           groups, 0, 2 * pixels)  # simd_max and simd_sum per pixel
     else:
         softmax = elementwise(f"{name} softmax", "softmax_forward", (pixels, 1, 1), 5.0 * elems, 2 * b)
     return [
-        elementwise(f"{name} relu forward", "neuron_forward", quad_grid, float(elems), 2 * b),
-        elementwise(f"{name} relu gradient", "neuron_gradient", quad_grid, float(elems), 3 * b),
-        elementwise(f"{name} add", "arithmetic_forward", arith_grid, float(elems), 3 * b),
-        elementwise(f"{name} add gradient (primary)", "arithmetic_gradient_direct", quad_grid, float(elems), 2 * b),
+        elementwise(f"{name} relu forward", "neuron_forward", arith_grid, float(elems), 2 * b),
+        elementwise(f"{name} relu gradient", "neuron_gradient", arith_grid, float(elems), 3 * b),
+        per_image(elementwise(f"{name} add", "arithmetic_forward", (cdiv(C, 4), cdiv(W, 4), H), float(elems),
+                              3 * b), N),
+        per_image(elementwise(f"{name} add gradient (primary)", "arithmetic_gradient_direct", (cdiv(C, 4), W, H),
+                              float(elems), 2 * b), N),
         # softmax over C channels: max, exp and sum, divide (exp counted as one operation)
         softmax,
     ]
@@ -278,6 +291,30 @@ def run_conv_on_emulator(case, quick):
     return emulator_counters()
 
 
+def run_elementwise_on_emulator(case, quick):
+    """Runs the element-wise ops of `case` once on the emulated Metal device; returns
+    {kernel: counters}."""
+    import numpy as np
+    import mpsgrad as m
+    _, n_full, n_quick, H, W, C = case
+    N = n_quick if quick else n_full
+    dev = m.Device("metal")
+    q = m.CommandQueue(dev)
+    a = np.linspace(-1.0, 1.0, N * H * W * C, dtype=np.float32).reshape(N, H, W, C)
+    xs, ys, gs = (m.batch_from_numpy(a, dev) for _ in range(3))
+    relu = m.NNNeuronDescriptor(m.CNNNeuronType.RELU)
+    emulator_counters()  # reset
+    cb = q.command_buffer()
+    _, states = m.CNNNeuron(dev, relu).encode_batch(cb, xs, destination_state_is_temporary=False)
+    m.CNNNeuronGradient(dev, relu).encode_batch(cb, gs, xs, states)
+    _, add_states = m.CNNAdd(dev).encode_batch(cb, xs, ys, destination_state_is_temporary=False)
+    m.CNNAddGradient(dev, False).encode_batch(cb, gs, ys, add_states)
+    m.CNNSoftMax(dev).encode_batch(cb, xs)
+    cb.commit()
+    cb.wait_until_completed()
+    return emulator_counters()
+
+
 def fmt_count(v):
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(v) >= scale:
@@ -306,7 +343,13 @@ def main(argv=None):
                                       measured.get(d.kernel, (0, 0, 0, 0, 0))))
         dispatches += ds
     for case in ELEMENTWISE_CASES:
-        dispatches += elementwise_dispatches(case, args.quick)
+        ds = elementwise_dispatches(case, args.quick)
+        if args.measure:
+            measured = run_elementwise_on_emulator(case, args.quick)
+            for d in ds:
+                d.measured = dict(zip(("dispatches", "threadgroups", "threads", "barriers", "simd"),
+                                      measured.get(d.kernel, (0, 0, 0, 0, 0))))
+        dispatches += ds
 
     print("mpsgrad Metal roofline model (%s batch sizes); time = max(FLOPs/peak, DRAM bytes/bandwidth) in us"
           % ("--quick" if args.quick else "full"))
