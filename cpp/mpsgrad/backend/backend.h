@@ -14,6 +14,7 @@
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
+#include "metal/pooling_params.h"
 
 namespace mpsgrad {
 
@@ -116,6 +117,13 @@ public:
     // output = the forward result Y.
     virtual void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                                  const BufferSlice& output, const BufferSlice& destination) = 0;
+
+    // ---- pooling family (metal/pooling_params.h) ---------------------------------------
+    virtual void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                                const BufferSlice& destination) = 0;
+    // source = the forward input X (only its size matters, and it may be empty, for average pooling).
+    virtual void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                                 const BufferSlice& source, const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

@@ -9,6 +9,8 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/pooling_params.h"
+#include "backend/backend.h"
 
 namespace mpsgrad::cpu {
 
@@ -51,5 +53,12 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
 void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
                      float* destination);
+
+// ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
+// These ops take the buffer slices and check that every binding holds the images its layout
+// describes (std::invalid_argument otherwise). source may be empty for an average-pooling gradient.
+void poolingForward(const PoolingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                     const BufferSlice& destination);
 
 }  // namespace mpsgrad::cpu

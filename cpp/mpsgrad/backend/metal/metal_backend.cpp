@@ -124,6 +124,18 @@ public:
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
 
+    // ---- pooling family
+    void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingForward(ctx_, cb, p, source, destination);
+    }
+    void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& source, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingGradient(ctx_, cb, p, gradient, source, destination);
+    }
+
 private:
     MetalContext ctx_;
 };
