@@ -21,6 +21,8 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindSoftmax(m);
     // ---- pooling, upsampling, dropout families (issue 11)
     bindPooling(m);
+    bindUpsampling(m);
+    bindDropout(m);
 }
 
 }  // namespace mpsgrad::python

@@ -231,6 +231,20 @@ public:
         encode(cb, [=] { cpu::poolingGradient(p, gradient, source, destination); });
     }
 
+    // ---- upsampling and dropout families ------------------------------------------------------
+    void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                           const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingForward(p, source, destination); });
+    }
+    void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingGradient(p, gradient, destination); });
+    }
+    void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                 const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::dropout(p, source, destination); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

@@ -10,6 +10,8 @@
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
 #include "../../../../metal/pooling_params.h"
+#include "../../../../metal/upsampling_params.h"
+#include "../../../../metal/dropout_params.h"
 #include "backend/backend.h"
 
 namespace mpsgrad::cpu {
@@ -60,5 +62,13 @@ void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, cons
 void poolingForward(const PoolingParams& p, const BufferSlice& source, const BufferSlice& destination);
 void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
                      const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling_params.h; upsampling.cpp), buffer slices as pooling
+void upsamplingForward(const UpsamplingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
+void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
 
 }  // namespace mpsgrad::cpu
