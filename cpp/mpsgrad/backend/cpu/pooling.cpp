@@ -59,12 +59,14 @@ inline const float* tapPixel(const ImageLayout& l, const float* base, int64_t n,
     return base + pixelIndex(l, n, qx, qy);
 }
 
-inline bool maxWins(float v, float best) { return v > best || (std::isnan(v) && !std::isnan(best)); }
+// v replaces best: a larger value, or a NaN over a number (v != v tests NaN and vectorizes).
+inline bool maxWins(float v, float best) { return v > best || (v != v && best == best); }
 
 // Pools the window whose top-left tap is (sx, sy) into out[0..N); for max, argmax (if non-null)
-// receives each channel's winning tap index.
+// receives each channel's winning tap index. `zeros` holds N zeros (the reads of off-image taps).
+// The channel loops are branch-free so that they vectorize.
 void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, int64_t n, int32_t sx, int32_t sy,
-                int32_t jx, int32_t jy, float* out, int32_t* argmax) {
+                int32_t jx, int32_t jy, float* out, int32_t* argmax, const float* zeros) {
     const int32_t N = src.channels;
     const bool clampReads = w.edgeMode == kEdgeClamp && w.mode != kPoolingAverage;
     if (w.mode == kPoolingMax) {
@@ -81,16 +83,15 @@ void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, 
             const float* v = tapPixel(src, x, n, qx, qy, clampReads);
             const int32_t t = ty * w.kernelWidth + tx;
             if (w.mode == kPoolingMax) {
+                const float* values = v ? v : zeros;
                 if (argmax) {
                     for (int32_t c = 0; c < N; ++c) {
-                        const float value = v ? v[c] : 0.0f;
-                        if (maxWins(value, out[c])) out[c] = value, argmax[c] = t;
+                        const bool wins = maxWins(values[c], out[c]);
+                        out[c] = wins ? values[c] : out[c];
+                        argmax[c] = wins ? t : argmax[c];
                     }
                 } else {
-                    for (int32_t c = 0; c < N; ++c) {
-                        const float value = v ? v[c] : 0.0f;
-                        out[c] = maxWins(value, out[c]) ? value : out[c];
-                    }
+                    for (int32_t c = 0; c < N; ++c) out[c] = maxWins(values[c], out[c]) ? values[c] : out[c];
                 }
             } else if (v && w.mode == kPoolingAverage) {
                 for (int32_t c = 0; c < N; ++c) out[c] += v[c];
@@ -126,13 +127,14 @@ void poolingForward(const PoolingParams& p, const BufferSlice& sourceSlice, cons
     const int64_t rows = int64_t(p.batch) * p.clipHeight;
     const int64_t work = int64_t(p.clipWidth) * N * w.kernelWidth * w.kernelHeight;
     parallelFor(rows, rowGrain(work), [&](int64_t r0, int64_t r1) {
+        const std::vector<float> zeros(static_cast<size_t>(N), 0.0f);
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.clipHeight;
             const int32_t jy = int32_t(r % p.clipHeight);
             const int32_t sy = w.windowTopY + w.strideY * jy;
             for (int32_t jx = 0; jx < p.clipWidth; ++jx) {
                 float* out = y + pixelIndex(p.destination, n, p.clipX + jx, p.clipY + jy);
-                poolWindow(p.source, x, w, n, w.windowLeftX + w.strideX * jx, sy, jx, jy, out, nullptr);
+                poolWindow(p.source, x, w, n, w.windowLeftX + w.strideX * jx, sy, jx, jy, out, nullptr, zeros.data());
             }
         }
     });
@@ -175,7 +177,7 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
     if (w.mode == kPoolingL2) ratio.resize(scratch);
     if (readsSource && gw > 0 && gh > 0) {
         parallelFor(windowRows, rowGrain(int64_t(gw) * N * w.kernelWidth * w.kernelHeight), [&](int64_t r0, int64_t r1) {
-            std::vector<float> out(static_cast<size_t>(N));
+            std::vector<float> out(static_cast<size_t>(N)), zeros(static_cast<size_t>(N), 0.0f);
             for (int64_t r = r0; r < r1; ++r) {
                 const int64_t n = r / gh;
                 const int32_t jy = int32_t(r % gh);
@@ -183,10 +185,10 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
                     const size_t at = (size_t(r) * gw + jx) * N;
                     const int32_t sx = w.windowLeftX + w.strideX * jx, sy = w.windowTopY + w.strideY * jy;
                     if (w.mode == kPoolingMax) {
-                        poolWindow(p.source, x, w, n, sx, sy, jx, jy, out.data(), &argmax[at]);
+                        poolWindow(p.source, x, w, n, sx, sy, jx, jy, out.data(), &argmax[at], zeros.data());
                         continue;
                     }
-                    poolWindow(p.source, x, w, n, sx, sy, jx, jy, out.data(), nullptr);
+                    poolWindow(p.source, x, w, n, sx, sy, jx, jy, out.data(), nullptr, zeros.data());
                     const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
                     for (int32_t c = 0; c < N; ++c) ratio[at + c] = out[c] > 0.0f ? gp[c] / out[c] : 0.0f;
                 }
