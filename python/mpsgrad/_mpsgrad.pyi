@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1934,6 +1934,384 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
+class PoolingKind:
+    """
+    Which forward pooling kernel a CNNPoolingGradientState comes from
+    
+    Members:
+    
+      MAX
+    
+      AVERAGE
+    
+      L2_NORM
+    
+      DILATED_MAX
+    """
+    AVERAGE: typing.ClassVar[PoolingKind]
+    DILATED_MAX: typing.ClassVar[PoolingKind]
+    L2_NORM: typing.ClassVar[PoolingKind]
+    MAX: typing.ClassVar[PoolingKind]
+    __members__: typing.ClassVar[dict[str, PoolingKind]]
+    @typing.overload
+    def __eq__(self, other: PoolingKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: PoolingKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNPoolingGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the pooling kernels write for their gradients (forward window geometry and the average normalization in force)
+    """
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def zero_pad_size_x(self) -> int:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        ...
+class CNNPooling(CNNKernel):
+    """
+    MPSCNNPooling: the pooling base class. Window of destination pixel clip_rect.origin + (x, y): center offset + stride * (x, y), taps at center - (E >> 1) + dilation * t with E = (k - 1) * dilation + 1.
+    """
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+class CNNPoolingMax(CNNPooling):
+    """
+    MPSCNNPoolingMax: the maximum over the window (first maximum in scan order on ties). Off-image taps read 0 under ImageEdgeMode.ZERO and the nearest pixel under CLAMP.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingMax initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingAverage(CNNPooling):
+    """
+    MPSCNNPoolingAverage: the sum of the in-image taps over N. ZERO edge mode: N = kernel_width * kernel_height. CLAMP (or the padding method's EXCLUDE_EDGES bit): N = the taps inside the image widened by zero_pad_size_x/y on each side; a window with none gives 0.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingAverage initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+    @property
+    def zero_pad_size_x(self) -> int:
+        """
+        MPSCNNPoolingAverage.zeroPadSizeX
+        """
+    @zero_pad_size_x.setter
+    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        """
+        MPSCNNPoolingAverage.zeroPadSizeY
+        """
+    @zero_pad_size_y.setter
+    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNPoolingL2Norm(CNNPooling):
+    """
+    MPSCNNPoolingL2Norm: sqrt of the sum of the squares over the window.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingL2Norm initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNDilatedPoolingMax(CNNPooling):
+    """
+    MPSCNNDilatedPoolingMax: the maximum over dilated taps.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNDilatedPoolingMax initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingGradient(CNNGradientKernel):
+    """
+    MPSCNNPoolingGradient: the pooling gradient base class. primary = dL/dY, secondary = the forward source X (average pooling reads only its size). destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, source_size = forward clip size, secondary_offset = forward offset, clip_rect = the whole dX. Pixels no window reaches get 0.
+    """
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def source_size(self) -> tuple:
+        """
+        MPSCNNPoolingGradient.sourceSize (width, height, depth): the G pixels from primary_offset that contribute
+        """
+    @source_size.setter
+    def source_size(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNPoolingMaxGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingMaxGradient: G goes to the argmax tap of each window, recomputed from X.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingAverageGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingAverageGradient: G / N to every in-image tap of each window.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingAverageGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+    @property
+    def zero_pad_size_x(self) -> int:
+        """
+        MPSCNNPoolingAverageGradient.zeroPadSizeX (copied from the state by destination_image_descriptor)
+        """
+    @zero_pad_size_x.setter
+    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        """
+        MPSCNNPoolingAverageGradient.zeroPadSizeY
+        """
+    @zero_pad_size_y.setter
+    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNPoolingL2NormGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingL2NormGradient: dX = sum over windows of G * X / out (0 where out = 0), out recomputed from X.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingL2NormGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNDilatedPoolingMaxGradient(CNNPoolingGradient):
+    """
+    MPSCNNDilatedPoolingMaxGradient: the max gradient over dilated taps.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNDilatedPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
+        """
+class UpsamplingCoordinateMode:
+    """
+    How CNNUpsamplingBilinear maps output to input coordinates when align_corners is False (mpsgrad option)
+    
+    Members:
+    
+      HALF_PIXEL : src = (dst + 0.5) / scale - 0.5, clamped at 0 (PyTorch align_corners=False); the default
+    
+      ASYMMETRIC : src = dst / scale (TensorFlow 1 legacy)
+    """
+    ASYMMETRIC: typing.ClassVar[UpsamplingCoordinateMode]
+    HALF_PIXEL: typing.ClassVar[UpsamplingCoordinateMode]
+    __members__: typing.ClassVar[dict[str, UpsamplingCoordinateMode]]
+    @typing.overload
+    def __eq__(self, other: UpsamplingCoordinateMode) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: UpsamplingCoordinateMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNUpsamplingGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the upsampling kernels write for their gradients (scale factors, corner alignment, coordinate mode and the input extent)
+    """
+    @property
+    def align_corners(self) -> bool:
+        ...
+    @property
+    def coordinate_mode(self) -> UpsamplingCoordinateMode:
+        ...
+    @property
+    def is_bilinear(self) -> bool:
+        ...
+class CNNUpsampling(CNNKernel):
+    """
+    MPSCNNUpsampling: the upsampling base class. The input is the source from `offset` (default (0, 0)) to its edges; the returning encode forms make a destination of the source's size times the scale factors.
+    """
+    @property
+    def align_corners(self) -> bool:
+        ...
+    @property
+    def scale_factor_x(self) -> float:
+        ...
+    @property
+    def scale_factor_y(self) -> float:
+        ...
+class CNNUpsamplingNearest(CNNUpsampling):
+    """
+    MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingNearest initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNUpsamplingBilinear(CNNUpsampling):
+    """
+    MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
+        """
+        -[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]
+        """
+    @property
+    def coordinate_mode(self) -> UpsamplingCoordinateMode:
+        """
+        mpsgrad option: the output-to-input coordinate rule when align_corners is False
+        """
+    @coordinate_mode.setter
+    def coordinate_mode(self, arg0: UpsamplingCoordinateMode) -> None:
+        ...
+class CNNUpsamplingGradient(CNNGradientKernel):
+    """
+    MPSCNNUpsamplingGradient: the upsampling gradient base class. primary = dL/dY; the secondary (the forward source) only sizes the result. Corner alignment and coordinate mode come from the gradient state.
+    """
+    @property
+    def scale_factor_x(self) -> float:
+        ...
+    @property
+    def scale_factor_y(self) -> float:
+        ...
+class CNNUpsamplingNearestGradient(CNNUpsamplingGradient):
+    """
+    MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingNearestGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNUpsamplingBilinearGradient(CNNUpsamplingGradient):
+    """
+    MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingBilinearGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNDropoutGradientState(NNGradientState):
+    """
+    MPSCNNDropoutGradientState: what CNNDropoutGradient needs to regenerate the forward mask
+    """
+    def mask_data(self) -> numpy.typing.NDArray[numpy.uint8]:
+        """
+        -[MPSCNNDropoutGradientState maskData]: the mask, 1 = kept, as uint8 (images, height, width, channels) of the mask grid (extent 1 along broadcast axes); empty before the forward pass has encoded
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+class CNNDropout(CNNKernel):
+    """
+    MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.
+    """
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+        """
+        -[MPSCNNDropout initWithDevice:keepProbability:seed:maskStrideInPixels:]
+        """
+    @property
+    def encode_count(self) -> int:
+        """
+        mpsgrad: forward encodes so far (the Philox stream of the next encode)
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def mask_stride_in_pixels(self) -> tuple:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+class CNNDropoutGradient(CNNGradientKernel):
+    """
+    MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made gradient_state. source_image is not read.
+    """
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+        """
+        -[MPSCNNDropoutGradient initWithDevice:keepProbability:seed:maskStrideInPixels:]
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def mask_stride_in_pixels(self) -> tuple:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)

@@ -19,6 +19,10 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    // ---- pooling, upsampling, dropout families (issue 11)
+    bindPooling(m);
+    bindUpsampling(m);
+    bindDropout(m);
 }
 
 }  // namespace mpsgrad::python

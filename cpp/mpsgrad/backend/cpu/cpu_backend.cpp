@@ -221,6 +221,30 @@ public:
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
+    // ---- pooling family --------------------------------------------------------------------
+    void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::poolingForward(p, source, destination); });
+    }
+    void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& source, const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::poolingGradient(p, gradient, source, destination); });
+    }
+
+    // ---- upsampling and dropout families ------------------------------------------------------
+    void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                           const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingForward(p, source, destination); });
+    }
+    void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingGradient(p, gradient, destination); });
+    }
+    void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                 const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::dropout(p, source, destination); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

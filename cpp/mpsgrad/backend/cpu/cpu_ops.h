@@ -9,6 +9,10 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/pooling_params.h"
+#include "../../../../metal/upsampling_params.h"
+#include "../../../../metal/dropout_params.h"
+#include "backend/backend.h"
 
 namespace mpsgrad::cpu {
 
@@ -51,5 +55,20 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
 void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
                      float* destination);
+
+// ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
+// These ops take the buffer slices and check that every binding holds the images its layout
+// describes (std::invalid_argument otherwise). source may be empty for an average-pooling gradient.
+void poolingForward(const PoolingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                     const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling_params.h; upsampling.cpp), buffer slices as pooling
+void upsamplingForward(const UpsamplingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
+void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
 
 }  // namespace mpsgrad::cpu

@@ -124,6 +124,35 @@ public:
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
 
+    // ---- pooling family
+    void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingForward(ctx_, cb, p, source, destination);
+    }
+    void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& source, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingGradient(ctx_, cb, p, gradient, source, destination);
+    }
+
+    // ---- upsampling and dropout families
+    void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                           const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeUpsamplingForward(ctx_, cb, p, source, destination);
+    }
+    void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeUpsamplingGradient(ctx_, cb, p, gradient, destination);
+    }
+    void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                 const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeDropout(ctx_, cb, p, source, destination);
+    }
+
 private:
     MetalContext ctx_;
 };
