@@ -300,6 +300,17 @@ ImagePtr imageFromArrayZeroCopy(py::array array, const py::object& device) {
 }  // namespace
 
 void bindCore(py::module_& m) {
+    m.def("_is_initialized", [](py::handle object) {
+        // False for an instance made by Cls.__new__(Cls) whose __init__ has not run (its C++ object
+        // does not exist yet); used by the package's __new__ guard.
+        if (py::detail::all_type_info(Py_TYPE(object.ptr())).empty())
+            throwTypeError("object: expected an mpsgrad object, got ", typeName(object));
+        auto* instance = reinterpret_cast<py::detail::instance*>(object.ptr());
+        for (auto vh : py::detail::values_and_holders(instance))
+            if (!vh.holder_constructed()) return false;
+        return true;
+    }, py::arg("object"), "Internal: whether a bound object's C++ part has been constructed.");
+
     // ---- enums (exact MPS / Metal values) -------------------------------------------------
     py::enum_<ImageEdgeMode>(m, "ImageEdgeMode", "MPSImageEdgeMode")
         .value("ZERO", ImageEdgeMode::Zero)

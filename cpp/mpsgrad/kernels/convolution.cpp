@@ -17,7 +17,7 @@ CNNConvolutionDescriptor::CNNConvolutionDescriptor(int64_t kw, int64_t kh, int64
 
 int64_t CNNConvolutionDescriptor::weightsPerOutputChannel() const {
     int64_t g = effectiveGroups();
-    return kernelWidth * kernelHeight * (g > 0 ? inputFeatureChannels / g : 0);
+    return int64_t(checked::product({kernelWidth, kernelHeight, g > 0 ? inputFeatureChannels / g : 0}, "weights"));
 }
 
 void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
@@ -41,8 +41,9 @@ void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
 }
 
 void CNNConvolutionDescriptor::validate() const {
+    // Every size travels to the kernels as a 32-bit int: range-checked here, before any narrowing.
     auto positive = [](int64_t v, const char* name) {
-        if (v < 1) throwValueError(name, ": must be >= 1, got ", v);
+        if (v < 1 || v > INT32_MAX) throwValueError(name, ": must be in [1, 2**31 - 1], got ", v);
     };
     positive(kernelWidth, "kernel_width");
     positive(kernelHeight, "kernel_height");
@@ -68,6 +69,7 @@ void CNNConvolutionDescriptor::validate() const {
                             inputFeatureChannels / groups, " input and ", outputFeatureChannels / groups,
                             " output channels per group");
     }
+    checked::floatBytes(checked::product({weightsPerOutputChannel(), outputFeatureChannels}, "weights"), "weights");
     fusedNeuronDescriptor.validate("fused_neuron_descriptor");
     if (fusedNeuronDescriptor.neuronType == CNNNeuronType::PReLU &&
         int64_t(fusedNeuronDescriptor.data.size()) != outputFeatureChannels)
@@ -558,6 +560,11 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                 throwValueError(what, ": CNNConvolutionGradient needs images with number_of_images == 1, got ",
                                 image->numberOfImages(),
                                 "; pass a batch as a list of single images (Image.batch_representation())");
+        // Single images: the only image a z offset can select is image 0.
+        if (primaryOffset.z != 0 || secondaryOffset.z != 0)
+            throwValueError(primaryOffset.z != 0 ? "primary_offset" : "secondary_offset", ": z = ",
+                            primaryOffset.z != 0 ? primaryOffset.z : secondaryOffset.z,
+                            " selects an image the single-image inputs of CNNConvolutionGradient do not have");
         // The weight and bias gradients are the sums over the batch the state was encoded with;
         // each gradient encode restarts them, so one encode must cover the whole batch.
         if (wantWeights && imagesPerState[states[i].get()] < s.batchSize)
