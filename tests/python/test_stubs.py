@@ -1,7 +1,10 @@
 """The type stubs (python/mpsgrad/_mpsgrad.pyi) cover every public name of the extension.
 
-Regenerate them after changing the bindings:
-    pybind11-stubgen mpsgrad._mpsgrad -o python
+Regenerate them after changing the bindings, from the extension alone (the package's __init__.py
+wraps __new__/__init__ of every bound class, which the stubs should not show):
+    mkdir -p /tmp/stubs/mpsgrad && touch /tmp/stubs/mpsgrad/__init__.py
+    cp build/dev/_mpsgrad*.so /tmp/stubs/mpsgrad/
+    PYTHONPATH=/tmp/stubs pybind11-stubgen mpsgrad._mpsgrad -o python
 """
 import pathlib
 import re
