@@ -6,6 +6,7 @@ porting guide docs/porting.md for the mapping from Objective-C/Swift selectors.
 from __future__ import annotations
 
 import enum as _enum
+import os as _os
 
 import numpy as _np
 
@@ -148,7 +149,10 @@ def _guard_class(cls):
         cls.__reduce_ex__ = __reduce_ex__
 
 
-for _value in list(vars(_mpsgrad).values()):
-    if isinstance(_value, type) and type(_value).__name__ == "pybind11_type":
-        _guard_class(_value)
-del _value
+# MPSGRAD_STUBGEN=1 is for regenerating the type stubs only (they show the bound signatures, not
+# these wrappers); see tests/python/test_stubs.py.
+if not _os.environ.get("MPSGRAD_STUBGEN"):
+    for _value in list(vars(_mpsgrad).values()):
+        if isinstance(_value, type) and type(_value).__name__ == "pybind11_type":
+            _guard_class(_value)
+    del _value

@@ -358,7 +358,7 @@ class Offset:
     __hash__: typing.ClassVar[None] = None
     def __eq__(self, arg0: typing.Any) -> bool:
         ...
-    def __init__(self, x: typing.Any = 0, y: typing.Any = 0, z: typing.Any = 0) -> None:
+    def __init__(self, x: typing.SupportsInt = 0, y: typing.SupportsInt = 0, z: typing.SupportsInt = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
         ...
@@ -368,19 +368,19 @@ class Offset:
     def x(self) -> int:
         ...
     @x.setter
-    def x(self, arg1: typing.Any) -> None:
+    def x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def y(self) -> int:
         ...
     @y.setter
-    def y(self, arg1: typing.Any) -> None:
+    def y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def z(self) -> int:
         ...
     @z.setter
-    def z(self, arg1: typing.Any) -> None:
+    def z(self, arg1: typing.SupportsInt) -> None:
         ...
 class Region:
     """
@@ -427,6 +427,7 @@ class CommandBuffer:
     """
     MTLCommandBuffer
     """
+    label: str
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
         """
         -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
@@ -452,12 +453,6 @@ class CommandBuffer:
         MTLCommandBuffer.error: the failure's description, or None
         """
     @property
-    def label(self) -> str:
-        ...
-    @label.setter
-    def label(self, arg1: typing.Any) -> None:
-        ...
-    @property
     def status(self) -> CommandBufferStatus:
         """
         MTLCommandBuffer.status
@@ -466,6 +461,7 @@ class CommandQueue:
     """
     MTLCommandQueue
     """
+    label: str
     def __init__(self, device: typing.Any = None) -> None:
         """
         -[MTLDevice newCommandQueue]
@@ -477,17 +473,11 @@ class CommandQueue:
     @property
     def device(self) -> Device:
         ...
-    @property
-    def label(self) -> str:
-        ...
-    @label.setter
-    def label(self, arg1: typing.Any) -> None:
-        ...
 class ImageDescriptor:
     """
     MPSImageDescriptor
     """
-    def __init__(self, width: typing.Any = 1, height: typing.Any = 1, feature_channels: typing.Any = 1, number_of_images: typing.Any = 1, channel_format: typing.Any = ..., usage: typing.Any = 3) -> None:
+    def __init__(self, width: typing.SupportsInt = 1, height: typing.SupportsInt = 1, feature_channels: typing.SupportsInt = 1, number_of_images: typing.SupportsInt = 1, channel_format: typing.Any = ..., usage: typing.SupportsInt = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
@@ -503,44 +493,60 @@ class ImageDescriptor:
     def feature_channels(self) -> int:
         ...
     @feature_channels.setter
-    def feature_channels(self, arg1: typing.Any) -> None:
+    def feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def height(self) -> int:
         ...
     @height.setter
-    def height(self, arg1: typing.Any) -> None:
+    def height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def number_of_images(self) -> int:
         ...
     @number_of_images.setter
-    def number_of_images(self, arg1: typing.Any) -> None:
+    def number_of_images(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def usage(self) -> int:
         ...
     @usage.setter
-    def usage(self, arg1: typing.Any) -> None:
+    def usage(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def width(self) -> int:
         ...
     @width.setter
-    def width(self, arg1: typing.Any) -> None:
+    def width(self, arg1: typing.SupportsInt) -> None:
         ...
 class Image:
     """
     MPSImage: float32 feature channels, NHWC storage.
     """
+    label: str
     @staticmethod
     def _from_array_zero_copy(array: numpy.ndarray, device: typing.Any = None) -> Image:
         ...
+    @staticmethod
+    def from_dlpack(obj, device = None):
+        """
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+            (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
+            otherwise a copy. 3-D (height, width, channels) input gives one image.
+        """
     @staticmethod
     def from_numpy(array: typing.Any, device: typing.Any = None) -> Image:
         """
         A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
         """
+    def __array__(self, dtype = None, copy = None):
+        ...
+    def __dlpack__(self, stream = None, **kwargs):
+        """
+        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
+        """
+    def __dlpack_device__(self):
+        ...
     def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
@@ -587,12 +593,6 @@ class Image:
         ...
     @property
     def is_temporary(self) -> bool:
-        ...
-    @property
-    def label(self) -> str:
-        ...
-    @label.setter
-    def label(self, arg1: typing.Any) -> None:
         ...
     @property
     def number_of_images(self) -> int:
@@ -658,6 +658,7 @@ class State:
     """
     MPSState: buffers with a read count
     """
+    label: str
     @staticmethod
     def temporary(command_buffer: CommandBuffer, buffer_sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> State:
         """
@@ -688,12 +689,6 @@ class State:
     def is_temporary(self) -> bool:
         ...
     @property
-    def label(self) -> str:
-        ...
-    @label.setter
-    def label(self, arg1: typing.Any) -> None:
-        ...
-    @property
     def read_count(self) -> int:
         """
         MPSState.readCount
@@ -719,14 +714,9 @@ class Kernel:
     """
     MPSKernel
     """
+    label: str
     @property
     def device(self) -> Device:
-        ...
-    @property
-    def label(self) -> str:
-        ...
-    @label.setter
-    def label(self, arg1: typing.Any) -> None:
         ...
     @property
     def options(self) -> int:
@@ -734,7 +724,7 @@ class Kernel:
         MPSKernel.options (KernelOptions bits)
         """
     @options.setter
-    def options(self, arg1: typing.Any) -> None:
+    def options(self, arg1: typing.SupportsInt) -> None:
         ...
 class NNPadding:
     """
@@ -831,7 +821,7 @@ class CNNKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg1: typing.Any) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def destination_image_allocator(self) -> ImageAllocator:
@@ -881,13 +871,13 @@ class CNNKernel(Kernel):
     def source_feature_channel_max_count(self) -> int:
         ...
     @source_feature_channel_max_count.setter
-    def source_feature_channel_max_count(self, arg1: typing.Any) -> None:
+    def source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def source_feature_channel_offset(self) -> int:
         ...
     @source_feature_channel_offset.setter
-    def source_feature_channel_offset(self, arg1: typing.Any) -> None:
+    def source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
@@ -935,7 +925,7 @@ class CNNBinaryKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg1: typing.Any) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def destination_image_allocator(self) -> ImageAllocator:
@@ -983,25 +973,25 @@ class CNNBinaryKernel(Kernel):
     def primary_source_feature_channel_max_count(self) -> int:
         ...
     @primary_source_feature_channel_max_count.setter
-    def primary_source_feature_channel_max_count(self, arg1: typing.Any) -> None:
+    def primary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_source_feature_channel_offset(self) -> int:
         ...
     @primary_source_feature_channel_offset.setter
-    def primary_source_feature_channel_offset(self, arg1: typing.Any) -> None:
+    def primary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_x(self) -> int:
         ...
     @primary_stride_in_pixels_x.setter
-    def primary_stride_in_pixels_x(self, arg1: typing.Any) -> None:
+    def primary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_y(self) -> int:
         ...
     @primary_stride_in_pixels_y.setter
-    def primary_stride_in_pixels_y(self, arg1: typing.Any) -> None:
+    def primary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_dilation_rate_x(self) -> int:
@@ -1031,25 +1021,25 @@ class CNNBinaryKernel(Kernel):
     def secondary_source_feature_channel_max_count(self) -> int:
         ...
     @secondary_source_feature_channel_max_count.setter
-    def secondary_source_feature_channel_max_count(self, arg1: typing.Any) -> None:
+    def secondary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_source_feature_channel_offset(self) -> int:
         ...
     @secondary_source_feature_channel_offset.setter
-    def secondary_source_feature_channel_offset(self, arg1: typing.Any) -> None:
+    def secondary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_x(self) -> int:
         ...
     @secondary_stride_in_pixels_x.setter
-    def secondary_stride_in_pixels_x(self, arg1: typing.Any) -> None:
+    def secondary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_y(self) -> int:
         ...
     @secondary_stride_in_pixels_y.setter
-    def secondary_stride_in_pixels_y(self, arg1: typing.Any) -> None:
+    def secondary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNGradientKernel(CNNBinaryKernel):
     """
@@ -1069,7 +1059,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetX
         """
     @kernel_offset_x.setter
-    def kernel_offset_x(self, arg1: typing.Any) -> None:
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_offset_y(self) -> int:
@@ -1077,7 +1067,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetY
         """
     @kernel_offset_y.setter
-    def kernel_offset_y(self, arg1: typing.Any) -> None:
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNNeuronType:
     """
@@ -1187,19 +1177,19 @@ class NNNeuronDescriptor:
     def a(self) -> float:
         ...
     @a.setter
-    def a(self, arg1: typing.Any) -> None:
+    def a(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def b(self) -> float:
         ...
     @b.setter
-    def b(self, arg1: typing.Any) -> None:
+    def b(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def c(self) -> float:
         ...
     @c.setter
-    def c(self, arg1: typing.Any) -> None:
+    def c(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def data(self) -> list[float]:
@@ -1398,7 +1388,7 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
-    def __init__(self, kernel_width: typing.Any = 3, kernel_height: typing.Any = 3, input_feature_channels: typing.Any = 0, output_feature_channels: typing.Any = 0, neuron: typing.Any = None) -> None:
+    def __init__(self, kernel_width: typing.SupportsInt = 3, kernel_height: typing.SupportsInt = 3, input_feature_channels: typing.SupportsInt = 0, output_feature_channels: typing.SupportsInt = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
         """
@@ -1419,13 +1409,13 @@ class CNNConvolutionDescriptor:
     def dilation_rate_x(self) -> int:
         ...
     @dilation_rate_x.setter
-    def dilation_rate_x(self, arg1: typing.Any) -> None:
+    def dilation_rate_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def dilation_rate_y(self) -> int:
         ...
     @dilation_rate_y.setter
-    def dilation_rate_y(self, arg1: typing.Any) -> None:
+    def dilation_rate_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def fused_neuron_descriptor(self) -> typing.Any:
@@ -1439,13 +1429,13 @@ class CNNConvolutionDescriptor:
     def groups(self) -> int:
         ...
     @groups.setter
-    def groups(self, arg1: typing.Any) -> None:
+    def groups(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def input_feature_channels(self) -> int:
         ...
     @input_feature_channels.setter
-    def input_feature_channels(self, arg1: typing.Any) -> None:
+    def input_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def is_depthwise(self) -> bool:
@@ -1454,31 +1444,31 @@ class CNNConvolutionDescriptor:
     def kernel_height(self) -> int:
         ...
     @kernel_height.setter
-    def kernel_height(self, arg1: typing.Any) -> None:
+    def kernel_height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_width(self) -> int:
         ...
     @kernel_width.setter
-    def kernel_width(self, arg1: typing.Any) -> None:
+    def kernel_width(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def output_feature_channels(self) -> int:
         ...
     @output_feature_channels.setter
-    def output_feature_channels(self, arg1: typing.Any) -> None:
+    def output_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
         ...
     @stride_in_pixels_x.setter
-    def stride_in_pixels_x(self, arg1: typing.Any) -> None:
+    def stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_y(self) -> int:
         ...
     @stride_in_pixels_y.setter
-    def stride_in_pixels_y(self, arg1: typing.Any) -> None:
+    def stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNConvolutionDataSource:
     """
@@ -1751,7 +1741,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.bias [0]
         """
     @bias.setter
-    def bias(self, arg1: typing.Any) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def maximum_value(self) -> float:
@@ -1759,7 +1749,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.maximumValue [FLT_MAX]
         """
     @maximum_value.setter
-    def maximum_value(self, arg1: typing.Any) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1767,7 +1757,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.minimumValue [-FLT_MAX]
         """
     @minimum_value.setter
-    def minimum_value(self, arg1: typing.Any) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1775,7 +1765,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.primaryScale [1]
         """
     @primary_scale.setter
-    def primary_scale(self, arg1: typing.Any) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1791,7 +1781,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.secondaryScale [1]
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg1: typing.Any) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -1855,7 +1845,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.threshold [0]
         """
     @threshold.setter
-    def threshold(self, arg1: typing.Any) -> None:
+    def threshold(self, arg1: typing.SupportsFloat) -> None:
         ...
 class CNNArithmeticGradient(CNNGradientKernel):
     """
@@ -1867,7 +1857,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.bias (ignored, as in MPS)
         """
     @bias.setter
-    def bias(self, arg1: typing.Any) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def is_secondary_source_filter(self) -> bool:
@@ -1880,7 +1870,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)
         """
     @maximum_value.setter
-    def maximum_value(self, arg1: typing.Any) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1888,7 +1878,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)
         """
     @minimum_value.setter
-    def minimum_value(self, arg1: typing.Any) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1896,7 +1886,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.primaryScale (the forward pS)
         """
     @primary_scale.setter
-    def primary_scale(self, arg1: typing.Any) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1912,7 +1902,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.secondaryScale (the forward sS)
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg1: typing.Any) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:

@@ -113,6 +113,42 @@ T fromPython(py::handle value, const char* what) {
     }
 }
 
+// A Python value taken unconverted (so the conversion above can name the parameter in its error)
+// but shown in signatures and stubs with the type it expects: Arg<IntHint> is "typing.SupportsInt".
+template <class Hint>
+struct Arg {
+    py::handle value;
+};
+struct IntHint {
+    static constexpr auto name = py::detail::const_name("typing.SupportsInt");
+};
+struct FloatHint {
+    static constexpr auto name = py::detail::const_name("typing.SupportsFloat");
+};
+struct BoolHint {
+    static constexpr auto name = py::detail::const_name("bool");
+};
+struct StrHint {
+    static constexpr auto name = py::detail::const_name("str");
+};
+using IntArg = Arg<IntHint>;
+
+// The Arg type a setter of a member of type T takes (py::handle, shown as Any, for other types).
+template <class T>
+struct SetterArg {
+    using type = std::conditional_t<
+        std::is_same_v<T, bool>, Arg<BoolHint>,
+        std::conditional_t<std::is_integral_v<T>, Arg<IntHint>,
+                           std::conditional_t<std::is_floating_point_v<T>, Arg<FloatHint>,
+                                              std::conditional_t<std::is_same_v<T, std::string>, Arg<StrHint>,
+                                                                 py::handle>>>>;
+};
+template <class Hint>
+py::handle handleOf(const Arg<Hint>& a) {
+    return a.value;
+}
+inline py::handle handleOf(py::handle h) { return h; }
+
 // Property accessors for a data member, with a setter that converts through fromPython and so
 // names the property in its errors: .def_property("x", getter(&C::x), setter(&C::x, "x")).
 template <class C, class T>
@@ -121,7 +157,23 @@ auto getter(T C::*member) {
 }
 template <class C, class T>
 auto setter(T C::*member, const char* name) {
-    return [member, name](C& self, py::handle value) { self.*member = fromPython<T>(value, name); };
+    return [member, name](C& self, typename SetterArg<T>::type value) {
+        self.*member = fromPython<T>(handleOf(value), name);
+    };
 }
 
 }  // namespace mpsgrad::python
+
+namespace pybind11::detail {
+template <class Hint>
+struct type_caster<mpsgrad::python::Arg<Hint>> {
+    PYBIND11_TYPE_CASTER(mpsgrad::python::Arg<Hint>, Hint::name);
+    bool load(handle src, bool) {
+        value.value = src;
+        return true;
+    }
+    static handle cast(const mpsgrad::python::Arg<Hint>& a, return_value_policy, handle) {
+        return a.value.inc_ref();
+    }
+};
+}  // namespace pybind11::detail

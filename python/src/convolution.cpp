@@ -135,10 +135,10 @@ void bindConvolution(py::module_& m) {
         .value("FLOAT", NNConvolutionAccumulatorPrecisionOption::Float);
 
     py::class_<CNNConvolutionDescriptor>(m, "CNNConvolutionDescriptor", "MPSCNNConvolutionDescriptor")
-        .def(py::init([](py::handle kw, py::handle kh, py::handle in, py::handle out, py::object neuron) {
-                 CNNConvolutionDescriptor d(toInt64(kw, "kernel_width"), toInt64(kh, "kernel_height"),
-                                            toInt64(in, "input_feature_channels"),
-                                            toInt64(out, "output_feature_channels"));
+        .def(py::init([](IntArg kw, IntArg kh, IntArg in, IntArg out, py::object neuron) {
+                 CNNConvolutionDescriptor d(toInt64(kw.value, "kernel_width"), toInt64(kh.value, "kernel_height"),
+                                            toInt64(in.value, "input_feature_channels"),
+                                            toInt64(out.value, "output_feature_channels"));
                  if (!neuron.is_none()) d.fusedNeuronDescriptor = fromPython<NNNeuronDescriptor>(neuron, "neuron");
                  return d;
              }),

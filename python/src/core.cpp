@@ -353,8 +353,8 @@ void bindCore(py::module_& m) {
 
     // ---- value types ----------------------------------------------------------------------
     py::class_<Offset>(m, "Offset", "MPSOffset {x, y, z}")
-        .def(py::init([](py::handle x, py::handle y, py::handle z) {
-                 return Offset{toInt64(x, "x"), toInt64(y, "y"), toInt64(z, "z")};
+        .def(py::init([](IntArg x, IntArg y, IntArg z) {
+                 return Offset{toInt64(x.value, "x"), toInt64(y.value, "y"), toInt64(z.value, "z")};
              }),
              py::arg("x") = 0, py::arg("y") = 0, py::arg("z") = 0)
         .def_property("x", getter(&Offset::x), setter(&Offset::x, "x"))
@@ -441,13 +441,13 @@ void bindCore(py::module_& m) {
 
     // ---- images ---------------------------------------------------------------------------------
     py::class_<ImageDescriptor>(m, "ImageDescriptor", "MPSImageDescriptor")
-        .def(py::init([](py::handle width, py::handle height, py::handle featureChannels, py::handle numberOfImages,
-                         py::handle format, py::handle usage) {
+        .def(py::init([](IntArg width, IntArg height, IntArg featureChannels, IntArg numberOfImages,
+                         py::handle format, IntArg usage) {
                  return ImageDescriptor::make(fromPython<ImageFeatureChannelFormat>(format, "channel_format"),
-                                              toInt64(width, "width"), toInt64(height, "height"),
-                                              toInt64(featureChannels, "feature_channels"),
-                                              toInt64(numberOfImages, "number_of_images"),
-                                              fromPython<uint32_t>(usage, "usage"));
+                                              toInt64(width.value, "width"), toInt64(height.value, "height"),
+                                              toInt64(featureChannels.value, "feature_channels"),
+                                              toInt64(numberOfImages.value, "number_of_images"),
+                                              fromPython<uint32_t>(usage.value, "usage"));
              }),
              py::arg("width") = 1, py::arg("height") = 1, py::arg("feature_channels") = 1,
              py::arg("number_of_images") = 1, py::arg_v("channel_format", ImageFeatureChannelFormat::Float32, "ImageFeatureChannelFormat.FLOAT32"),

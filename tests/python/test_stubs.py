@@ -1,10 +1,8 @@
 """The type stubs (python/mpsgrad/_mpsgrad.pyi) cover every public name of the extension.
 
-Regenerate them after changing the bindings, from the extension alone (the package's __init__.py
-wraps __new__/__init__ of every bound class, which the stubs should not show):
-    mkdir -p /tmp/stubs/mpsgrad && touch /tmp/stubs/mpsgrad/__init__.py
-    cp build/dev/_mpsgrad*.so /tmp/stubs/mpsgrad/
-    PYTHONPATH=/tmp/stubs pybind11-stubgen mpsgrad._mpsgrad -o python
+Regenerate them after changing the bindings (MPSGRAD_STUBGEN=1 leaves out the package's guards on
+__new__/__init__ of the bound classes, so the stubs show the bound signatures):
+    MPSGRAD_STUBGEN=1 pybind11-stubgen mpsgrad._mpsgrad -o python
 """
 import pathlib
 import re

@@ -1,6 +1,7 @@
 #include "core/image.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <set>
 
@@ -31,6 +32,12 @@ void ImageDescriptor::validate(const char* what) const {
     // Every size derived from the descriptor (floats per image, bytes of all images) must be
     // representable; otherwise an allocation of the wrapped-around size would be too small.
     checked::floatBytes(checked::product({roundUpTo4(featureChannels), width, height, numberOfImages}, what), what);
+    // The kernels address an image with 32-bit indices (as the Metal shaders do), so larger images
+    // are rejected here, up front, rather than by the first kernel that meets one.
+    const uint64_t floatsPerImage = checked::product({roundUpTo4(featureChannels), width, height}, what);
+    if (floatsPerImage > uint64_t(INT32_MAX))
+        throwValueError(what, ": a ", width, "x", height, "x", featureChannels, " image holds ", floatsPerImage,
+                        " floats (channels padded to 4); images are limited to 2**31 - 1 floats each");
     if (featureChannelFormat != ImageFeatureChannelFormat::Float32)
         throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 storage is supported, got format ",
                         static_cast<uint32_t>(featureChannelFormat));
