@@ -358,7 +358,7 @@ class Offset:
     __hash__: typing.ClassVar[None] = None
     def __eq__(self, arg0: typing.Any) -> bool:
         ...
-    def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, x: typing.SupportsInt = 0, y: typing.SupportsInt = 0, z: typing.SupportsInt = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
         ...
@@ -368,19 +368,19 @@ class Offset:
     def x(self) -> int:
         ...
     @x.setter
-    def x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def y(self) -> int:
         ...
     @y.setter
-    def y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def z(self) -> int:
         ...
     @z.setter
-    def z(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def z(self, arg1: typing.SupportsInt) -> None:
         ...
 class Region:
     """
@@ -436,6 +436,10 @@ class CommandBuffer:
         """
         -[MTLCommandBuffer commit]: submit the encoded work (asynchronous).
         """
+    def fail_on_commit(self, message: str = '') -> None:
+        """
+        Test hook (not in Metal): when committed, the buffer fails with `message` instead of running its work: status ERROR, error set, handlers run, wait_until_completed raises CommandBufferError. See docs/verification.md.
+        """
     def wait_until_completed(self) -> None:
         """
         -[MTLCommandBuffer waitUntilCompleted]; raises CommandBufferError when the work failed.
@@ -473,42 +477,47 @@ class ImageDescriptor:
     """
     MPSImageDescriptor
     """
-    channel_format: ImageFeatureChannelFormat
-    def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
+    def __init__(self, width: typing.SupportsInt = 1, height: typing.SupportsInt = 1, feature_channels: typing.SupportsInt = 1, number_of_images: typing.SupportsInt = 1, channel_format: typing.Any = ..., usage: typing.SupportsInt = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
     def __repr__(self) -> str:
         ...
     @property
+    def channel_format(self) -> ImageFeatureChannelFormat:
+        ...
+    @channel_format.setter
+    def channel_format(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def feature_channels(self) -> int:
         ...
     @feature_channels.setter
-    def feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def height(self) -> int:
         ...
     @height.setter
-    def height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def number_of_images(self) -> int:
         ...
     @number_of_images.setter
-    def number_of_images(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def number_of_images(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def usage(self) -> int:
         ...
     @usage.setter
-    def usage(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def usage(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def width(self) -> int:
         ...
     @width.setter
-    def width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def width(self, arg1: typing.SupportsInt) -> None:
         ...
 class Image:
     """
@@ -538,7 +547,7 @@ class Image:
         """
     def __dlpack_device__(self):
         ...
-    def __init__(self, device: typing.Any, image_descriptor: ImageDescriptor) -> None:
+    def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
@@ -715,7 +724,7 @@ class Kernel:
         MPSKernel.options (KernelOptions bits)
         """
     @options.setter
-    def options(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def options(self, arg1: typing.SupportsInt) -> None:
         ...
 class NNPadding:
     """
@@ -766,9 +775,6 @@ class CNNKernel(Kernel):
     """
     MPSCNNKernel
     """
-    destination_image_allocator: ImageAllocator
-    edge_mode: ImageEdgeMode
-    padding: NNPadding
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -815,13 +821,25 @@ class CNNKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def destination_image_allocator(self) -> ImageAllocator:
+        ...
+    @destination_image_allocator.setter
+    def destination_image_allocator(self, arg1: typing.Any) -> None:
         ...
     @property
     def dilation_rate_x(self) -> int:
         ...
     @property
     def dilation_rate_y(self) -> int:
+        ...
+    @property
+    def edge_mode(self) -> ImageEdgeMode:
+        ...
+    @edge_mode.setter
+    def edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -844,16 +862,22 @@ class CNNKernel(Kernel):
     def offset(self, arg1: typing.Any) -> None:
         ...
     @property
+    def padding(self) -> NNPadding:
+        ...
+    @padding.setter
+    def padding(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def source_feature_channel_max_count(self) -> int:
         ...
     @source_feature_channel_max_count.setter
-    def source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def source_feature_channel_offset(self) -> int:
         ...
     @source_feature_channel_offset.setter
-    def source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
@@ -865,10 +889,6 @@ class CNNBinaryKernel(Kernel):
     """
     MPSCNNBinaryKernel
     """
-    destination_image_allocator: ImageAllocator
-    padding: NNPadding
-    primary_edge_mode: ImageEdgeMode
-    secondary_edge_mode: ImageEdgeMode
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -905,7 +925,13 @@ class CNNBinaryKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def destination_image_allocator(self) -> ImageAllocator:
+        ...
+    @destination_image_allocator.setter
+    def destination_image_allocator(self, arg1: typing.Any) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -914,10 +940,22 @@ class CNNBinaryKernel(Kernel):
     def is_state_modified(self) -> bool:
         ...
     @property
+    def padding(self) -> NNPadding:
+        ...
+    @padding.setter
+    def padding(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def primary_dilation_rate_x(self) -> int:
         ...
     @property
     def primary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def primary_edge_mode(self) -> ImageEdgeMode:
+        ...
+    @primary_edge_mode.setter
+    def primary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def primary_kernel_height(self) -> int:
@@ -935,31 +973,37 @@ class CNNBinaryKernel(Kernel):
     def primary_source_feature_channel_max_count(self) -> int:
         ...
     @primary_source_feature_channel_max_count.setter
-    def primary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_source_feature_channel_offset(self) -> int:
         ...
     @primary_source_feature_channel_offset.setter
-    def primary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_x(self) -> int:
         ...
     @primary_stride_in_pixels_x.setter
-    def primary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_y(self) -> int:
         ...
     @primary_stride_in_pixels_y.setter
-    def primary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_dilation_rate_x(self) -> int:
         ...
     @property
     def secondary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def secondary_edge_mode(self) -> ImageEdgeMode:
+        ...
+    @secondary_edge_mode.setter
+    def secondary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def secondary_kernel_height(self) -> int:
@@ -977,25 +1021,25 @@ class CNNBinaryKernel(Kernel):
     def secondary_source_feature_channel_max_count(self) -> int:
         ...
     @secondary_source_feature_channel_max_count.setter
-    def secondary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_source_feature_channel_offset(self) -> int:
         ...
     @secondary_source_feature_channel_offset.setter
-    def secondary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_x(self) -> int:
         ...
     @secondary_stride_in_pixels_x.setter
-    def secondary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_y(self) -> int:
         ...
     @secondary_stride_in_pixels_y.setter
-    def secondary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNGradientKernel(CNNBinaryKernel):
     """
@@ -1015,7 +1059,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetX
         """
     @kernel_offset_x.setter
-    def kernel_offset_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_offset_y(self) -> int:
@@ -1023,7 +1067,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetY
         """
     @kernel_offset_y.setter
-    def kernel_offset_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNNeuronType:
     """
@@ -1133,25 +1177,25 @@ class NNNeuronDescriptor:
     def a(self) -> float:
         ...
     @a.setter
-    def a(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def a(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def b(self) -> float:
         ...
     @b.setter
-    def b(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def b(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def c(self) -> float:
         ...
     @c.setter
-    def c(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def c(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def data(self) -> list[float]:
         ...
     @data.setter
-    def data(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+    def data(self, arg1: typing.Any) -> None:
         ...
     @property
     def neuron_type(self) -> CNNNeuronType:
@@ -1344,7 +1388,7 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
-    def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
+    def __init__(self, kernel_width: typing.SupportsInt = 3, kernel_height: typing.SupportsInt = 3, input_feature_channels: typing.SupportsInt = 0, output_feature_channels: typing.SupportsInt = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
         """
@@ -1365,13 +1409,13 @@ class CNNConvolutionDescriptor:
     def dilation_rate_x(self) -> int:
         ...
     @dilation_rate_x.setter
-    def dilation_rate_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def dilation_rate_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def dilation_rate_y(self) -> int:
         ...
     @dilation_rate_y.setter
-    def dilation_rate_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def dilation_rate_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def fused_neuron_descriptor(self) -> typing.Any:
@@ -1385,13 +1429,13 @@ class CNNConvolutionDescriptor:
     def groups(self) -> int:
         ...
     @groups.setter
-    def groups(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def groups(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def input_feature_channels(self) -> int:
         ...
     @input_feature_channels.setter
-    def input_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def input_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def is_depthwise(self) -> bool:
@@ -1400,31 +1444,31 @@ class CNNConvolutionDescriptor:
     def kernel_height(self) -> int:
         ...
     @kernel_height.setter
-    def kernel_height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_width(self) -> int:
         ...
     @kernel_width.setter
-    def kernel_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_width(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def output_feature_channels(self) -> int:
         ...
     @output_feature_channels.setter
-    def output_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def output_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
         ...
     @stride_in_pixels_x.setter
-    def stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_y(self) -> int:
         ...
     @stride_in_pixels_y.setter
-    def stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNConvolutionDataSource:
     """
@@ -1499,7 +1543,6 @@ class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
     """
-    accumulator_precision_option: NNConvolutionAccumulatorPrecisionOption
     def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolution initWithDevice:weights:]
@@ -1516,6 +1559,12 @@ class CNNConvolution(CNNKernel):
         """
         -reloadWeightsAndBiasesWithCommandBuffer:state: (decrements a temporary state's read count)
         """
+    @property
+    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
+        ...
+    @accumulator_precision_option.setter
+    def accumulator_precision_option(self, arg1: typing.Any) -> None:
+        ...
     @property
     def channel_multiplier(self) -> int:
         ...
@@ -1593,7 +1642,7 @@ class CNNConvolutionGradient(CNNGradientKernel):
         MPSCNNConvolutionGradient.gradientOption
         """
     @gradient_option.setter
-    def gradient_option(self, arg0: CNNConvolutionGradientOption) -> None:
+    def gradient_option(self, arg1: typing.Any) -> None:
         ...
     @property
     def groups(self) -> int:
@@ -1692,7 +1741,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.bias [0]
         """
     @bias.setter
-    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def maximum_value(self) -> float:
@@ -1700,7 +1749,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.maximumValue [FLT_MAX]
         """
     @maximum_value.setter
-    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1708,7 +1757,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.minimumValue [-FLT_MAX]
         """
     @minimum_value.setter
-    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1716,7 +1765,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.primaryScale [1]
         """
     @primary_scale.setter
-    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1732,7 +1781,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.secondaryScale [1]
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -1788,7 +1837,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.comparisonType [EQUAL]
         """
     @comparison_type.setter
-    def comparison_type(self, arg0: NNComparisonType) -> None:
+    def comparison_type(self, arg1: typing.Any) -> None:
         ...
     @property
     def threshold(self) -> float:
@@ -1796,7 +1845,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.threshold [0]
         """
     @threshold.setter
-    def threshold(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def threshold(self, arg1: typing.SupportsFloat) -> None:
         ...
 class CNNArithmeticGradient(CNNGradientKernel):
     """
@@ -1808,7 +1857,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.bias (ignored, as in MPS)
         """
     @bias.setter
-    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def is_secondary_source_filter(self) -> bool:
@@ -1821,7 +1870,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)
         """
     @maximum_value.setter
-    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1829,7 +1878,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)
         """
     @minimum_value.setter
-    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1837,7 +1886,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.primaryScale (the forward pS)
         """
     @primary_scale.setter
-    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1853,7 +1902,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.secondaryScale (the forward sS)
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -2315,6 +2364,10 @@ class CNNDropoutGradient(CNNGradientKernel):
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)
+    """
+def _is_initialized(object: typing.Any) -> bool:
+    """
+    Internal: whether a bound object's C++ part has been constructed.
     """
 def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
     """

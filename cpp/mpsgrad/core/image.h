@@ -145,7 +145,7 @@ private:
     TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor, BufferSlice storage);
     void checkAccessible(const char* what) const override;
 
-    const CommandBuffer* commandBuffer_;
+    uint64_t commandBufferId_;  // CommandBuffer::id(): unique, never reused (unlike an address)
     int64_t readCount_ = 1;
 };
 

@@ -22,6 +22,10 @@
 
 namespace mpsgrad {
 
+// The padding method a kernel without a padding policy uses (MPS's default: centred, remainder
+// top-left, same size).
+uint32_t defaultPaddingMethod();
+
 // MPSKernel
 class Kernel : public std::enable_shared_from_this<Kernel> {
 public:

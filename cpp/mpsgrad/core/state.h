@@ -61,7 +61,7 @@ protected:
     Device device_;
     bool temporary_ = false;
     int64_t readCount_ = 0;
-    const CommandBuffer* commandBuffer_ = nullptr;  // temporary states only
+    uint64_t commandBufferId_ = 0;  // CommandBuffer::id() of a temporary state's buffer (never reused)
     std::vector<BufferSlice> buffers_;
 };
 

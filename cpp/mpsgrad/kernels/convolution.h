@@ -4,6 +4,7 @@
 // Weights are OHWI everywhere: weight[o][ky][kx][i], i < inputFeatureChannels / groups.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -121,6 +122,15 @@ struct ConvolutionWeights {
     CNNConvolutionDescriptor descriptor;
     BufferSlice weights, biases, neuronData;
     bool hasBias = false;
+    // The command buffer a reload from a state was encoded into, and whether it has completed:
+    // encoding on another buffer before that one is committed would read the fresh, still
+    // zero buffers, so it is an error instead (reloadCompleted null: no reload pending).
+    std::weak_ptr<CommandBuffer> reloadCommandBuffer;
+    uint64_t reloadCommandBufferId = 0;
+    std::shared_ptr<std::atomic<bool>> reloadCompleted;
+
+    // ValueError unless encoding on `cb` sees the weights of every reload encoded so far.
+    void checkReloadVisible(const CommandBuffer& cb) const;
 };
 
 class CNNConvolution;

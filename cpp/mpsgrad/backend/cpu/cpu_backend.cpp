@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/binding_checks.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/command_buffer.h"
 
@@ -22,6 +24,7 @@ constexpr size_t kAlignment = 64;
 class CpuBuffer final : public Buffer {
 public:
     explicit CpuBuffer(size_t bytes) : length_(bytes) {
+        if (bytes > size_t(PTRDIFF_MAX) - kAlignment) throw std::bad_alloc();  // rounding up would wrap
         size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
         data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
         if (!data_) throw std::bad_alloc();
@@ -136,6 +139,7 @@ public:
 
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
                     size_t bytes) override {
+        bindings::checkCopyBuffer(source, destination, bytes);
         encode(cb, [source, destination, bytes] {
             // Checked when the work runs: a bad binding fails this command buffer, never the process.
             if (!source || !destination || source.offset + bytes > source.buffer->length() ||
@@ -148,6 +152,7 @@ public:
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {
+        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation);
         encode(cb, [=] {
             cpu::convolutionForward(p, source.floats(), weights.floats(), biases.floats(), neuronData.floats(),
                                     destination.floats(), preactivation.floats());
@@ -157,6 +162,7 @@ public:
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
                                  const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, destination);
         encode(cb, [=] {
             cpu::convolutionDataGradient(p, gradient.floats(), weights.floats(), destination.floats());
         });
@@ -165,6 +171,7 @@ public:
     void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                    const BufferSlice& gradient, const BufferSlice& source,
                                    const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
+        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient);
         encode(cb, [=] {
             cpu::convolutionWeightGradient(p, gradient.floats(), source.floats(), weightGradient.floats(),
                                            biasGradient.floats());
@@ -173,12 +180,14 @@ public:
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
                        const BufferSlice& neuronData, const BufferSlice& destination) override {
+        bindings::checkNeuronForward(p, source, neuronData, destination);
         encode(cb, [=] { cpu::cnnNeuronForward(p, source.floats(), neuronData.floats(), destination.floats()); });
     }
 
     void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                         const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination) override {
+        bindings::checkNeuronGradient(p, gradient, source, neuronData, destination);
         encode(cb, [=] {
             cpu::cnnNeuronGradient(p, gradient.floats(), source.floats(), neuronData.floats(), destination.floats());
         });
@@ -186,12 +195,14 @@ public:
 
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                    const BufferSlice& source, const BufferSlice& aGradient) override {
+        bindings::checkNeuronPReLUWeightGradient(p, gradient, source, aGradient);
         encode(cb, [=] { cpu::cnnNeuronPReLUWeightGradient(p, gradient.floats(), source.floats(), aGradient.floats()); });
     }
 
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {
+        bindings::checkArithmeticForward(p, primary, secondary, destination, clampState);
         encode(cb, [=] {
             cpu::arithmeticForward(p, primary.floats(), secondary.floats(), destination.floats(), clampState.floats());
         });
@@ -199,12 +210,14 @@ public:
 
     void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
                         const BufferSlice& secondary, const BufferSlice& destination) override {
+        bindings::checkCompareForward(p, primary, secondary, destination);
         encode(cb, [=] { cpu::compareForward(p, primary.floats(), secondary.floats(), destination.floats()); });
     }
 
     void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
                             const BufferSlice& destination) override {
+        bindings::checkArithmeticGradient(p, gradient, primary, secondary, clampState, destination);
         encode(cb, [=] {
             cpu::arithmeticGradient(p, gradient.floats(), primary.floats(), secondary.floats(), clampState.floats(),
                                     destination.floats());
@@ -213,11 +226,13 @@ public:
 
     void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
+        bindings::checkSoftmaxForward(p, source, destination);
         encode(cb, [=] { cpu::softmaxForward(p, source.floats(), destination.floats()); });
     }
 
     void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& output, const BufferSlice& destination) override {
+        bindings::checkSoftmaxGradient(p, gradient, output, destination);
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
