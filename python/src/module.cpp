@@ -19,6 +19,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    bindSerialization(m);  // keep last: it adds pickle support to every class bound above
 }
 
 }  // namespace mpsgrad::python
