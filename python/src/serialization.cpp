@@ -101,9 +101,10 @@ void bindKernelSerialization(py::module_& m) {
             }
             auto result = Kernel::deserialize(bytes.data(), bytes.size(), deviceArgument(device), externals);
             py::object object = py::cast(result);
-            // Keep the Python policy objects themselves (not only their C++ part) on the kernel.
-            if (!padding.is_none()) py::setattr(object, "padding", padding);
-            if (!allocator.is_none()) py::setattr(object, "destination_image_allocator", allocator);
+            // The kernel keeps the Python policy objects themselves alive (not only their C++ part),
+            // so a Python subclass's overrides keep working.
+            if (!padding.is_none()) py::detail::keep_alive_impl(object, padding);
+            if (!allocator.is_none()) py::detail::keep_alive_impl(object, allocator);
             return requireInstance(object, cls, result->className());
         },
         py::name("from_bytes"), py::arg("cls"), py::arg("data"), py::arg("device") = py::none(), py::arg("padding") = py::none(),
@@ -204,15 +205,23 @@ void bindPickleOfValues(py::module_& m) {
         py::name("__reduce_ex__"), py::is_method(defaultPadding), py::arg("protocol")));
     // A Python subclass of NNPadding / ImageAllocator is rebuilt by calling its class without
     // arguments and restoring its __dict__ (a subclass needing arguments defines __reduce__).
+    py::object allocatorClass = m.attr("ImageAllocator");
+    addClassMethod(allocatorClass, "_builtin", py::cpp_function(
+        [](py::object, const std::string& which) {
+            if (which == "temporary") return ImageAllocator::temporaryAllocator();
+            if (which == "persistent") return ImageAllocator::persistentAllocator();
+            throwValueError("which: expected 'temporary' or 'persistent', got '", which, "'");
+        },
+        py::name("_builtin"), py::arg("cls"), py::arg("which"), "Unpickling helper: a built-in allocator by name."));
     for (const char* name : {"NNPadding", "ImageAllocator"}) {
         py::object base = m.attr(name);
         py::setattr(base, "__reduce_ex__", py::cpp_function(
             [](py::object self, int) -> py::tuple {
                 if (py::isinstance<ImageAllocator>(self)) {
                     auto a = self.cast<std::shared_ptr<ImageAllocator>>();
-                    py::object cls = py::module_::import("mpsgrad._mpsgrad").attr("ImageAllocator");
-                    if (a == ImageAllocator::temporaryAllocator()) return py::make_tuple(cls.attr("temporary"), py::tuple());
-                    if (a == ImageAllocator::persistentAllocator()) return py::make_tuple(cls.attr("persistent"), py::tuple());
+                    py::object builtin = py::module_::import("mpsgrad._mpsgrad").attr("ImageAllocator").attr("_builtin");
+                    if (a == ImageAllocator::temporaryAllocator()) return py::make_tuple(builtin, py::make_tuple("temporary"));
+                    if (a == ImageAllocator::persistentAllocator()) return py::make_tuple(builtin, py::make_tuple("persistent"));
                 }
                 py::object state = py::getattr(self, "__dict__", py::none());
                 return py::make_tuple(py::type::handle_of(self), py::tuple(), state);
