@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -52,6 +52,8 @@ class ImageEdgeMode:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
         ...
     def __repr__(self) -> str:
         ...
@@ -109,6 +111,8 @@ class ImageFeatureChannelFormat:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -155,6 +159,8 @@ class DataLayout:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
         ...
     def __repr__(self) -> str:
         ...
@@ -230,6 +236,8 @@ class DataType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -289,6 +297,8 @@ class CommandBufferStatus:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -339,6 +349,8 @@ class StateResourceType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -361,6 +373,8 @@ class Offset:
     def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int, int, int]]:
         ...
     def __repr__(self) -> str:
         ...
@@ -386,7 +400,14 @@ class Region:
     """
     MTLRegion {origin (x, y, z), size (width, height, depth)}
     """
+    @classmethod
+    def _from_fields(cls: typing.Any, x: typing.SupportsInt | typing.SupportsIndex, y: typing.SupportsInt | typing.SupportsIndex, z: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, height: typing.SupportsInt | typing.SupportsIndex, depth: typing.SupportsInt | typing.SupportsIndex) -> Region:
+        """
+        Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1).
+        """
     def __init__(self, origin: typing.Any, size: typing.Any) -> None:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int, int, int, int, int, int]]:
         ...
     def __repr__(self) -> str:
         ...
@@ -418,6 +439,8 @@ class Device:
         """
         Device('cpu') or Device('metal')
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[str]]:
+        ...
     def __repr__(self) -> str:
         ...
     @property
@@ -428,6 +451,8 @@ class CommandBuffer:
     MTLCommandBuffer
     """
     label: str
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
         """
         -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
@@ -462,6 +487,8 @@ class CommandQueue:
         """
         -[MTLDevice newCommandQueue]
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def command_buffer(self) -> CommandBuffer:
         """
         -[MTLCommandQueue commandBuffer]
@@ -474,12 +501,25 @@ class ImageDescriptor:
     MPSImageDescriptor
     """
     channel_format: ImageFeatureChannelFormat
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def feature_channels(self) -> int:
         ...
@@ -542,6 +582,8 @@ class Image:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def _numpy_view(self) -> numpy.ndarray:
         """
         Zero-copy (n, height, width, channels) view of the storage.
@@ -643,8 +685,17 @@ class ImageAllocator:
         """
         +[MPSTemporaryImage defaultAllocator]
         """
+    @classmethod
+    def _builtin(cls: typing.Any, which: str) -> ImageAllocator:
+        """
+        Unpickling helper: a built-in allocator by name.
+        """
     def __init__(self) -> None:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
 class State:
     """
     MPSState: buffers with a read count
@@ -655,9 +706,18 @@ class State:
         """
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
+        """
+        A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
@@ -672,6 +732,10 @@ class State:
     def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
         """
         -[MPSState synchronizeOnCommandBuffer:]
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The state as bytes: persistent State (label, buffers) and CNNConvolutionWeightsAndBiasesState (label, descriptor, weights, biases). ValueError for a temporary state, TypeError for gradient states.
         """
     @property
     def device(self) -> Device:
@@ -706,6 +770,19 @@ class Kernel:
     MPSKernel
     """
     label: str
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+        """
+        -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def to_bytes(self) -> bytes:
+        """
+        -encodeWithCoder: the kernel as bytes (constructor arguments, weights included, and every property; docs/serialization.md). TypeError for a kernel class that is not serializable, ValueError for a custom padding policy or image allocator (pickle handles those).
+        """
     @property
     def device(self) -> Device:
         ...
@@ -723,6 +800,10 @@ class NNPadding:
     """
     def __init__(self) -> None:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
     def destination_image_descriptor(self, source_images: collections.abc.Sequence[Image], source_states: collections.abc.Sequence[State], kernel: Kernel, suggested: ImageDescriptor) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates:forKernel:suggestedDescriptor:
@@ -762,6 +843,8 @@ class NNDefaultPadding(NNPadding):
         """
         +[MPSNNDefaultPadding paddingWithMethod:]
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
 class CNNKernel(Kernel):
     """
     MPSCNNKernel
@@ -1102,6 +1185,8 @@ class CNNNeuronType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1123,12 +1208,25 @@ class NNNeuronDescriptor:
         """
         +[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, neuron_type: typing.Any, a: typing.Any = None, b: typing.Any = None, c: typing.Any = None) -> None:
         """
         +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
         """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def a(self) -> float:
         ...
@@ -1281,6 +1379,8 @@ class CNNConvolutionGradientOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1328,6 +1428,8 @@ class NNConvolutionAccumulatorPrecisionOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1344,15 +1446,28 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
     def set_batch_normalization_parameters_for_inference(self, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], variance: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], gamma: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], beta: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], epsilon: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     def validate(self) -> None:
         """
@@ -1430,12 +1545,23 @@ class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
     """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     """
     A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and `biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
         ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+        """
+        Pickle support (every protocol).
+        """
     def data_type(self) -> DataType:
         """
         -dataType
@@ -1455,6 +1581,10 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     def purge(self) -> None:
         """
         -purge
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     @property
     def biases(self) -> typing.Any:
@@ -1650,6 +1780,8 @@ class NNComparisonType:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
         ...
     def __repr__(self) -> str:
         ...
@@ -1934,6 +2066,8 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
+class SerializationError(ValueError):
+    pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)

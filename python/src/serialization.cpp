@@ -183,7 +183,8 @@ void bindPickleOfValues(py::module_& m) {
         [](py::object, int64_t x, int64_t y, int64_t z, uint64_t w, uint64_t h, uint64_t d) {
             return Region{{x, y, z}, {w, h, d}};
         },
-        py::name("_from_fields"), "Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1)."));
+        py::name("_from_fields"), py::arg("cls"), py::arg("x"), py::arg("y"), py::arg("z"), py::arg("width"),
+        py::arg("height"), py::arg("depth"), "Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1)."));
     py::setattr(region, "__reduce_ex__", py::cpp_function(
         [](py::object self, int) {
             const Region& r = self.cast<const Region&>();

@@ -252,6 +252,42 @@ def test_convolution_weights_round_trip(device):
     assert (d.kernel_width, d.stride_in_pixels_x, d.dilation_rate_y, d.groups) == (3, 2, 2, 1)
 
 
+class PythonWeights:
+    """A data source written in Python (MPSCNNConvolutionDataSource protocol)."""
+
+    def __init__(self):
+        self.source = conv_source("python")
+
+    def descriptor(self):
+        return self.source.descriptor()
+
+    def weights(self):
+        return np.array(self.source.weights)
+
+    def bias_terms(self):
+        return np.array(self.source.biases)
+
+    def load(self):
+        return True
+
+    def purge(self):
+        pass
+
+    def label(self):
+        return "python weights"
+
+
+def test_convolution_with_a_python_data_source_pickles_its_weights(device):
+    k = m.CNNConvolution(device, PythonWeights())
+    back = pickle.loads(pickle.dumps(k))
+    assert isinstance(back.data_source, m.CNNConvolutionWeightsDataSource)
+    assert back.data_source.label() == "python weights"
+    assert np.asarray(back.data_source.weights).tobytes() == np.asarray(PythonWeights().weights()).tobytes()
+    x = image(rng("x"), device, 7, 7, 8)
+    q = m.CommandQueue(device)
+    assert run_unary(q, k, x).tobytes() == run_unary(q, back, x).tobytes()
+
+
 def test_convolution_serializes_the_weights_it_computes_with(device):
     """Batch norm folded into the weights and weights reloaded from a state are what is written;
     the decoded descriptor drops the folding parameters so nothing is folded twice."""
