@@ -1,10 +1,11 @@
 """Serialization (MPS -encodeWithCoder: / -initWithCoder:device:): to_bytes / from_bytes and pickle.
 
 What is proven here:
-* every kernel class, descriptor, the weights data source and the serializable states round-trip:
-  the decoded object has identical properties, re-encodes to the identical bytes, and (kernels)
-  gives bitwise identical outputs on the same input, on every device of the build, including data
-  encoded on one device and decoded on another;
+* every kernel class, descriptor, the weights data source and the serializable states round-trip
+  on every device of the build: the decoded object has identical properties, re-encodes to the
+  identical bytes, and (kernels) gives bitwise identical outputs on the same input and device; data
+  encoded on one device and decoded on another gives that device's result (within 1e-5 relative:
+  the CPU and Metal backends round exp and reductions differently);
 * pickle works at protocols 0-5 for every object, enums included, and raises TypeError (never
   aborts) for the classes that are not serializable;
 * the byte layout is the one docs/serialization.md documents (an independent encoder below);
@@ -29,7 +30,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import _REQUESTED, randn, rng
+from conftest import _REQUESTED, max_rel_err, randn, rng
 
 PROTOCOLS = range(0, pickle.HIGHEST_PROTOCOL + 1)
 
@@ -410,7 +411,11 @@ def test_kernel_round_trip_outputs_bitwise(device, name):
         back = m.Kernel.from_bytes(blob, dev)
         got = OUTPUTS[name](m.CommandQueue(dev), dev, back)
         for e, g in zip(expected, got):
-            assert e.shape == g.shape and e.tobytes() == g.tobytes(), f"{name} decoded on {target}"
+            assert e.shape == g.shape
+            if dev == device:  # the same backend: bit for bit
+                assert e.tobytes() == g.tobytes(), f"{name} decoded on {target}"
+            else:  # another backend (own exp / reduction order): float32 rounding differences only
+                assert max_rel_err(g, e) <= 1e-5, f"{name} decoded on {target}"
 
 
 # ---------------------------------------------------------------------------------------------
