@@ -53,7 +53,9 @@ class ImageEdgeMode:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -111,7 +113,9 @@ class ImageFeatureChannelFormat:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -160,7 +164,9 @@ class DataLayout:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -236,7 +242,9 @@ class DataType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -297,7 +305,9 @@ class CommandBufferStatus:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -349,7 +359,9 @@ class StateResourceType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -374,7 +386,9 @@ class Offset:
         ...
     def __iter__(self) -> collections.abc.Iterator:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int, int, int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -407,7 +421,9 @@ class Region:
         """
     def __init__(self, origin: typing.Any, size: typing.Any) -> None:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int, int, int, int, int, int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -439,7 +455,9 @@ class Device:
         """
         Device('cpu') or Device('metal')
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[str]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -451,6 +469,8 @@ class CommandBuffer:
     MTLCommandBuffer
     """
     label: str
+    def __reduce__(self) -> typing.Any:
+        ...
     def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
@@ -487,6 +507,8 @@ class CommandQueue:
         """
         -[MTLDevice newCommandQueue]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
     def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def command_buffer(self) -> CommandBuffer:
@@ -510,7 +532,11 @@ class ImageDescriptor:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol).
         """
@@ -582,6 +608,8 @@ class Image:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
     def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def _numpy_view(self) -> numpy.ndarray:
@@ -692,7 +720,11 @@ class ImageAllocator:
         """
     def __init__(self) -> None:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
         """
@@ -715,7 +747,11 @@ class State:
         """
         -[MPSState initWithDevice:bufferSize:]
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol).
         """
@@ -775,7 +811,11 @@ class Kernel:
         """
         -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
         """
@@ -800,7 +840,11 @@ class NNPadding:
     """
     def __init__(self) -> None:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
         """
@@ -843,7 +887,9 @@ class NNDefaultPadding(NNPadding):
         """
         +[MPSNNDefaultPadding paddingWithMethod:]
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
 class CNNKernel(Kernel):
     """
@@ -1185,7 +1231,9 @@ class CNNNeuronType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -1217,7 +1265,11 @@ class NNNeuronDescriptor:
         """
         +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol).
         """
@@ -1379,7 +1431,9 @@ class CNNConvolutionGradientOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -1428,7 +1482,9 @@ class NNConvolutionAccumulatorPrecisionOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -1455,7 +1511,11 @@ class CNNConvolutionDescriptor:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
         """
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol).
         """
@@ -1545,6 +1605,8 @@ class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
     """
+    def __reduce__(self) -> typing.Any:
+        ...
     def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
 class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
@@ -1558,7 +1620,11 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
         """
     def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         Pickle support (every protocol).
         """
@@ -1781,7 +1847,9 @@ class NNComparisonType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple[typing.Any, tuple[int]]:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...

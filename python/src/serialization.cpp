@@ -60,6 +60,16 @@ void addClassMethod(py::handle cls, const char* name, py::cpp_function fn) {
     py::setattr(cls, name, py::reinterpret_steal<py::object>(PyClassMethod_New(fn.ptr())));
 }
 
+// Defines both __reduce_ex__(protocol) and __reduce__() on `cls` with the same result, so pickle
+// and anything that looks at either (copy, guards that defer to a class's own __reduce__) agree.
+void setReduce(py::handle cls, std::function<py::object(py::object)> reduce, const char* doc = "") {
+    py::setattr(cls, "__reduce_ex__", py::cpp_function([reduce](py::object self, int) { return reduce(self); },
+                                                       py::name("__reduce_ex__"), py::is_method(cls),
+                                                       py::arg("protocol"), doc));
+    py::setattr(cls, "__reduce__", py::cpp_function([reduce](py::object self) { return reduce(self); },
+                                                    py::name("__reduce__"), py::is_method(cls), doc));
+}
+
 // (cls.from_bytes, args): what __reduce_ex__ returns for a bytes-serializable object.
 py::tuple reduceThrough(py::handle self, py::tuple args) {
     return py::make_tuple(py::getattr(py::type::handle_of(self), "from_bytes"), std::move(args));
@@ -113,8 +123,8 @@ void bindKernelSerialization(py::module_& m) {
         "for the default). Called on a subclass, the data must hold that class. `padding` / "
         "`destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises "
         "SerializationError (a ValueError) for malformed data."));
-    py::setattr(kernel, "__reduce_ex__", py::cpp_function(
-        [](py::object self, int) {
+    setReduce(kernel,
+        [](py::object self) -> py::object {
             const Kernel& k = self.cast<const Kernel&>();
             py::object padding = py::getattr(self, "padding", py::none());
             py::object allocator = py::getattr(self, "destination_image_allocator", py::none());
@@ -122,9 +132,8 @@ void bindKernelSerialization(py::module_& m) {
             allocator = isCustomAllocator(allocator) ? allocator : py::none();
             return reduceThrough(self, py::make_tuple(toBytes(k.serialize(true)), k.device().name(), padding, allocator));
         },
-        py::name("__reduce_ex__"), py::is_method(kernel), py::arg("protocol"),
         "Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, "
-        "which Python pickles itself."));
+        "which Python pickles itself.");
 }
 
 // ---- states ----------------------------------------------------------------------------------------
@@ -143,12 +152,10 @@ void bindStateSerialization(py::module_& m) {
         },
         py::name("from_bytes"), py::arg("cls"), py::arg("data"), py::arg("device") = py::none(),
         "A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data."));
-    py::setattr(state, "__reduce_ex__", py::cpp_function(
-        [](py::object self, int) {
-            const State& s = self.cast<const State&>();
-            return reduceThrough(self, py::make_tuple(toBytes(s.serialize()), s.device().name()));
-        },
-        py::name("__reduce_ex__"), py::is_method(state), py::arg("protocol"), "Pickle support (every protocol)."));
+    setReduce(state, [](py::object self) -> py::object {
+        const State& s = self.cast<const State&>();
+        return reduceThrough(self, py::make_tuple(toBytes(s.serialize()), s.device().name()));
+    }, "Pickle support (every protocol).");
 }
 
 // ---- descriptors and data sources (device independent) -------------------------------------------
@@ -166,18 +173,19 @@ void bindValueSerialization(py::module_& m, const char* name, Deserialize deseri
         },
         py::name("from_bytes"), py::arg("cls"), py::arg("data"),
         "The object from to_bytes() data. SerializationError (a ValueError) for malformed data."));
-    py::setattr(cls, "__reduce_ex__", py::cpp_function(
-        [](py::object self, int) { return reduceThrough(self, py::make_tuple(toBytes(self.cast<const T&>().serialize()))); },
-        py::name("__reduce_ex__"), py::is_method(cls), py::arg("protocol"), "Pickle support (every protocol)."));
+    setReduce(cls, [](py::object self) -> py::object {
+        return reduceThrough(self, py::make_tuple(toBytes(self.cast<const T&>().serialize())));
+    }, "Pickle support (every protocol).");
 }
 
 // ---- value types, policies, enums, and everything else ------------------------------------------
 
 void bindPickleOfValues(py::module_& m) {
     py::object offset = m.attr("Offset");
-    py::setattr(offset, "__reduce_ex__", py::cpp_function(
-        [offset](const Offset& o, int) { return py::make_tuple(offset, py::make_tuple(o.x, o.y, o.z)); },
-        py::name("__reduce_ex__"), py::is_method(offset), py::arg("protocol")));
+    setReduce(offset, [offset](py::object self) -> py::object {
+        const Offset& o = self.cast<const Offset&>();
+        return py::make_tuple(offset, py::make_tuple(o.x, o.y, o.z));
+    });
     py::object region = m.attr("Region");
     addClassMethod(region, "_from_fields", py::cpp_function(
         [](py::object, int64_t x, int64_t y, int64_t z, uint64_t w, uint64_t h, uint64_t d) {
@@ -185,25 +193,21 @@ void bindPickleOfValues(py::module_& m) {
         },
         py::name("_from_fields"), py::arg("cls"), py::arg("x"), py::arg("y"), py::arg("z"), py::arg("width"),
         py::arg("height"), py::arg("depth"), "Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1)."));
-    py::setattr(region, "__reduce_ex__", py::cpp_function(
-        [](py::object self, int) {
-            const Region& r = self.cast<const Region&>();
-            return py::make_tuple(py::getattr(py::type::handle_of(self), "_from_fields"),
-                                  py::make_tuple(r.origin.x, r.origin.y, r.origin.z, r.size.width, r.size.height,
-                                                 r.size.depth));
-        },
-        py::name("__reduce_ex__"), py::is_method(region), py::arg("protocol")));
+    setReduce(region, [](py::object self) -> py::object {
+        const Region& r = self.cast<const Region&>();
+        return py::make_tuple(py::getattr(py::type::handle_of(self), "_from_fields"),
+                              py::make_tuple(r.origin.x, r.origin.y, r.origin.z, r.size.width, r.size.height,
+                                             r.size.depth));
+    });
     py::object device = m.attr("Device");
-    py::setattr(device, "__reduce_ex__", py::cpp_function(
-        [device](const Device& d, int) { return py::make_tuple(device, py::make_tuple(d.name())); },
-        py::name("__reduce_ex__"), py::is_method(device), py::arg("protocol")));
+    setReduce(device, [device](py::object self) -> py::object {
+        return py::make_tuple(device, py::make_tuple(self.cast<const Device&>().name()));
+    });
 
     py::object defaultPadding = m.attr("NNDefaultPadding");
-    py::setattr(defaultPadding, "__reduce_ex__", py::cpp_function(
-        [defaultPadding](const NNDefaultPadding& p, int) {
-            return py::make_tuple(defaultPadding, py::make_tuple(p.paddingMethod()));
-        },
-        py::name("__reduce_ex__"), py::is_method(defaultPadding), py::arg("protocol")));
+    setReduce(defaultPadding, [defaultPadding](py::object self) -> py::object {
+        return py::make_tuple(defaultPadding, py::make_tuple(self.cast<const NNDefaultPadding&>().paddingMethod()));
+    });
     // A Python subclass of NNPadding / ImageAllocator is rebuilt by calling its class without
     // arguments and restoring its __dict__ (a subclass needing arguments defines __reduce__).
     py::object allocatorClass = m.attr("ImageAllocator");
@@ -216,8 +220,8 @@ void bindPickleOfValues(py::module_& m) {
         py::name("_builtin"), py::arg("cls"), py::arg("which"), "Unpickling helper: a built-in allocator by name."));
     for (const char* name : {"NNPadding", "ImageAllocator"}) {
         py::object base = m.attr(name);
-        py::setattr(base, "__reduce_ex__", py::cpp_function(
-            [](py::object self, int) -> py::tuple {
+        setReduce(base,
+            [](py::object self) -> py::object {
                 if (py::isinstance<ImageAllocator>(self)) {
                     auto a = self.cast<std::shared_ptr<ImageAllocator>>();
                     py::object builtin = py::module_::import("mpsgrad._mpsgrad").attr("ImageAllocator").attr("_builtin");
@@ -227,8 +231,7 @@ void bindPickleOfValues(py::module_& m) {
                 py::object state = py::getattr(self, "__dict__", py::none());
                 return py::make_tuple(py::type::handle_of(self), py::tuple(), state);
             },
-            py::name("__reduce_ex__"), py::is_method(base), py::arg("protocol"),
-            "Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__."));
+            "Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.");
     }
 }
 
@@ -243,21 +246,19 @@ void bindPickleOfEverythingElse(py::module_& m) {
         py::object cls = py::reinterpret_borrow<py::object>(value);
         if (py::str(cls.attr("__module__")).cast<std::string>() != "mpsgrad._mpsgrad") continue;
         if (py::hasattr(cls, "__members__")) {
-            py::setattr(cls, "__reduce_ex__", py::cpp_function(
-                [cls](py::object self, int) { return py::make_tuple(cls, py::make_tuple(py::int_(self))); },
-                py::name("__reduce_ex__"), py::is_method(cls), py::arg("protocol")));
+            setReduce(cls, [cls](py::object self) -> py::object {
+                return py::make_tuple(cls, py::make_tuple(py::int_(self)));
+            });
             continue;
         }
         if (!py::hasattr(cls, "__reduce_ex__") || !py::object(cls.attr("__reduce_ex__")).is(objectReduce)) continue;
         std::string qualified = "mpsgrad." + py::str(cls.attr("__name__")).cast<std::string>();
         if (!PyObject_IsSubclass(cls.ptr(), PyExc_BaseException))
-            py::setattr(cls, "__reduce_ex__", py::cpp_function(
-                [qualified](py::object, int) -> py::object {
-                    throwTypeError("cannot pickle '", qualified, "' object: only kernels, descriptors, data sources "
-                                   "holding data, persistent states, value types and enums are serializable "
-                                   "(docs/serialization.md); images: save to_numpy() instead");
-                },
-                py::name("__reduce_ex__"), py::is_method(cls), py::arg("protocol")));
+            setReduce(cls, [qualified](py::object) -> py::object {
+                throwTypeError("cannot pickle '", qualified, "' object: only kernels, descriptors, data sources "
+                               "holding data, persistent states, value types and enums are serializable "
+                               "(docs/serialization.md); images: save to_numpy() instead");
+            });
     }
 }
 
