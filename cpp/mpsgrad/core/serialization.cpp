@@ -542,7 +542,7 @@ std::shared_ptr<State> State::initWithCoder(serial::Reader& r, const Device& dev
 
 namespace serial {
 
-void registerBuiltinClasses();  // kernels/serialization_registry.cpp
+void registerBuiltinClasses();  // kernels/serialization.cpp
 
 void ensureBuiltinClassesRegistered() {
     static std::once_flag once;

@@ -183,7 +183,7 @@ private:
 };
 
 // Registers every built-in serializable class once (thread-safe). The list lives with the
-// kernels (kernels/serialization_registry.cpp): the one place a new family adds its classes.
+// kernels (kernels/serialization.cpp): the one place a new family adds its classes.
 void ensureBuiltinClassesRegistered();
 
 // Decodes a blob of any class registered for `Base`: opens the envelope, looks the tag up,
