@@ -768,6 +768,7 @@ def test_every_truncation_raises():
     print(json.dumps(counts))
     """
     counts = json.loads(run_isolated(script).stdout.strip().splitlines()[-1])
+    print(f"truncations: {counts}")
     assert counts["decoded"] == 0 and counts["value_error"] > 2000
 
 
