@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -52,6 +52,10 @@ class ImageEdgeMode:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -109,6 +113,10 @@ class ImageFeatureChannelFormat:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -155,6 +163,10 @@ class DataLayout:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -230,6 +242,10 @@ class DataType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -289,6 +305,10 @@ class CommandBufferStatus:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -339,6 +359,10 @@ class StateResourceType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -358,9 +382,13 @@ class Offset:
     __hash__: typing.ClassVar[None] = None
     def __eq__(self, arg0: typing.Any) -> bool:
         ...
-    def __init__(self, x: typing.SupportsInt = 0, y: typing.SupportsInt = 0, z: typing.SupportsInt = 0) -> None:
+    def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -368,25 +396,34 @@ class Offset:
     def x(self) -> int:
         ...
     @x.setter
-    def x(self, arg1: typing.SupportsInt) -> None:
+    def x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def y(self) -> int:
         ...
     @y.setter
-    def y(self, arg1: typing.SupportsInt) -> None:
+    def y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def z(self) -> int:
         ...
     @z.setter
-    def z(self, arg1: typing.SupportsInt) -> None:
+    def z(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class Region:
     """
     MTLRegion {origin (x, y, z), size (width, height, depth)}
     """
+    @classmethod
+    def _from_fields(cls: typing.Any, x: typing.SupportsInt | typing.SupportsIndex, y: typing.SupportsInt | typing.SupportsIndex, z: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, height: typing.SupportsInt | typing.SupportsIndex, depth: typing.SupportsInt | typing.SupportsIndex) -> Region:
+        """
+        Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1).
+        """
     def __init__(self, origin: typing.Any, size: typing.Any) -> None:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -418,6 +455,10 @@ class Device:
         """
         Device('cpu') or Device('metal')
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     @property
@@ -428,6 +469,10 @@ class CommandBuffer:
     MTLCommandBuffer
     """
     label: str
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
         """
         -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
@@ -435,10 +480,6 @@ class CommandBuffer:
     def commit(self) -> None:
         """
         -[MTLCommandBuffer commit]: submit the encoded work (asynchronous).
-        """
-    def fail_on_commit(self, message: str = '') -> None:
-        """
-        Test hook (not in Metal): when committed, the buffer fails with `message` instead of running its work: status ERROR, error set, handlers run, wait_until_completed raises CommandBufferError. See docs/verification.md.
         """
     def wait_until_completed(self) -> None:
         """
@@ -466,6 +507,10 @@ class CommandQueue:
         """
         -[MTLDevice newCommandQueue]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def command_buffer(self) -> CommandBuffer:
         """
         -[MTLCommandQueue commandBuffer]
@@ -477,47 +522,59 @@ class ImageDescriptor:
     """
     MPSImageDescriptor
     """
-    def __init__(self, width: typing.SupportsInt = 1, height: typing.SupportsInt = 1, feature_channels: typing.SupportsInt = 1, number_of_images: typing.SupportsInt = 1, channel_format: typing.Any = ..., usage: typing.SupportsInt = 3) -> None:
+    channel_format: ImageFeatureChannelFormat
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
+    def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
-    @property
-    def channel_format(self) -> ImageFeatureChannelFormat:
-        ...
-    @channel_format.setter
-    def channel_format(self, arg1: typing.Any) -> None:
-        ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def feature_channels(self) -> int:
         ...
     @feature_channels.setter
-    def feature_channels(self, arg1: typing.SupportsInt) -> None:
+    def feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def height(self) -> int:
         ...
     @height.setter
-    def height(self, arg1: typing.SupportsInt) -> None:
+    def height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def number_of_images(self) -> int:
         ...
     @number_of_images.setter
-    def number_of_images(self, arg1: typing.SupportsInt) -> None:
+    def number_of_images(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def usage(self) -> int:
         ...
     @usage.setter
-    def usage(self, arg1: typing.SupportsInt) -> None:
+    def usage(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def width(self) -> int:
         ...
     @width.setter
-    def width(self, arg1: typing.SupportsInt) -> None:
+    def width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class Image:
     """
@@ -547,10 +604,14 @@ class Image:
         """
     def __dlpack_device__(self):
         ...
-    def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
+    def __init__(self, device: typing.Any, image_descriptor: ImageDescriptor) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def _numpy_view(self) -> numpy.ndarray:
         """
         Zero-copy (n, height, width, channels) view of the storage.
@@ -652,8 +713,21 @@ class ImageAllocator:
         """
         +[MPSTemporaryImage defaultAllocator]
         """
+    @classmethod
+    def _builtin(cls: typing.Any, which: str) -> ImageAllocator:
+        """
+        Unpickling helper: a built-in allocator by name.
+        """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
 class State:
     """
     MPSState: buffers with a read count
@@ -664,9 +738,22 @@ class State:
         """
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
+        """
+        A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
@@ -681,6 +768,10 @@ class State:
     def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
         """
         -[MPSState synchronizeOnCommandBuffer:]
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The state as bytes: persistent State (label, buffers) and CNNConvolutionWeightsAndBiasesState (label, descriptor, weights, biases). ValueError for a temporary state, TypeError for gradient states.
         """
     @property
     def device(self) -> Device:
@@ -715,6 +806,23 @@ class Kernel:
     MPSKernel
     """
     label: str
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+        """
+        -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def to_bytes(self) -> bytes:
+        """
+        -encodeWithCoder: the kernel as bytes (constructor arguments, weights included, and every property; docs/serialization.md). TypeError for a kernel class that is not serializable, ValueError for a custom padding policy or image allocator (pickle handles those).
+        """
     @property
     def device(self) -> Device:
         ...
@@ -724,7 +832,7 @@ class Kernel:
         MPSKernel.options (KernelOptions bits)
         """
     @options.setter
-    def options(self, arg1: typing.SupportsInt) -> None:
+    def options(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class NNPadding:
     """
@@ -732,6 +840,14 @@ class NNPadding:
     """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
     def destination_image_descriptor(self, source_images: collections.abc.Sequence[Image], source_states: collections.abc.Sequence[State], kernel: Kernel, suggested: ImageDescriptor) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates:forKernel:suggestedDescriptor:
@@ -771,10 +887,17 @@ class NNDefaultPadding(NNPadding):
         """
         +[MPSNNDefaultPadding paddingWithMethod:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNKernel(Kernel):
     """
     MPSCNNKernel
     """
+    destination_image_allocator: ImageAllocator
+    edge_mode: ImageEdgeMode
+    padding: NNPadding
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -821,25 +944,13 @@ class CNNKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
-        ...
-    @property
-    def destination_image_allocator(self) -> ImageAllocator:
-        ...
-    @destination_image_allocator.setter
-    def destination_image_allocator(self, arg1: typing.Any) -> None:
+    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def dilation_rate_x(self) -> int:
         ...
     @property
     def dilation_rate_y(self) -> int:
-        ...
-    @property
-    def edge_mode(self) -> ImageEdgeMode:
-        ...
-    @edge_mode.setter
-    def edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -862,22 +973,16 @@ class CNNKernel(Kernel):
     def offset(self, arg1: typing.Any) -> None:
         ...
     @property
-    def padding(self) -> NNPadding:
-        ...
-    @padding.setter
-    def padding(self, arg1: typing.Any) -> None:
-        ...
-    @property
     def source_feature_channel_max_count(self) -> int:
         ...
     @source_feature_channel_max_count.setter
-    def source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
+    def source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def source_feature_channel_offset(self) -> int:
         ...
     @source_feature_channel_offset.setter
-    def source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+    def source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
@@ -889,6 +994,10 @@ class CNNBinaryKernel(Kernel):
     """
     MPSCNNBinaryKernel
     """
+    destination_image_allocator: ImageAllocator
+    padding: NNPadding
+    primary_edge_mode: ImageEdgeMode
+    secondary_edge_mode: ImageEdgeMode
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -925,13 +1034,7 @@ class CNNBinaryKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
-        ...
-    @property
-    def destination_image_allocator(self) -> ImageAllocator:
-        ...
-    @destination_image_allocator.setter
-    def destination_image_allocator(self, arg1: typing.Any) -> None:
+    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -940,22 +1043,10 @@ class CNNBinaryKernel(Kernel):
     def is_state_modified(self) -> bool:
         ...
     @property
-    def padding(self) -> NNPadding:
-        ...
-    @padding.setter
-    def padding(self, arg1: typing.Any) -> None:
-        ...
-    @property
     def primary_dilation_rate_x(self) -> int:
         ...
     @property
     def primary_dilation_rate_y(self) -> int:
-        ...
-    @property
-    def primary_edge_mode(self) -> ImageEdgeMode:
-        ...
-    @primary_edge_mode.setter
-    def primary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def primary_kernel_height(self) -> int:
@@ -973,37 +1064,31 @@ class CNNBinaryKernel(Kernel):
     def primary_source_feature_channel_max_count(self) -> int:
         ...
     @primary_source_feature_channel_max_count.setter
-    def primary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
+    def primary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_source_feature_channel_offset(self) -> int:
         ...
     @primary_source_feature_channel_offset.setter
-    def primary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+    def primary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_stride_in_pixels_x(self) -> int:
         ...
     @primary_stride_in_pixels_x.setter
-    def primary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
+    def primary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_stride_in_pixels_y(self) -> int:
         ...
     @primary_stride_in_pixels_y.setter
-    def primary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
+    def primary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_dilation_rate_x(self) -> int:
         ...
     @property
     def secondary_dilation_rate_y(self) -> int:
-        ...
-    @property
-    def secondary_edge_mode(self) -> ImageEdgeMode:
-        ...
-    @secondary_edge_mode.setter
-    def secondary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def secondary_kernel_height(self) -> int:
@@ -1021,25 +1106,25 @@ class CNNBinaryKernel(Kernel):
     def secondary_source_feature_channel_max_count(self) -> int:
         ...
     @secondary_source_feature_channel_max_count.setter
-    def secondary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
+    def secondary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_source_feature_channel_offset(self) -> int:
         ...
     @secondary_source_feature_channel_offset.setter
-    def secondary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+    def secondary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_stride_in_pixels_x(self) -> int:
         ...
     @secondary_stride_in_pixels_x.setter
-    def secondary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
+    def secondary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_stride_in_pixels_y(self) -> int:
         ...
     @secondary_stride_in_pixels_y.setter
-    def secondary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
+    def secondary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class CNNGradientKernel(CNNBinaryKernel):
     """
@@ -1059,7 +1144,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetX
         """
     @kernel_offset_x.setter
-    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
+    def kernel_offset_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def kernel_offset_y(self) -> int:
@@ -1067,7 +1152,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetY
         """
     @kernel_offset_y.setter
-    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
+    def kernel_offset_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class CNNNeuronType:
     """
@@ -1146,6 +1231,10 @@ class CNNNeuronType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1167,35 +1256,52 @@ class NNNeuronDescriptor:
         """
         +[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, neuron_type: typing.Any, a: typing.Any = None, b: typing.Any = None, c: typing.Any = None) -> None:
         """
         +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def a(self) -> float:
         ...
     @a.setter
-    def a(self, arg1: typing.SupportsFloat) -> None:
+    def a(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def b(self) -> float:
         ...
     @b.setter
-    def b(self, arg1: typing.SupportsFloat) -> None:
+    def b(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def c(self) -> float:
         ...
     @c.setter
-    def c(self, arg1: typing.SupportsFloat) -> None:
+    def c(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def data(self) -> list[float]:
         ...
     @data.setter
-    def data(self, arg1: typing.Any) -> None:
+    def data(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
         ...
     @property
     def neuron_type(self) -> CNNNeuronType:
@@ -1325,6 +1431,10 @@ class CNNConvolutionGradientOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1372,6 +1482,10 @@ class NNConvolutionAccumulatorPrecisionOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1388,15 +1502,32 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
-    def __init__(self, kernel_width: typing.SupportsInt = 3, kernel_height: typing.SupportsInt = 3, input_feature_channels: typing.SupportsInt = 0, output_feature_channels: typing.SupportsInt = 0, neuron: typing.Any = None) -> None:
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
+    def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
     def set_batch_normalization_parameters_for_inference(self, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], variance: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], gamma: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], beta: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], epsilon: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     def validate(self) -> None:
         """
@@ -1409,13 +1540,13 @@ class CNNConvolutionDescriptor:
     def dilation_rate_x(self) -> int:
         ...
     @dilation_rate_x.setter
-    def dilation_rate_x(self, arg1: typing.SupportsInt) -> None:
+    def dilation_rate_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def dilation_rate_y(self) -> int:
         ...
     @dilation_rate_y.setter
-    def dilation_rate_y(self, arg1: typing.SupportsInt) -> None:
+    def dilation_rate_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def fused_neuron_descriptor(self) -> typing.Any:
@@ -1429,13 +1560,13 @@ class CNNConvolutionDescriptor:
     def groups(self) -> int:
         ...
     @groups.setter
-    def groups(self, arg1: typing.SupportsInt) -> None:
+    def groups(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def input_feature_channels(self) -> int:
         ...
     @input_feature_channels.setter
-    def input_feature_channels(self, arg1: typing.SupportsInt) -> None:
+    def input_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def is_depthwise(self) -> bool:
@@ -1444,42 +1575,59 @@ class CNNConvolutionDescriptor:
     def kernel_height(self) -> int:
         ...
     @kernel_height.setter
-    def kernel_height(self, arg1: typing.SupportsInt) -> None:
+    def kernel_height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def kernel_width(self) -> int:
         ...
     @kernel_width.setter
-    def kernel_width(self, arg1: typing.SupportsInt) -> None:
+    def kernel_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def output_feature_channels(self) -> int:
         ...
     @output_feature_channels.setter
-    def output_feature_channels(self, arg1: typing.SupportsInt) -> None:
+    def output_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
         ...
     @stride_in_pixels_x.setter
-    def stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
+    def stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def stride_in_pixels_y(self) -> int:
         ...
     @stride_in_pixels_y.setter
-    def stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
+    def stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
     """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     """
     A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and `biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def data_type(self) -> DataType:
         """
         -dataType
@@ -1499,6 +1647,10 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     def purge(self) -> None:
         """
         -purge
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     @property
     def biases(self) -> typing.Any:
@@ -1543,6 +1695,7 @@ class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
     """
+    accumulator_precision_option: NNConvolutionAccumulatorPrecisionOption
     def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolution initWithDevice:weights:]
@@ -1559,12 +1712,6 @@ class CNNConvolution(CNNKernel):
         """
         -reloadWeightsAndBiasesWithCommandBuffer:state: (decrements a temporary state's read count)
         """
-    @property
-    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
-        ...
-    @accumulator_precision_option.setter
-    def accumulator_precision_option(self, arg1: typing.Any) -> None:
-        ...
     @property
     def channel_multiplier(self) -> int:
         ...
@@ -1642,7 +1789,7 @@ class CNNConvolutionGradient(CNNGradientKernel):
         MPSCNNConvolutionGradient.gradientOption
         """
     @gradient_option.setter
-    def gradient_option(self, arg1: typing.Any) -> None:
+    def gradient_option(self, arg0: CNNConvolutionGradientOption) -> None:
         ...
     @property
     def groups(self) -> int:
@@ -1700,6 +1847,10 @@ class NNComparisonType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1741,7 +1892,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.bias [0]
         """
     @bias.setter
-    def bias(self, arg1: typing.SupportsFloat) -> None:
+    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def maximum_value(self) -> float:
@@ -1749,7 +1900,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.maximumValue [FLT_MAX]
         """
     @maximum_value.setter
-    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
+    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1757,7 +1908,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.minimumValue [-FLT_MAX]
         """
     @minimum_value.setter
-    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
+    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1765,7 +1916,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.primaryScale [1]
         """
     @primary_scale.setter
-    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
+    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1781,7 +1932,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.secondaryScale [1]
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
+    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -1837,7 +1988,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.comparisonType [EQUAL]
         """
     @comparison_type.setter
-    def comparison_type(self, arg1: typing.Any) -> None:
+    def comparison_type(self, arg0: NNComparisonType) -> None:
         ...
     @property
     def threshold(self) -> float:
@@ -1845,7 +1996,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.threshold [0]
         """
     @threshold.setter
-    def threshold(self, arg1: typing.SupportsFloat) -> None:
+    def threshold(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
 class CNNArithmeticGradient(CNNGradientKernel):
     """
@@ -1857,7 +2008,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.bias (ignored, as in MPS)
         """
     @bias.setter
-    def bias(self, arg1: typing.SupportsFloat) -> None:
+    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def is_secondary_source_filter(self) -> bool:
@@ -1870,7 +2021,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)
         """
     @maximum_value.setter
-    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
+    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1878,7 +2029,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)
         """
     @minimum_value.setter
-    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
+    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1886,7 +2037,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.primaryScale (the forward pS)
         """
     @primary_scale.setter
-    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
+    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1902,7 +2053,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.secondaryScale (the forward sS)
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
+    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -1983,391 +2134,11 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
-class PoolingKind:
-    """
-    Which forward pooling kernel a CNNPoolingGradientState comes from
-    
-    Members:
-    
-      MAX
-    
-      AVERAGE
-    
-      L2_NORM
-    
-      DILATED_MAX
-    """
-    AVERAGE: typing.ClassVar[PoolingKind]
-    DILATED_MAX: typing.ClassVar[PoolingKind]
-    L2_NORM: typing.ClassVar[PoolingKind]
-    MAX: typing.ClassVar[PoolingKind]
-    __members__: typing.ClassVar[dict[str, PoolingKind]]
-    @typing.overload
-    def __eq__(self, other: PoolingKind) -> bool:
-        ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool:
-        ...
-    def __getstate__(self) -> int:
-        ...
-    def __hash__(self) -> int:
-        ...
-    def __index__(self) -> int:
-        ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __int__(self) -> int:
-        ...
-    @typing.overload
-    def __ne__(self, other: PoolingKind) -> bool:
-        ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __str__(self) -> str:
-        ...
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def value(self) -> int:
-        ...
-class CNNPoolingGradientState(NNGradientState):
-    """
-    The MPSNNGradientState the pooling kernels write for their gradients (forward window geometry and the average normalization in force)
-    """
-    @property
-    def kind(self) -> PoolingKind:
-        ...
-    @property
-    def zero_pad_size_x(self) -> int:
-        ...
-    @property
-    def zero_pad_size_y(self) -> int:
-        ...
-class CNNPooling(CNNKernel):
-    """
-    MPSCNNPooling: the pooling base class. Window of destination pixel clip_rect.origin + (x, y): center offset + stride * (x, y), taps at center - (E >> 1) + dilation * t with E = (k - 1) * dilation + 1.
-    """
-    @property
-    def kind(self) -> PoolingKind:
-        ...
-class CNNPoolingMax(CNNPooling):
-    """
-    MPSCNNPoolingMax: the maximum over the window (first maximum in scan order on ties). Off-image taps read 0 under ImageEdgeMode.ZERO and the nearest pixel under CLAMP.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingMax initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-class CNNPoolingAverage(CNNPooling):
-    """
-    MPSCNNPoolingAverage: the sum of the in-image taps over N. ZERO edge mode: N = kernel_width * kernel_height. CLAMP (or the padding method's EXCLUDE_EDGES bit): N = the taps inside the image widened by zero_pad_size_x/y on each side; a window with none gives 0.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingAverage initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-    @property
-    def zero_pad_size_x(self) -> int:
-        """
-        MPSCNNPoolingAverage.zeroPadSizeX
-        """
-    @zero_pad_size_x.setter
-    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def zero_pad_size_y(self) -> int:
-        """
-        MPSCNNPoolingAverage.zeroPadSizeY
-        """
-    @zero_pad_size_y.setter
-    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-class CNNPoolingL2Norm(CNNPooling):
-    """
-    MPSCNNPoolingL2Norm: sqrt of the sum of the squares over the window.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingL2Norm initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-class CNNDilatedPoolingMax(CNNPooling):
-    """
-    MPSCNNDilatedPoolingMax: the maximum over dilated taps.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNDilatedPoolingMax initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
-        """
-class CNNPoolingGradient(CNNGradientKernel):
-    """
-    MPSCNNPoolingGradient: the pooling gradient base class. primary = dL/dY, secondary = the forward source X (average pooling reads only its size). destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, source_size = forward clip size, secondary_offset = forward offset, clip_rect = the whole dX. Pixels no window reaches get 0.
-    """
-    @property
-    def dilation_rate_x(self) -> int:
-        ...
-    @property
-    def dilation_rate_y(self) -> int:
-        ...
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-    @property
-    def kind(self) -> PoolingKind:
-        ...
-    @property
-    def source_size(self) -> tuple:
-        """
-        MPSCNNPoolingGradient.sourceSize (width, height, depth): the G pixels from primary_offset that contribute
-        """
-    @source_size.setter
-    def source_size(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def stride_in_pixels_x(self) -> int:
-        ...
-    @property
-    def stride_in_pixels_y(self) -> int:
-        ...
-class CNNPoolingMaxGradient(CNNPoolingGradient):
-    """
-    MPSCNNPoolingMaxGradient: G goes to the argmax tap of each window, recomputed from X.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-class CNNPoolingAverageGradient(CNNPoolingGradient):
-    """
-    MPSCNNPoolingAverageGradient: G / N to every in-image tap of each window.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingAverageGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-    @property
-    def zero_pad_size_x(self) -> int:
-        """
-        MPSCNNPoolingAverageGradient.zeroPadSizeX (copied from the state by destination_image_descriptor)
-        """
-    @zero_pad_size_x.setter
-    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def zero_pad_size_y(self) -> int:
-        """
-        MPSCNNPoolingAverageGradient.zeroPadSizeY
-        """
-    @zero_pad_size_y.setter
-    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-class CNNPoolingL2NormGradient(CNNPoolingGradient):
-    """
-    MPSCNNPoolingL2NormGradient: dX = sum over windows of G * X / out (0 where out = 0), out recomputed from X.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNPoolingL2NormGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
-        """
-class CNNDilatedPoolingMaxGradient(CNNPoolingGradient):
-    """
-    MPSCNNDilatedPoolingMaxGradient: the max gradient over dilated taps.
-    """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        -[MPSCNNDilatedPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
-        """
-class UpsamplingCoordinateMode:
-    """
-    How CNNUpsamplingBilinear maps output to input coordinates when align_corners is False (mpsgrad option)
-    
-    Members:
-    
-      HALF_PIXEL : src = (dst + 0.5) / scale - 0.5, clamped at 0 (PyTorch align_corners=False); the default
-    
-      ASYMMETRIC : src = dst / scale (TensorFlow 1 legacy)
-    """
-    ASYMMETRIC: typing.ClassVar[UpsamplingCoordinateMode]
-    HALF_PIXEL: typing.ClassVar[UpsamplingCoordinateMode]
-    __members__: typing.ClassVar[dict[str, UpsamplingCoordinateMode]]
-    @typing.overload
-    def __eq__(self, other: UpsamplingCoordinateMode) -> bool:
-        ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool:
-        ...
-    def __getstate__(self) -> int:
-        ...
-    def __hash__(self) -> int:
-        ...
-    def __index__(self) -> int:
-        ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __int__(self) -> int:
-        ...
-    @typing.overload
-    def __ne__(self, other: UpsamplingCoordinateMode) -> bool:
-        ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __str__(self) -> str:
-        ...
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def value(self) -> int:
-        ...
-class CNNUpsamplingGradientState(NNGradientState):
-    """
-    The MPSNNGradientState the upsampling kernels write for their gradients (scale factors, corner alignment, coordinate mode and the input extent)
-    """
-    @property
-    def align_corners(self) -> bool:
-        ...
-    @property
-    def coordinate_mode(self) -> UpsamplingCoordinateMode:
-        ...
-    @property
-    def is_bilinear(self) -> bool:
-        ...
-class CNNUpsampling(CNNKernel):
-    """
-    MPSCNNUpsampling: the upsampling base class. The input is the source from `offset` (default (0, 0)) to its edges; the returning encode forms make a destination of the source's size times the scale factors.
-    """
-    @property
-    def align_corners(self) -> bool:
-        ...
-    @property
-    def scale_factor_x(self) -> float:
-        ...
-    @property
-    def scale_factor_y(self) -> float:
-        ...
-class CNNUpsamplingNearest(CNNUpsampling):
-    """
-    MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].
-    """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        -[MPSCNNUpsamplingNearest initWithDevice:integerScaleFactorX:integerScaleFactorY:]
-        """
-class CNNUpsamplingBilinear(CNNUpsampling):
-    """
-    MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).
-    """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
-        """
-        -[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]
-        """
-    @property
-    def coordinate_mode(self) -> UpsamplingCoordinateMode:
-        """
-        mpsgrad option: the output-to-input coordinate rule when align_corners is False
-        """
-    @coordinate_mode.setter
-    def coordinate_mode(self, arg0: UpsamplingCoordinateMode) -> None:
-        ...
-class CNNUpsamplingGradient(CNNGradientKernel):
-    """
-    MPSCNNUpsamplingGradient: the upsampling gradient base class. primary = dL/dY; the secondary (the forward source) only sizes the result. Corner alignment and coordinate mode come from the gradient state.
-    """
-    @property
-    def scale_factor_x(self) -> float:
-        ...
-    @property
-    def scale_factor_y(self) -> float:
-        ...
-class CNNUpsamplingNearestGradient(CNNUpsamplingGradient):
-    """
-    MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.
-    """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        -[MPSCNNUpsamplingNearestGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
-        """
-class CNNUpsamplingBilinearGradient(CNNUpsamplingGradient):
-    """
-    MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.
-    """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        -[MPSCNNUpsamplingBilinearGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
-        """
-class CNNDropoutGradientState(NNGradientState):
-    """
-    MPSCNNDropoutGradientState: what CNNDropoutGradient needs to regenerate the forward mask
-    """
-    def mask_data(self) -> numpy.typing.NDArray[numpy.uint8]:
-        """
-        -[MPSCNNDropoutGradientState maskData]: the mask, 1 = kept, as uint8 (images, height, width, channels) of the mask grid (extent 1 along broadcast axes); empty before the forward pass has encoded
-        """
-    @property
-    def keep_probability(self) -> float:
-        ...
-    @property
-    def seed(self) -> int:
-        ...
-class CNNDropout(CNNKernel):
-    """
-    MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.
-    """
-    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
-        """
-        -[MPSCNNDropout initWithDevice:keepProbability:seed:maskStrideInPixels:]
-        """
-    @property
-    def encode_count(self) -> int:
-        """
-        mpsgrad: forward encodes so far (the Philox stream of the next encode)
-        """
-    @property
-    def keep_probability(self) -> float:
-        ...
-    @property
-    def mask_stride_in_pixels(self) -> tuple:
-        ...
-    @property
-    def seed(self) -> int:
-        ...
-class CNNDropoutGradient(CNNGradientKernel):
-    """
-    MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made gradient_state. source_image is not read.
-    """
-    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
-        """
-        -[MPSCNNDropoutGradient initWithDevice:keepProbability:seed:maskStrideInPixels:]
-        """
-    @property
-    def keep_probability(self) -> float:
-        ...
-    @property
-    def mask_stride_in_pixels(self) -> tuple:
-        ...
-    @property
-    def seed(self) -> int:
-        ...
+class SerializationError(ValueError):
+    pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)
-    """
-def _is_initialized(object: typing.Any) -> bool:
-    """
-    Internal: whether a bound object's C++ part has been constructed.
     """
 def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
     """

@@ -34,6 +34,10 @@ struct ImageDescriptor {
                                 int64_t featureChannels, int64_t numberOfImages = 1, uint32_t usage = 3);
     // Throws ValueError naming `what` when a dimension is not positive or the format unsupported.
     void validate(const char* what) const;
+
+    // Serialization (docs/serialization.md); deserialize throws SerializationError.
+    std::vector<uint8_t> serialize() const;
+    static ImageDescriptor deserialize(const uint8_t* data, size_t size);
 };
 
 // MPSImageReadWriteParams
