@@ -120,6 +120,9 @@ option(MPSGRAD_METAL_RACECHECK "Instrument emulated kernels for the race detecto
 set(MPSGRAD_METAL_KERNEL_INSTRUMENTATION)
 if(MPSGRAD_METAL_RACECHECK)
   set(MPSGRAD_METAL_KERNEL_INSTRUMENTATION -fsanitize-coverage=edge,trace-loads,trace-stores -gline-tables-only)
+  # pybind11 strips Release extension modules (when CMAKE_STRIP is set); the race detector needs
+  # the kernels' line tables to name .metal lines.
+  set(CMAKE_STRIP "")
 endif()
 
 if(NOT TARGET mpsgrad_metal_mock)

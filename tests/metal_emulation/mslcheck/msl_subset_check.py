@@ -65,6 +65,17 @@ def element_kind(t):
     return "float" if canon(e).kind in (T.FLOAT, T.HALF, T.DOUBLE, T.LONGDOUBLE) or canon(e).spelling in ("_Float16", "half") else "int"
 
 
+def name(t):
+    """MSL's name of a vector type (int4, not `int __attribute__((ext_vector_type(4)))`)."""
+    if "__attribute__" in t.spelling and is_vector(t):
+        c = canon(t)
+        elem = {"_Float16": "half", "unsigned int": "uint", "unsigned short": "ushort", "unsigned char": "uchar",
+                "signed char": "char", "unsigned long": "ulong"}.get(canon(c.element_type).spelling,
+                                                                   canon(c.element_type).spelling)
+        return "%s%d" % (elem, c.element_count)
+    return t.spelling
+
+
 def mentions(t, pred, depth=0):
     """Whether type t, through pointers, references, arrays and vectors, satisfies pred."""
     if depth > 8 or t is None:
@@ -150,7 +161,7 @@ class Checker:
             elif src is not None and is_vector(src) and canon(src).spelling != canon(c.type).spelling:
                 self.error(c, "C-style cast from %s to %s: MSL converts the values, the emulation would "
                               "reinterpret the bits; write %s(...) or static_cast<%s>(...)"
-                           % (src.spelling, c.type.spelling, c.type.spelling, c.type.spelling))
+                           % (name(src), name(c.type), name(c.type), name(c.type)))
         elif k in (K.CXX_FUNCTIONAL_CAST_EXPR, K.CXX_STATIC_CAST_EXPR):
             src = self.operand_type(c)
             if mentions(c.type, is_double):
@@ -159,7 +170,7 @@ class Checker:
                   and element_kind(src) != element_kind(c.type)):
                 self.error(c, "vector conversion from %s to %s outside a .metal file: clang reinterprets the "
                               "bits (MSL converts the values); convert element by element"
-                           % (src.spelling, c.type.spelling))
+                           % (name(src), name(c.type)))
         elif k in (K.GOTO_STMT, K.INDIRECT_GOTO_STMT):
             self.error(c, "goto: not allowed in Metal")
         elif k in (K.CXX_THROW_EXPR, K.CXX_TRY_STMT, K.CXX_CATCH_STMT):

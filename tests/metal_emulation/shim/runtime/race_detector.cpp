@@ -35,7 +35,8 @@ struct Access {
 
 struct Word {
     Access write;
-    Access read[2];  // reads since the last write, by two different threads
+    Access read[2];         // reads since the last write, by two different threads
+    std::uint8_t written;   // bytes written since the dispatch (device) or threadgroup started
 };
 
 struct Range {
@@ -218,6 +219,19 @@ void report(const Range& r, std::uintptr_t addr, const Access& earlier, bool ear
                      d.desc && d.desc->kernel ? d.desc->kernel->name : "?", msg.c_str());
 }
 
+// A read of threadgroup memory that no thread wrote: the kernel uses the poison (NaN).
+void reportUnwritten(const Range& r, std::uintptr_t addr, const Access& now) {
+    Detector& d = det();
+    const char* file = d.desc && d.desc->kernel ? d.desc->kernel->file : nullptr;
+    const std::string msg = "read of " + r.name + " (byte " + std::to_string(addr - r.lo) +
+                            ") that no thread of the threadgroup wrote, at " + relative(describePc(now.pc), file) +
+                            " by thread " + std::to_string(now.thread) + " of threadgroup " + groupName(now.group);
+    if (d.firstRace.empty()) d.firstRace = msg;
+    if (d.printed.size() < 64 && d.printed.insert({now.pc, nullptr}).second)
+        std::fprintf(stderr, "mtlemu: race check: kernel '%s': %s\n",
+                     d.desc && d.desc->kernel ? d.desc->kernel->name : "?", msg.c_str());
+}
+
 void recordRead(Word& w, const Access& now) {
     for (Access& r : w.read)
         if (!r.mask || (r.thread == now.thread && r.group == now.group) || ordered(r, now)) {
@@ -232,7 +246,9 @@ void accessWord(Range& r, std::uintptr_t wordAddr, std::uint8_t mask, bool isWri
     Access now = base;
     now.mask = mask;
     if (w.write.mask & mask && !ordered(w.write, now)) report(r, wordAddr, w.write, true, now, isWrite);
+    if (!isWrite && r.space == kThreadgroup && (mask & ~w.written)) reportUnwritten(r, wordAddr, now);
     if (isWrite) {
+        w.written |= mask;
         for (const Access& rd : w.read)
             if (rd.mask & mask && !ordered(rd, now)) {
                 report(r, wordAddr, rd, false, now, true);
@@ -253,11 +269,8 @@ Range* findRange(std::uintptr_t a) {
     return nullptr;
 }
 
-void onAccess(const void* p, std::size_t size, bool isWrite, const void* pc) {
+void checkAccess(Range* r, std::uintptr_t a, std::size_t size, bool isWrite, const void* pc) {
     Detector& d = det();
-    std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-    Range* r = findRange(a);
-    if (!r) return;
     const Space s = r->space;
     Access base;
     base.pc = pc;
@@ -275,6 +288,75 @@ void onAccess(const void* p, std::size_t size, bool isWrite, const void* pc) {
         accessWord(*r, word, mask, isWrite, base);
         a = stop;
     }
+}
+
+// Vector (8- and 16-byte) accesses of the running thread, checked when it yields. Clang stores
+// one component of a vector in memory (`tile[i][j].y = v`, legal MSL that writes 4 bytes) as a
+// load of the whole vector and a store of the whole vector; checked as such, neighbouring threads
+// that write the other components would race. So a vector store to the address the same thread
+// just loaded as a vector counts as a write of only the words whose bytes it changed, and that
+// load as no read.
+struct Pending {
+    Range* range;
+    std::uintptr_t addr;
+    const void* pc;
+    std::uint8_t size;
+    bool write;
+    bool merged;  // a load that is the first half of a component store
+    unsigned char old[16];
+};
+constexpr std::size_t kMaxPending = 1024;
+thread_local std::vector<Pending> tlsPending;
+
+void flushPending() {
+    for (Pending& q : tlsPending) {
+        if (!q.write) {
+            if (!q.merged) checkAccess(q.range, q.addr, q.size, false, q.pc);
+            continue;
+        }
+        bool changed = false;
+        for (std::size_t off = 0; off < q.size; off += 4) {
+            const std::size_t n = std::min<std::size_t>(4, q.size - off);
+            if (std::memcmp(q.old + off, reinterpret_cast<const unsigned char*>(q.addr) + off, n) != 0) {
+                checkAccess(q.range, q.addr + off, n, true, q.pc);
+                changed = true;
+            }
+        }
+        // Nothing changed: a component store of the value already there, or an update of memory
+        // still holding the NaN poison (`x += v` before anything wrote x), which is a bug.
+        if (!changed && q.range->space == kThreadgroup) {
+            bool unwritten = false;
+            for (std::size_t off = 0; off < q.size; off += 4) unwritten |= q.range->word(q.addr + off).written != 0xF;
+            if (unwritten) checkAccess(q.range, q.addr, q.size, false, q.pc);
+        }
+    }
+    tlsPending.clear();
+}
+
+void onAccess(const void* p, std::size_t size, bool isWrite, const void* pc) {
+    std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+    Range* r = findRange(a);
+    if (!r) return;
+    if (size < 8) {
+        checkAccess(r, a, size, isWrite, pc);
+        return;
+    }
+    Pending q{r, a, pc, std::uint8_t(size), isWrite, false, {}};
+    if (isWrite) {
+        bool component = false;
+        for (auto it = tlsPending.rbegin(); it != tlsPending.rend(); ++it)
+            if (it->addr == a && it->size == size && !it->write) {
+                it->merged = component = true;
+                break;
+            }
+        if (!component) {
+            checkAccess(r, a, size, true, pc);
+            return;
+        }
+        std::memcpy(q.old, p, std::min<std::size_t>(size, std::min<std::size_t>(16, r->hi - a)));
+    }
+    tlsPending.push_back(q);
+    if (tlsPending.size() >= kMaxPending) flushPending();
 }
 
 void addRange(std::uintptr_t lo, std::uintptr_t hi, Space s, std::string name) {
@@ -357,6 +439,7 @@ void addThreadgroupMemory(const void* p, std::size_t bytes, const std::string& n
 }
 
 std::string endGroup() {
+    flushPending();
     Detector& d = det();
     d.ranges.erase(std::remove_if(d.ranges.begin(), d.ranges.end(),
                                   [](const std::unique_ptr<Range>& r) { return r->space == kThreadgroup; }),
@@ -367,12 +450,16 @@ std::string endGroup() {
 }
 
 void setCurrentThread(unsigned threadIndex, unsigned simdgroup) {
+    flushPending();
     tlsCurrent.thread = std::uint16_t(threadIndex);
     tlsCurrent.simd = std::uint16_t(simdgroup);
     tlsActive = true;
 }
 
-void clearCurrentThread() { tlsActive = false; }
+void clearCurrentThread() {
+    flushPending();
+    tlsActive = false;
+}
 
 void threadgroupBarrier(unsigned memFlags) {
     Detector& d = det();
