@@ -106,7 +106,8 @@ set(MPSGRAD_METAL_MOCK_SOURCES
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_device.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_commands.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/kernel_runtime.cpp"
-  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/race_detector.cpp")
+  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/race_detector.cpp"
+  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/random_order.cpp")
 
 # Code that runs on kernel fibers (kernels, the kernel runtime) is compiled
 # without AddressSanitizer's use-after-return instrumentation: its "fake

@@ -19,13 +19,13 @@
 #include "mtlemu/kernel_runtime.h"
 
 #include "race_detector.h"
+#include "random_order.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -436,45 +436,10 @@ inline void setThreadIds(ThreadIds& t, unsigned i, unsigned x, unsigned y, unsig
 
 // ---------------------------------------------------------------- random order
 
-struct RandomOrder {
-    std::atomic<bool> on{false};
-    std::atomic<std::uint64_t> seed{0};
-    RandomOrder() {
-        const char* e = std::getenv("MTLEMU_RANDOM_ORDER");
-        if (!e || !*e || std::strcmp(e, "0") == 0) return;
-        std::uint64_t v = std::strtoull(e, nullptr, 10);
-        if (v == 0) v = std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007u + 1;
-        seed = v;
-        on = true;
-        std::fprintf(stderr, "mtlemu: random thread and simd-lane order, seed %llu (MTLEMU_RANDOM_ORDER=%llu repeats it)\n",
-                     static_cast<unsigned long long>(v), static_cast<unsigned long long>(v));
-    }
-};
-
-RandomOrder& randomOrderState() {
-    static RandomOrder r;
-    return r;
-}
-
-std::uint64_t randomSeed() { return randomOrderState().seed; }
-
-std::uint64_t mix64(std::uint64_t x) {  // splitmix64's finaliser
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 // A permutation of 0..n-1 for the next scheduling decision of the threadgroup: forward, reverse,
-// or shuffled by the threadgroup's seed and a round counter (so one seed repeats exactly).
+// or shuffled by the threadgroup's seed and a round counter (random_order.h).
 void fillOrder(Worker& w, unsigned* order, unsigned n, bool reverse) {
-    for (unsigned i = 0; i < n; ++i) order[i] = reverse ? n - 1 - i : i;
-    if (!w.orderSeed) return;
-    std::uint64_t state = mix64(w.orderSeed ^ mix64(++w.orderRound));
-    for (unsigned i = n; i > 1; --i) {
-        state = mix64(state);
-        std::swap(order[i - 1], order[state % i]);
-    }
+    fillPermutation(order, n, reverse, w.orderSeed, w.orderSeed ? ++w.orderRound : 0);
 }
 
 void setLaneOrder(Worker& w) {
@@ -599,7 +564,7 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
     w.faulted = false;
     w.error.clear();
     w.orderRound = 0;
-    if (w.orderSeed) w.orderSeed = mix64(randomSeed() ^ mix64(groupLinear) ^ std::hash<std::string>()(k.name)) | 1;
+    if (w.orderSeed) w.orderSeed = groupSeed(k.name, groupLinear);
     if (w.race) race::beginGroup(groupLinear, n);
 
     // Dynamic threadgroup memory ([[threadgroup(i)]] arguments).
@@ -792,13 +757,6 @@ unsigned workerThreads() {
 }
 void setReverseThreadOrder(bool reverse) { gReverse = reverse; }
 bool reverseThreadOrder() { return gReverse; }
-
-void setRandomOrder(bool on, std::uint64_t seed) {
-    RandomOrder& r = randomOrderState();
-    if (on) r.seed = seed ? seed : 1;
-    r.on = on;
-}
-bool randomOrder() { return randomOrderState().on; }
 
 void setRaceCheck(bool on) { race::setEnabled(on); }
 bool raceCheck() { return race::enabled(); }
