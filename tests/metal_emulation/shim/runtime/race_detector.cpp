@@ -65,6 +65,22 @@ struct Detector {
     std::vector<std::uint32_t> sgEpoch[2];
     std::string firstRace;
     std::set<std::pair<const void*, const void*>> printed;
+    // For the summary printed at exit: what was checked, and how many problems were found.
+    std::map<std::string, std::uint64_t> dispatches;
+    std::uint64_t problems = 0;
+
+    ~Detector() {
+        if (dispatches.empty()) return;
+        std::uint64_t n = 0;
+        std::string names;
+        for (const auto& kv : dispatches) {
+            n += kv.second;
+            names += (names.empty() ? "" : " ") + kv.first;
+        }
+        std::fprintf(stderr, "mtlemu: race check: %llu dispatches of %zu kernels checked, %llu problems reported (%s)\n",
+                     static_cast<unsigned long long>(n), dispatches.size(), static_cast<unsigned long long>(problems),
+                     names.c_str());
+    }
 };
 
 Detector& det() {
@@ -214,6 +230,7 @@ void report(const Range& r, std::uintptr_t addr, const Access& earlier, bool ear
     else
         msg += std::string("no ") + barrierFor(r.space) + " (or simdgroup_barrier within a simdgroup) between them";
     if (d.firstRace.empty()) d.firstRace = msg;
+    ++d.problems;
     if (d.printed.size() < 64 && d.printed.insert({earlier.pc, now.pc}).second)
         std::fprintf(stderr, "mtlemu: race check: kernel '%s': %s\n",
                      d.desc && d.desc->kernel ? d.desc->kernel->name : "?", msg.c_str());
@@ -227,6 +244,7 @@ void reportUnwritten(const Range& r, std::uintptr_t addr, const Access& now) {
                             ") that no thread of the threadgroup wrote, at " + relative(describePc(now.pc), file) +
                             " by thread " + std::to_string(now.thread) + " of threadgroup " + groupName(now.group);
     if (d.firstRace.empty()) d.firstRace = msg;
+    ++d.problems;
     if (d.printed.size() < 64 && d.printed.insert({now.pc, nullptr}).second)
         std::fprintf(stderr, "mtlemu: race check: kernel '%s': %s\n",
                      d.desc && d.desc->kernel ? d.desc->kernel->name : "?", msg.c_str());
@@ -405,6 +423,7 @@ void beginDispatch(const rt::DispatchDesc& desc, const unsigned groups[3]) {
     d.ranges.clear();
     d.last = nullptr;
     const rt::KernelInfo& k = *desc.kernel;
+    ++d.dispatches[k.name];
     for (unsigned i = 0; i < k.numBuffers; ++i) {
         const unsigned idx = k.buffers[i].index;
         if (idx >= rt::kMaxBufferBindings || !desc.buffers[idx] || !desc.bufferLengths[idx]) continue;
