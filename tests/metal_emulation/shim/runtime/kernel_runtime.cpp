@@ -560,7 +560,8 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
               const unsigned groups[3], bool reverse) {
     const KernelInfo& k = *d.kernel;
     const unsigned n = size[0] * size[1] * size[2];
-    const std::uint64_t groupLinear = group[0] + std::uint64_t(groups[0]) * (group[1] + std::uint64_t(groups[1]) * group[2]);
+    const std::uint64_t groupLinear =
+        group[0] + std::uint64_t(groups[0]) * (group[1] + std::uint64_t(groups[1]) * group[2]);
     w.faulted = false;
     w.error.clear();
     w.orderRound = 0;
