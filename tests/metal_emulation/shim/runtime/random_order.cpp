@@ -26,8 +26,8 @@ struct RandomOrder {
         if (v == 0) v = std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007u + 1;
         seed = v;
         on = true;
-        std::fprintf(stderr, "mtlemu: random thread and simd-lane order, seed %llu (MTLEMU_RANDOM_ORDER=%llu repeats it)\n",
-                     static_cast<unsigned long long>(v), static_cast<unsigned long long>(v));
+        std::fprintf(stderr, "mtlemu: random thread and simd-lane order, seed %llu (MTLEMU_RANDOM_ORDER=%llu "
+                     "repeats it)\n", static_cast<unsigned long long>(v), static_cast<unsigned long long>(v));
     }
 };
 
