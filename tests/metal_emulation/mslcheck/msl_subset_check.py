@@ -62,7 +62,8 @@ def is_vector(t):
 def element_kind(t):
     """'float' or 'int' for the elements of a vector type."""
     e = canon(t).element_type
-    return "float" if canon(e).kind in (T.FLOAT, T.HALF, T.DOUBLE, T.LONGDOUBLE) or canon(e).spelling in ("_Float16", "half") else "int"
+    floating = canon(e).kind in (T.FLOAT, T.HALF, T.DOUBLE, T.LONGDOUBLE) or canon(e).spelling == "_Float16"
+    return "float" if floating else "int"
 
 
 def name(t):
@@ -181,11 +182,9 @@ class Checker:
             ref = c.referenced
             if ref is not None and ref.kind in FUNCTIONS:
                 self.calls[function].add(ref.get_usr())
-                tmpl = ref.get_usr()
-                # calls to template specialisations: record the template too
-                if getattr(ref, "specialized_template", None) is not None and ref.specialized_template is not None:
+                # a call to a template specialisation: record the template too
+                if ref.specialized_template is not None:
                     self.calls[function].add(ref.specialized_template.get_usr())
-                del tmpl
 
     @staticmethod
     def operand_type(cast):
