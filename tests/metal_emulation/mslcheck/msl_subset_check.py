@@ -182,9 +182,6 @@ class Checker:
             ref = c.referenced
             if ref is not None and ref.kind in FUNCTIONS:
                 self.calls[function].add(ref.get_usr())
-                # a call to a template specialisation: record the template too
-                if ref.specialized_template is not None:
-                    self.calls[function].add(ref.specialized_template.get_usr())
 
     @staticmethod
     def operand_type(cast):
