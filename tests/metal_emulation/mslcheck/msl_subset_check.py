@@ -218,8 +218,9 @@ class Checker:
 
 # ---------------------------------------------------------------------------- one file
 
-def check_file(path, args, resdir):
-    """Returns a list of (display file, line, message)."""
+def check_file(path, args, resdir, covered):
+    """Returns a list of (display file, line, message); adds the headers the file includes to
+    `covered` (their code was checked with it)."""
     path = os.path.abspath(path)
     root = os.path.abspath(args.display_root or os.getcwd())
     disp = lambda p: os.path.relpath(p, root)  # noqa: E731
@@ -255,6 +256,7 @@ def check_file(path, args, resdir):
         flags = ["-x", "c++", "-std=c++17", "-resource-dir", resdir, "-I", os.path.join(SHIM, "include"),
                  "-I", src_dir] + sum((["-I", d] for d in args.include_dirs), [])
         tu = ci.Index.create().parse(cpp, args=flags)
+        covered.update(os.path.realpath(inc.include.name) for inc in tu.get_includes())
         errors = []
         for d in tu.diagnostics:
             if d.severity >= ci.Diagnostic.Error:
@@ -287,9 +289,12 @@ def main(argv=None):
     args.include_dirs = [os.path.abspath(d) for d in args.include_dirs]
     resdir = resource_dir(args.clang)
 
-    found = set()
-    for path in args.files:
-        for file, line, message in sorted(set(check_file(path, args, resdir))):
+    found, covered = set(), set()
+    # .metal files first: a header they include was checked with them and is not parsed again
+    for path in sorted(args.files, key=lambda p: not p.endswith(".metal")):
+        if os.path.realpath(path) in covered:
+            continue
+        for file, line, message in sorted(set(check_file(path, args, resdir, covered))):
             found.add((file, line))
             print("%s:%d: error: %s" % (file, line, message))
     if not args.expect_errors:
