@@ -333,8 +333,8 @@ void flushPending() {
             continue;
         }
         bool changed = false;
-        for (std::size_t off = 0; off < q.size; off += 4) {
-            const std::size_t n = std::min<std::size_t>(4, q.size - off);
+        for (std::size_t off = 0; off < q.size && q.addr + off < q.range->hi; off += 4) {
+            const std::size_t n = std::min<std::size_t>({4, q.size - off, q.range->hi - (q.addr + off)});
             if (std::memcmp(q.old + off, reinterpret_cast<const unsigned char*>(q.addr) + off, n) != 0) {
                 checkAccess(q.range, q.addr + off, n, true, q.pc);
                 changed = true;
@@ -344,7 +344,8 @@ void flushPending() {
         // still holding the NaN poison (`x += v` before anything wrote x), which is a bug.
         if (!changed && q.range->space == kThreadgroup) {
             bool unwritten = false;
-            for (std::size_t off = 0; off < q.size; off += 4) unwritten |= q.range->word(q.addr + off).written != 0xF;
+            for (std::size_t off = 0; off < q.size && q.addr + off < q.range->hi; off += 4)
+                unwritten |= q.range->word(q.addr + off).written != 0xF;
             if (unwritten) checkAccess(q.range, q.addr, q.size, false, q.pc);
         }
     }
