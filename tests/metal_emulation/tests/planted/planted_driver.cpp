@@ -26,6 +26,13 @@ namespace {
 
 MTL::Device* gDevice;
 MTL::Library* gLibrary;
+std::vector<NS::Object*> gOwned;  // released at the end (the ASan build checks for leaks)
+
+template <class T>
+T* own(T* o) {
+    gOwned.push_back(o);
+    return o;
+}
 
 MTL::ComputePipelineState* pipeline(const char* name, MTL::FunctionConstantValues* values) {
     NS::Error* error = nullptr;
@@ -34,13 +41,13 @@ MTL::ComputePipelineState* pipeline(const char* name, MTL::FunctionConstantValue
         std::fprintf(stderr, "planted_driver: no kernel %s\n", name);
         std::exit(3);
     }
-    MTL::ComputePipelineState* p = gDevice->newComputePipelineState(fn, &error);
+    MTL::ComputePipelineState* p = own(gDevice->newComputePipelineState(fn, &error));
     fn->release();
     return p;
 }
 
 MTL::Buffer* buffer(const std::vector<float>& v) {
-    return gDevice->newBuffer(v.data(), v.size() * sizeof(float), MTL::ResourceStorageModeShared);
+    return own(gDevice->newBuffer(v.data(), v.size() * sizeof(float), MTL::ResourceStorageModeShared));
 }
 
 bool finish(MTL::CommandBuffer* cb) {
@@ -87,7 +94,7 @@ int runPrelu(int pixels) {
             const float xv = x[std::size_t(m * p.source.pixelStride + c)];
             want[std::size_t(c)] += double(g[std::size_t(m * p.gradient.pixelStride + c)]) * (xv < 0 ? xv : 0.0);
         }
-    MTL::FunctionConstantValues* values = MTL::FunctionConstantValues::alloc()->init();
+    MTL::FunctionConstantValues* values = own(MTL::FunctionConstantValues::alloc()->init());
     bool no = false;
     values->setConstantValue(&no, MTL::DataTypeBool, NS::UInteger(1));
     values->setConstantValue(&no, MTL::DataTypeBool, NS::UInteger(2));
@@ -95,7 +102,7 @@ int runPrelu(int pixels) {
     MTL::Buffer* bg = buffer(g);
     MTL::Buffer* bx = buffer(x);
     MTL::Buffer* ba = buffer(std::vector<float>(channels, 0.0f));  // exactly `channels` floats
-    MTL::CommandBuffer* cb = gDevice->newCommandQueue()->commandBuffer();
+    MTL::CommandBuffer* cb = own(gDevice->newCommandQueue())->commandBuffer();
     MTL::ComputeCommandEncoder* enc = cb->computeCommandEncoder();
     enc->setComputePipelineState(pso);
     enc->setBytes(&p, sizeof p, 0);
@@ -123,13 +130,13 @@ int runSoftmax() {
     for (float v : x) sum += std::exp(double(v) - mx);
     std::vector<double> want(channels);
     for (int c = 0; c < channels; ++c) want[std::size_t(c)] = std::exp(double(x[std::size_t(c)]) - mx) / sum;
-    MTL::FunctionConstantValues* values = MTL::FunctionConstantValues::alloc()->init();
+    MTL::FunctionConstantValues* values = own(MTL::FunctionConstantValues::alloc()->init());
     bool no = false;
     for (NS::UInteger i = 0; i < 5; ++i) values->setConstantValue(&no, MTL::DataTypeBool, i);
     MTL::ComputePipelineState* pso = pipeline("softmax_forward_simd", values);
     MTL::Buffer* bx = buffer(x);
     MTL::Buffer* by = buffer(std::vector<float>(channels, 0.0f));
-    MTL::CommandBuffer* cb = gDevice->newCommandQueue()->commandBuffer();
+    MTL::CommandBuffer* cb = own(gDevice->newCommandQueue())->commandBuffer();
     MTL::ComputeCommandEncoder* enc = cb->computeCommandEncoder();
     enc->setComputePipelineState(pso);
     enc->setBytes(&p, sizeof p, 0);
@@ -148,9 +155,7 @@ int runSoftmax() {
 int main(int argc, char** argv) {
     NS::AutoreleasePool* pool = NS::AutoreleasePool::alloc()->init();
     gDevice = MTL::CreateSystemDefaultDevice();
-    NS::Error* error = nullptr;
     gLibrary = gDevice->newDefaultLibrary();
-    (void)error;
     const std::string what = argc > 1 ? argv[1] : "";
     int status = 3;
     if (what == "prelu")
@@ -159,6 +164,9 @@ int main(int argc, char** argv) {
         status = runSoftmax();
     else
         std::fprintf(stderr, "usage: planted_driver prelu [pixels] | softmax\n");
-    pool->release();
+    pool->release();  // drains the command buffers before the objects they retain
+    for (auto it = gOwned.rbegin(); it != gOwned.rend(); ++it) (*it)->release();
+    gLibrary->release();
+    gDevice->release();
     return status;
 }
