@@ -30,8 +30,13 @@ emulation_build() {
 
 # Where the test processes of the coverage build leave their profiles and variant logs.
 coverage_dir="$root/build/ci-metal/coverage"
+# The same runs are also the race check: the detector and seeded random thread/lane order are on
+# for every Metal test of the ctest and pytest suites (docs/metal.md, "Races"; the seed is printed).
+race_seed=${MTLEMU_RANDOM_ORDER:-$((RANDOM * 32768 + RANDOM + 1))}
+echo "random thread/lane order seed: $race_seed (MTLEMU_RANDOM_ORDER=$race_seed repeats this run)"
 export_coverage_env() {
     export LLVM_PROFILE_FILE="$coverage_dir/%4m.profraw" MTLEMU_VARIANT_LOG="$coverage_dir/variants.log"
+    export MTLEMU_RACECHECK=1 MTLEMU_RANDOM_ORDER=$race_seed
 }
 
 emulation_ctest() {
@@ -59,23 +64,12 @@ emulation_msl_subset_check() {
     python3 tests/metal_emulation/mslcheck/msl_subset_check.py --clang clang++-16 metal/*.metal metal/*.h
 }
 
-emulation_race_check() {
-    # The race detector and seeded random thread/lane order on every Metal test of the pytest
-    # suite and the C++ backend-op tests (docs/metal.md, "Races"). The seed is printed.
-    local t0=$SECONDS seed=${MTLEMU_RANDOM_ORDER:-$((RANDOM * 32768 + RANDOM + 1))}
-    echo "random thread/lane order seed: $seed (MTLEMU_RANDOM_ORDER=$seed repeats this run)"
-    PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal MTLEMU_RACECHECK=1 MTLEMU_RANDOM_ORDER=$seed \
-        python3 -m pytest tests/python -q -p no:cacheprovider
-    MTLEMU_RACECHECK=1 MTLEMU_RANDOM_ORDER=$seed ctest --test-dir build/ci-metal --output-on-failure -j2 | tail -n 3
-    echo "race check: $((SECONDS - t0)) s"
-}
-
 emulation_asan_exact_buffers() {
     # The C++ tests (every backend op on the emulated Metal device) under ASan with exactly sized
     # MTLBuffers: an overrun in a .metal kernel is reported at its .metal line.
-    cmake -S . -B build/ci-metal-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-16 \
+    cmake -S . -B build/ci-metal-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++-16 \
         -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=OFF -DMPSGRAD_METAL_RACECHECK=OFF \
-        -DCMAKE_CXX_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
+        -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=address -fno-omit-frame-pointer" \
         -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address" >/dev/null
     cmake --build build/ci-metal-asan
     MPSGRAD_METAL_EXACT_BUFFERS=1 ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer-16)" \
@@ -85,10 +79,9 @@ emulation_asan_exact_buffers() {
 stage "metal emulation: harness tests (ASan+UBSan)" emulation_harness_tests
 stage "metal emulation: MSL-subset check (libclang AST)" emulation_msl_subset_check
 stage "metal emulation: build" emulation_build
-stage "metal emulation: ctest (backend ops, address-space check)" emulation_ctest
-stage "metal emulation: pytest on metal and cpu" emulation_pytest
+stage "metal emulation: ctest (backend ops, address-space check; race check on)" emulation_ctest
+stage "metal emulation: pytest on metal and cpu (race check on)" emulation_pytest
 stage "metal emulation: .metal line coverage and kernel variants" emulation_coverage
 stage "metal emulation: planted kernel bugs are caught" \
     python3 tests/metal_emulation/coverage/planted_bugs.py --build build/ci-metal
-stage "metal emulation: race check + random order (pytest, ctest)" emulation_race_check
 stage "metal emulation: ASan + exact buffers (ctest)" emulation_asan_exact_buffers
