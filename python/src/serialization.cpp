@@ -112,9 +112,16 @@ void bindKernelSerialization(py::module_& m) {
             auto result = Kernel::deserialize(bytes.data(), bytes.size(), deviceArgument(device), externals);
             py::object object = py::cast(result);
             // The kernel keeps the Python policy objects themselves alive (not only their C++ part),
-            // so a Python subclass's overrides keep working.
-            if (!padding.is_none()) py::detail::keep_alive_impl(object, padding);
-            if (!allocator.is_none()) py::detail::keep_alive_impl(object, allocator);
+            // so a Python subclass's overrides keep working: set them through the properties (which
+            // own that job) and tie them to this Python object as well.
+            if (!padding.is_none()) {
+                py::setattr(object, "padding", padding);
+                py::detail::keep_alive_impl(object, padding);
+            }
+            if (!allocator.is_none()) {
+                py::setattr(object, "destination_image_allocator", allocator);
+                py::detail::keep_alive_impl(object, allocator);
+            }
             return requireInstance(object, cls, result->className());
         },
         py::name("from_bytes"), py::arg("cls"), py::arg("data"), py::arg("device") = py::none(), py::arg("padding") = py::none(),
