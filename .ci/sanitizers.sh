@@ -14,9 +14,11 @@ sanitizer_build() {
     cp build/ci-asan/_mpsgrad*.so build/ci-asan/pkg/mpsgrad/
 }
 
-# Runs "$@" with the sanitized extension first on the path and the ASan runtime preloaded.
+# Runs "$@" with the sanitized extension first on the path and the ASan runtime preloaded
+# (libstdc++ too: the python binary does not link it, and ASan's __cxa_throw interceptor must find
+# the real one when it starts, or the first C++ exception aborts).
 with_sanitizers() {
-    LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
         PYTHONPATH="$root/build/ci-asan/pkg" "$@"
