@@ -28,6 +28,7 @@ void bindNeuron(py::module_& m);
 void bindConvolution(py::module_& m);
 void bindArithmetic(py::module_& m);
 void bindSoftmax(py::module_& m);
+void bindThreads(py::module_& m);
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

@@ -19,6 +19,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    bindThreads(m);
 }
 
 }  // namespace mpsgrad::python

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -113,6 +114,33 @@ inline float fixedOrderSum(const float* v, int64_t count) {
     for (int j = 0; i < count; ++i, ++j) lanes[j] += v[i];
     return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
            ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// e^x in float, written without branches or library calls so that loops over it vectorize
+// (std::exp is a scalar call: it made softmax compute-bound). Cody-Waite reduction
+// x = k ln2 + r with |r| <= ln2/2, Cephes' degree-6 polynomial for e^r (relative error about
+// 1e-7, i.e. 1-2 ulp) and 2^k assembled in the exponent bits. Inputs are clamped to
+// [-87.33, 88], where 2^k stays a normal float: below, the result is ~1.2e-38 instead of a
+// denormal or 0 (softmax only takes e^(x - max) <= 1 and adds it to a sum >= 1); above, about
+// 1.7e38 instead of inf. NaN stays NaN.
+inline float fastExp(float x) {
+    x = x < -87.33654f ? -87.33654f : x;
+    x = x > 88.0f ? 88.0f : x;  // k <= 127
+    // k = round(x / ln2): adding and subtracting 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22).
+    const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693359375f;  // ln2 split in two for an exact reduction
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float er = p * r * r + r + 1.0f;
+    const int32_t bits = (int32_t(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return er * scale;
 }
 
 [[noreturn]] inline void invalid(const char* op, const std::string& what) {
