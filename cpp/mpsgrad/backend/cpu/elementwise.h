@@ -116,6 +116,32 @@ inline float fixedOrderSum(const float* v, int64_t count) {
            ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
+// Largest of v[0..count) (count >= 1) over eight lanes in a fixed order, so that it vectorizes
+// (a single running max does not). Like a running max seeded with v[0], NaNs after v[0] are
+// skipped; callers feed the values to exponentials, which turn any NaN into NaN results anyway.
+inline float fixedOrderMax(const float* v, int64_t count) {
+    float lanes[8];
+    for (int j = 0; j < 8; ++j) lanes[j] = v[0];
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        for (int j = 0; j < 8; ++j) lanes[j] = v[i + j] > lanes[j] ? v[i + j] : lanes[j];
+    for (int j = 0; i < count; ++i, ++j) lanes[j] = v[i] > lanes[j] ? v[i] : lanes[j];
+    float m = lanes[0];
+    for (int j = 1; j < 8; ++j) m = lanes[j] > m ? lanes[j] : m;
+    return m;
+}
+
+// Functions whose loops gain from 256-bit vectors get an AVX2 copy next to the baseline one,
+// picked at load time (GCC/Clang function multi-versioning, x86-64 ELF only; elsewhere, e.g.
+// arm64 with NEON, the baseline build already vectorizes). Only AVX2, not FMA: the clones
+// round exactly like the baseline, so results do not depend on the machine.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && defined(__ELF__) && \
+    !defined(__APPLE__)
+#define MPSGRAD_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MPSGRAD_VECTOR_CLONES
+#endif
+
 // e^x in float, written without branches or library calls so that loops over it vectorize
 // (std::exp is a scalar call: it made softmax compute-bound). Cody-Waite reduction
 // x = k ln2 + r with |r| <= ln2/2, Cephes' degree-6 polynomial for e^r (relative error about

@@ -19,9 +19,9 @@ namespace {
 using namespace elementwise;
 
 // Y = softmax(X) or log-softmax(X) of one pixel of N channels; scratch holds N floats.
-inline void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* scratch) {
-    float m = x[0];
-    for (int64_t k = 1; k < N; ++k) m = x[k] > m ? x[k] : m;
+MPSGRAD_VECTOR_CLONES
+void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* scratch) {
+    const float m = fixedOrderMax(x, N);
     for (int64_t k = 0; k < N; ++k) scratch[k] = fastExp(x[k] - m);
     const float sum = fixedOrderSum(scratch, N);
     if (logSoftmax) {
@@ -33,7 +33,8 @@ inline void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, f
 }
 
 // dX of one pixel; scratch holds N floats.
-inline void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, bool logSoftmax,
+MPSGRAD_VECTOR_CLONES
+void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, bool logSoftmax,
                                  float* scratch) {
     if (logSoftmax) {
         const float sumG = fixedOrderSum(g, N);
