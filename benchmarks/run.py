@@ -160,7 +160,8 @@ def to_markdown(meta, rows, summary):
              "| family | case | op | mpsgrad ms | torch ms | ratio | rate | % peak |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['case']} | {r['op']} | {r['mpsgrad_ms']:.3f} | {r['torch_ms']:.3f} | "
+        flag = " (check failed)" if r["check_failed"] else ""
+        lines.append(f"| {r['family']} | {r['case']} | {r['op']}{flag} | {r['mpsgrad_ms']:.3f} | {r['torch_ms']:.3f} | "
                      f"{r['ratio']:.2f} | {r['rate']:.1f} {r['rate_unit']} | {r['peak_percent']:.1f}% |")
     lines += ["", "| group | rows | geometric mean ratio |", "|---|---:|---:|"]
     lines += [f"| {g} | {s['rows']} | {s['geomean_ratio']:.2f} |" for g, s in summary.items()]
@@ -193,19 +194,24 @@ def main(args):
     print(header)
     print("-" * len(header))
     rng = np.random.default_rng(0)
-    rows = []
+    rows, mismatch = [], None
     for suite in SUITES:
         for family, label, op, unit, amount, mine, theirs, check in suite.rows(args.quick, device, queue, rng,
                                                                              selected):
             if check is not None:
-                check(_compare)
+                try:
+                    check(_compare)
+                    mismatch = None
+                except RuntimeError as error:  # reported and kept in the results, not hidden
+                    mismatch = str(error)
+                    print(f"CHECK FAILED: {mismatch}", flush=True)
             t_ours, t_torch, ratio = time_row(mine, theirs, args.warmup, args.repeats)
             rate = amount / t_ours / 1e9
             peak = peak_gflops if unit == "flop" else peak_gbps
             rate_unit = "GFLOP/s" if unit == "flop" else "GB/s"
             row = dict(family=family, case=label, op=op, mpsgrad_ms=t_ours * 1e3, torch_ms=t_torch * 1e3,
                        ratio=ratio, rate=rate, rate_unit=rate_unit, peak_percent=100 * rate / peak,
-                       torch_rate=amount / t_torch / 1e9)
+                       torch_rate=amount / t_torch / 1e9, check_failed=mismatch)
             rows.append(row)
             print(f"{family:<11} {label:<30} {op:<19} {t_ours * 1e3:>10.3f} {t_torch * 1e3:>9.3f} {ratio:>6.2f} "
                   f"{rate:>6.1f} {rate_unit:<7} {row['peak_percent']:>6.1f}%", flush=True)
@@ -215,6 +221,8 @@ def main(args):
 
     summary = {}
     for row in rows:
+        if row["check_failed"]:
+            continue  # a row that computed something else does not count
         summary.setdefault(GROUPS.get(row["family"], row["family"]), []).append(row["ratio"])
     summary = {g: {"rows": len(r), "geomean_ratio": geomean(r)} for g, r in summary.items()}
     print()

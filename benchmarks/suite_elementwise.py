@@ -62,6 +62,9 @@ class _Shape:
         self.device, self.queue = device, queue
         shape = (self.n, h, w, c)
         self.x = rng.standard_normal(shape, dtype=np.float32)
+        # float32 normal draws include exact zeros now and then, where ReLU's derivative is a
+        # convention (MPS: 1 at x = 0, PyTorch's threshold_backward: 0): keep the data off them.
+        self.x[self.x == 0] = 0.5
         self.y = (rng.standard_normal(shape, dtype=np.float32) + 3.0).astype(np.float32)
         self.g = rng.standard_normal(shape, dtype=np.float32)
         self.xs, self.ys, self.gs = (m.batch_from_numpy(a, device) for a in (self.x, self.y, self.g))
