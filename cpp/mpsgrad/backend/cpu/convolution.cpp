@@ -342,15 +342,22 @@ void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* 
                            const float* weights, float* destination) {
     const int G = p.groups, Cig = p.destination.channels / G, Cog = p.gradient.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, taps = kW * kH;
+    // A transpose: 16 output channels at a time, so that each write fills a cache line instead
+    // of touching one float per line (which made the repacking cost a quarter of the product).
+    constexpr int kOB = 16;
+    const int oBlocks = ceilDiv(Cog, kOB);
     std::vector<float> rotated(size_t(G) * Cig * taps * Cog);
-    parallelFor(int64_t(G) * Cog, 16, [&](int64_t begin, int64_t end) {
-        for (int64_t o = begin; o < end; ++o) {
-            const int g = int(o / Cog), oo = int(o % Cog);
+    parallelFor(int64_t(G) * oBlocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+            const int g = int(item / oBlocks), o0 = int(item % oBlocks) * kOB;
+            const int o1 = std::min(Cog, o0 + kOB);
             for (int t = 0; t < taps; ++t) {
-                const float* w = weights + (size_t(o) * taps + size_t(t)) * Cig;  // W[o][t][.]
                 const int rt = taps - 1 - t;  // (kH-1-ty, kW-1-tx) flattened
-                float* r = rotated.data() + ((size_t(g) * Cig * taps + size_t(rt)) * Cog + oo);
-                for (int c = 0; c < Cig; ++c) r[size_t(c) * taps * Cog] = w[c];
+                for (int c = 0; c < Cig; ++c) {
+                    float* r = rotated.data() + ((size_t(g) * Cig + size_t(c)) * taps + size_t(rt)) * Cog;
+                    const float* w = weights + (size_t(g) * Cog * taps + size_t(t)) * Cig + size_t(c);
+                    for (int oo = o0; oo < o1; ++oo) r[oo] = w[size_t(oo) * taps * Cig];  // W[g*Cog+oo][t][c]
+                }
             }
         }
     });
