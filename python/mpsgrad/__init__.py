@@ -10,7 +10,25 @@ import os as _os
 
 import numpy as _np
 
-from . import _mpsgrad
+import sys as _sys
+
+if _sys.platform.startswith("linux"):
+    # The CPU backend's BLAS is OpenBLAS from the scipy-openblas32 wheel (a declared dependency).
+    # Importing it loads libscipy_openblas.so into the process, so the extension finds it
+    # whatever its rpath says (e.g. the wheels sit in different site-packages directories).
+    try:
+        import scipy_openblas32 as _scipy_openblas32  # noqa: F401
+    except ImportError:  # the extension may still find the library through its rpath
+        _scipy_openblas32 = None
+
+try:
+    from . import _mpsgrad
+except ImportError as _error:
+    if "scipy_openblas" in str(_error):
+        raise ImportError(
+            "mpsgrad's CPU backend needs OpenBLAS from the scipy-openblas32 package: "
+            "python -m pip install scipy-openblas32") from _error
+    raise
 from ._mpsgrad import *  # noqa: F401,F403  (the bound classes, enums and functions)
 from ._mpsgrad import CommandBufferError, Image
 

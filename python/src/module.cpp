@@ -27,6 +27,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindPooling(m);
     bindUpsampling(m);
     bindDropout(m);
+    bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));
     bindSerialization(m);  // keep last: it adds pickle support to every class bound above

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 
 #include "backend/binding_checks.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/parallel.h"
 #include "core/command_buffer.h"
 
 namespace mpsgrad {
@@ -28,13 +30,29 @@ public:
         size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
         data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
         if (!data_) throw std::bad_alloc();
-        std::memset(data_, 0, rounded == 0 ? kAlignment : rounded);
+        zeroFill(static_cast<char*>(data_), rounded == 0 ? kAlignment : rounded);
     }
     ~CpuBuffer() override { std::free(data_); }
     void* contents() override { return data_; }
     size_t length() const override { return length_; }
 
 private:
+    // Buffers are zero-filled by contract (backend.h). A large fill (a batch of destination
+    // images) is split over the backend's threads: one thread cannot reach the memory bandwidth,
+    // and the fill would otherwise cost about as much as the element-wise op that follows.
+    static void zeroFill(char* p, size_t bytes) {
+        constexpr size_t kPiece = size_t(1) << 18;
+        if (bytes < 4 * kPiece) {
+            std::memset(p, 0, bytes);
+            return;
+        }
+        const int64_t pieces = int64_t((bytes + kPiece - 1) / kPiece);
+        cpu::parallelFor(pieces, 1, [&](int64_t begin, int64_t end) {
+            const size_t from = size_t(begin) * kPiece, to = std::min(bytes, size_t(end) * kPiece);
+            std::memset(p + from, 0, to - from);
+        });
+    }
+
     void* data_;
     size_t length_;
 };
@@ -42,6 +60,7 @@ private:
 using WorkItem = std::function<void()>;
 
 struct Submission {
+    uint64_t id = 0;
     std::vector<WorkItem> work;
     std::function<void(const std::string&)> done;
 };
@@ -49,37 +68,70 @@ struct Submission {
 // The worker thread and its FIFO. The thread owns a reference to this state, so the
 // queue handle may be destroyed on any thread (even the worker itself, when a completion
 // releases the last command buffer) without joining.
+//
+// A thread that waits for a command buffer whose work has not started yet runs it itself
+// (runIfNext), when it is next in line and nothing else of the queue is running: commit order
+// is kept, and the common "commit, then wait" costs no hand-off to another thread (on a busy
+// machine waking the worker can take longer than a small op).
 struct QueueWorker {
     std::mutex mutex;
     std::condition_variable wake;
     std::deque<Submission> pending;
+    uint64_t nextId = 1;
+    bool busy = false;  // a submission of this queue is running (on the worker or a waiter)
     bool started = false;
     bool stopping = false;
+
+    static void execute(Submission& next) {
+        std::string error;
+        for (auto& item : next.work) {
+            try {
+                item();
+            } catch (const std::exception& e) {
+                error = e.what();
+            } catch (...) {
+                error = "unknown error in CPU work item";
+            }
+            if (!error.empty()) break;  // later items may depend on the failed one
+        }
+        next.work.clear();  // release captured resources before completion is reported
+        next.done(error.empty() ? error : "mpsgrad CPU backend: " + error);
+    }
 
     static void run(std::shared_ptr<QueueWorker> self) {
         for (;;) {
             Submission next;
             {
                 std::unique_lock<std::mutex> lock(self->mutex);
-                self->wake.wait(lock, [&] { return self->stopping || !self->pending.empty(); });
+                self->wake.wait(lock, [&] {
+                    return (self->stopping && !self->busy) || (!self->pending.empty() && !self->busy);
+                });
                 if (self->pending.empty()) return;  // stopping, and everything submitted has run
                 next = std::move(self->pending.front());
                 self->pending.pop_front();
+                self->busy = true;
             }
-            std::string error;
-            for (auto& item : next.work) {
-                try {
-                    item();
-                } catch (const std::exception& e) {
-                    error = e.what();
-                } catch (...) {
-                    error = "unknown error in CPU work item";
-                }
-                if (!error.empty()) break;  // later items may depend on the failed one
-            }
-            next.work.clear();  // release captured resources before completion is reported
-            next.done(error.empty() ? error : "mpsgrad CPU backend: " + error);
+            execute(next);
+            std::lock_guard<std::mutex> lock(self->mutex);
+            self->busy = false;
+            self->wake.notify_all();
         }
+    }
+
+    // Runs submission `id` on the calling thread if it is next and the queue is idle.
+    void runIfNext(uint64_t id) {
+        Submission next;
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (busy || pending.empty() || pending.front().id != id) return;
+            next = std::move(pending.front());
+            pending.pop_front();
+            busy = true;
+        }
+        execute(next);
+        std::lock_guard<std::mutex> lock(mutex);
+        busy = false;
+        wake.notify_all();  // the worker takes what was committed meanwhile
     }
 };
 
@@ -95,15 +147,21 @@ public:
 
     std::unique_ptr<BackendCommandBuffer> newCommandBuffer() override;
 
-    void submit(Submission submission) {
+    // Queues the submission and returns its id.
+    uint64_t submit(Submission submission) {
         std::lock_guard<std::mutex> lock(worker_->mutex);
         if (!worker_->started) {
             std::thread(QueueWorker::run, worker_).detach();
             worker_->started = true;
         }
+        submission.id = worker_->nextId++;
+        const uint64_t id = submission.id;
         worker_->pending.push_back(std::move(submission));
         worker_->wake.notify_all();
+        return id;
     }
+
+    void runIfNext(uint64_t id) { worker_->runIfNext(id); }
 
 private:
     std::shared_ptr<QueueWorker> worker_;
@@ -116,15 +174,19 @@ public:
     void add(WorkItem item) { work_.push_back(std::move(item)); }
 
     void commit(std::function<void(const std::string&)> done) override {
-        queue_->submit(Submission{std::move(work_), std::move(done)});
+        id_ = queue_->submit(Submission{0, std::move(work_), std::move(done)});
         work_.clear();
     }
-    // The worker runs the work on its own; the core CommandBuffer waits for `done`.
-    void wait() override {}
+    // Runs the work here if the worker has not started it (see QueueWorker); either way the
+    // core CommandBuffer then waits for `done`.
+    void wait() override {
+        if (id_ != 0) queue_->runIfNext(id_);
+    }
 
 private:
     std::shared_ptr<CpuQueue> queue_;
     std::vector<WorkItem> work_;
+    uint64_t id_ = 0;  // the submission's id once committed
 };
 
 std::unique_ptr<BackendCommandBuffer> CpuQueue::newCommandBuffer() {
