@@ -147,7 +147,4 @@ inline PoolingSpan poolingWindowsHitting(PoolingSpan span, int start0, int s, in
     return j;
 }
 
-// Clamps a source position to [0, size - 1] (size > 0).
-inline int poolingClamp(int v, int size) { return v < 0 ? 0 : (v >= size ? size - 1 : v); }
-
 }  // namespace mpsgrad

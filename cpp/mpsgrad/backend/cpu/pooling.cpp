@@ -47,14 +47,18 @@ void checkReach(const char* op, const PoolingWindow& w, int32_t windowsX, int32_
         invalid(op, "window geometry out of range");
 }
 
+// Clamps a source position to [0, size - 1] (size > 0). The kernels clamp through
+// edgePixelIndex (metal/image_indexing.h) instead.
+inline int32_t clampPosition(int32_t v, int32_t size) { return v < 0 ? 0 : (v >= size ? size - 1 : v); }
+
 // Where tap position (qx, qy) reads: a pixel pointer, or null for "contributes nothing / reads 0".
 // `clampReads`: off-image taps read the nearest pixel (max and L2 under kEdgeClamp).
 inline const float* tapPixel(const ImageLayout& l, const float* base, int64_t n, int32_t qx, int32_t qy,
                              bool clampReads) {
     if (qx < 0 || qx >= l.width || qy < 0 || qy >= l.height) {
         if (!clampReads) return nullptr;
-        qx = poolingClamp(qx, l.width);
-        qy = poolingClamp(qy, l.height);
+        qx = clampPosition(qx, l.width);
+        qy = clampPosition(qy, l.height);
     }
     return base + pixelIndex(l, n, qx, qy);
 }
