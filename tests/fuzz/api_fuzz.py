@@ -384,6 +384,99 @@ def convolution_ops(r: random.Random, ctx: Context):
 
 
 # ---------------------------------------------------------------------------------------------
+# pooling (2x2 stride 2, windows inside the image: edge mode ZERO never reads off-image)
+
+
+@family("pooling")
+def pooling_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    ops = {"CNNPoolingMax": lambda b: b.max(axis=(1, 3)), "CNNPoolingAverage": lambda b: b.mean(axis=(1, 3)),
+           "CNNPoolingL2Norm": lambda b: np.sqrt((b.astype(np.float64) ** 2).sum(axis=(1, 3)))}
+    name = r.choice(sorted(ops))
+    ctx.start_call()
+    kw = ctx.bad(r, 2, [0, -1, 2**63, 2**64, "2", None], what="kernel_width")
+    sy = ctx.bad(r, 2, [0, -2, 2**64, 1.5], what="stride_in_pixels_y")
+    kernel = getattr(m, name)(ctx.device, kw, 2, 2, sy)
+    ctx.expect_rejected_if_invalid(name)
+    if r.random() < 0.2:
+        ctx.start_call()
+        dilation = ctx.bad(r, r.randint(1, 3), [0, -1, 2**63, "1"], what="dilation_rate_x")
+        m.CNNDilatedPoolingMax(ctx.device, 2, 2, dilation, 1, 2, 2)
+        ctx.expect_rejected_if_invalid("CNNDilatedPoolingMax")
+    h, w, c = r.randint(2, 7), r.randint(2, 7), r.randint(1, 9)
+    x_arr = random_array(r, h, w, c)
+    ho, wo = h // 2, w // 2
+    ctx.start_call()
+    # offset = center of the first window: taps (center - 1, center) of an even window
+    kernel.offset = ctx.bad(r, (1, 1, 0), [(1, 1, 2**32), (2**40, 1, 0), ("1", 1, 0)], what="offset")
+    kernel.edge_mode = m.ImageEdgeMode.ZERO
+    y = m.Image(ctx.device, m.ImageDescriptor(wo, ho, c))
+    cb = ctx.queue.command_buffer()
+    kernel.encode(cb, m.Image.from_numpy(x_arr, ctx.device), destination_image=y)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid(f"{name} encode")
+    blocks = x_arr[:2 * ho, :2 * wo].reshape(ho, 2, wo, 2, c)
+    check_close(y.to_numpy()[0], ops[name](blocks), f"{name} 2x2 stride 2")
+
+
+# ---------------------------------------------------------------------------------------------
+# upsampling (nearest, forward and gradient)
+
+
+@family("upsampling")
+def upsampling_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    sx, sy = r.randint(1, 3), r.randint(1, 3)
+    ctx.start_call()
+    bad_sx = ctx.bad(r, sx, [0, -1, 2**63, 2**64, "2", None], what="integer_scale_factor_x")
+    forward = m.CNNUpsamplingNearest(ctx.device, bad_sx, sy)
+    ctx.expect_rejected_if_invalid("CNNUpsamplingNearest")
+    if r.random() < 0.2:
+        ctx.start_call()
+        m.CNNUpsamplingBilinear(ctx.device, sx, ctx.bad(r, sy, [0, -3, 2**64], what="integer_scale_factor_y"),
+                                # (pybind11's bool conversion takes None as False: not listed as invalid)
+                                ctx.bad(r, r.random() < 0.5, ["yes", [True]], what="align_corners"))
+        ctx.expect_rejected_if_invalid("CNNUpsamplingBilinear")
+    h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 8)
+    x_arr = random_array(r, h, w, c)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    cb = ctx.queue.command_buffer()
+    y, state = forward.encode(cb, x, destination_state_is_temporary=r.random() < 0.5)
+    g_arr = random_array(r, h * sy, w * sx, c)
+    dx = m.CNNUpsamplingNearestGradient(ctx.device, sx, sy).encode(cb, m.Image.from_numpy(g_arr, ctx.device), x,
+                                                                   state)
+    run(ctx, cb)
+    check_close(y.to_numpy()[0], np.repeat(np.repeat(x_arr, sy, axis=0), sx, axis=1), "nearest upsampling")
+    check_close(dx.to_numpy()[0], g_arr.reshape(h, sy, w, sx, c).sum(axis=(1, 3)), "nearest upsampling gradient")
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout: every output element is 0 or x / keep_probability
+
+
+@family("dropout")
+def dropout_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    keep = r.choice([0.1, 0.5, 0.75, 0.999])
+    ctx.start_call()
+    bad_keep = ctx.bad(r, keep, [0.0, 1.0, -0.5, 1.5, float("nan"), "0.5", None], what="keep_probability")
+    seed = ctx.bad(r, r.getrandbits(64), [-1, 2**64, 1.5, "1"], what="seed")
+    stride = ctx.bad(r, (1, 1, 1), [(2, 1, 1), (1, 1, -1), (1, 1), "1", (2**64, 1, 1)], what="mask_stride_in_pixels")
+    kernel = m.CNNDropout(ctx.device, bad_keep, seed, stride)
+    ctx.expect_rejected_if_invalid("CNNDropout")
+    h, w, c = r.randint(1, 6), r.randint(1, 6), r.randint(1, 9)
+    x_arr = random_array(r, h, w, c)
+    cb = ctx.queue.command_buffer()
+    y = kernel.encode(cb, m.Image.from_numpy(x_arr, ctx.device))
+    run(ctx, cb)
+    out = y.to_numpy()[0].astype(np.float64)
+    scaled = x_arr.astype(np.float64) / np.float32(keep)
+    kept = np.abs(out - scaled) <= 1e-5 * np.maximum(1.0, np.abs(scaled))
+    if not np.all(kept | (out == 0)):
+        raise WrongResult("dropout: an output is neither 0 nor x / keep_probability")
+
+
+# ---------------------------------------------------------------------------------------------
 # the worker: runs cases [first, first + count) of a seed and reports each outcome as a JSON line
 
 ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError")

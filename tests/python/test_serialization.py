@@ -122,6 +122,40 @@ def arithmetic_kernels():
     return out
 
 
+POOLING = ("CNNPoolingMax", "CNNPoolingAverage", "CNNPoolingL2Norm")
+UPSAMPLING = ("CNNUpsamplingNearest", "CNNUpsamplingBilinear")
+
+
+def family_kernels():
+    """Pooling, dilated pooling, upsampling and dropout, forward and gradient (constructor arguments
+    that differ from the defaults)."""
+    out = {}
+    for name in POOLING:
+        for suffix in ("", "Gradient"):
+            out[name + suffix] = (lambda cls: lambda dev: getattr(m, cls)(dev, 3, 2, 2, 1))(name + suffix)
+    out["CNNDilatedPoolingMax"] = lambda dev: m.CNNDilatedPoolingMax(dev, 2, 3, 2, 1, 1, 2)
+    out["CNNDilatedPoolingMaxGradient"] = lambda dev: m.CNNDilatedPoolingMaxGradient(dev, 2, 3, 2, 1, 1, 2)
+    for name in UPSAMPLING:
+        for suffix in ("", "Gradient"):
+            out[name + suffix] = (lambda cls: lambda dev: getattr(m, cls)(dev, 2, 3))(name + suffix)
+    out["CNNUpsamplingBilinear[align_corners]"] = lambda dev: m.CNNUpsamplingBilinear(dev, 3, 2, True)
+    out["CNNDropout"] = lambda dev: m.CNNDropout(dev, 0.625, 2**63 + 12345, (1, 0, 1))
+    out["CNNDropout[broadcast]"] = lambda dev: m.CNNDropout(dev, 0.25, 7, (0, 1, 0))
+    out["CNNDropoutGradient"] = lambda dev: m.CNNDropoutGradient(dev, 0.625, 2**63 + 12345, (1, 0, 1))
+    return out
+
+
+def set_family_properties(k):
+    """The properties of the pooling / upsampling / dropout classes beyond their base class."""
+    if isinstance(k, (m.CNNPoolingAverage, m.CNNPoolingAverageGradient)):
+        k.zero_pad_size_x, k.zero_pad_size_y = 1, 2
+    if isinstance(k, m.CNNPoolingGradient):
+        k.source_size = (4, 3, 1)
+    if isinstance(k, m.CNNUpsamplingBilinear):
+        k.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
+    return k
+
+
 def prelu():
     return m.NNNeuronDescriptor.prelu([0.1, 0.2, 0.3, 0.4])
 
@@ -139,6 +173,7 @@ FACTORIES = {
     "CNNSoftMaxGradient": lambda dev: m.CNNSoftMaxGradient(dev),
     "CNNLogSoftMaxGradient": lambda dev: m.CNNLogSoftMaxGradient(dev),
     **arithmetic_kernels(),
+    **family_kernels(),
 }
 
 
@@ -154,7 +189,7 @@ def configured(name, dev):
         k.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_DATA
     if isinstance(k, m.NNCompare):
         k.comparison_type, k.threshold = m.NNComparisonType.GREATER_OR_EQUAL, 0.125
-    return k
+    return set_family_properties(k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +245,8 @@ def assert_same_properties(a, b):
 
 def test_every_kernel_class_has_a_case():
     """A new kernel family must add its classes here (and to the registry in C++)."""
-    abstract = {"Kernel", "CNNKernel", "CNNBinaryKernel", "CNNGradientKernel", "CNNArithmetic", "CNNArithmeticGradient"}
+    abstract = {"Kernel", "CNNKernel", "CNNBinaryKernel", "CNNGradientKernel", "CNNArithmetic", "CNNArithmeticGradient",
+                "CNNPooling", "CNNPoolingGradient", "CNNUpsampling", "CNNUpsamplingGradient"}
     classes = {n for n, c in vars(m._mpsgrad).items() if isinstance(c, type) and issubclass(c, m.Kernel)}
     covered = {name.split("[")[0] for name in FACTORIES}
     assert classes - abstract - covered == set(), "kernel classes without a serialization case"
@@ -367,6 +403,21 @@ def output_cases():
                 q, getattr(m, f"CNN{o}")(dev), k, [image(rng("x"), dev), image(rng("y"), dev)],
                 lambda y: image(rng("g"), dev), lambda inputs, y: inputs[0 if s else 1]))(op, secondary)
     cases["NNCompare"] = lambda q, dev, k: [binary_forward(q, dev, k)]
+    for name in family_kernels():
+        if "Gradient" not in name:
+            cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9))]
+    for grad_name, forward in (
+            ("CNNPoolingMaxGradient", lambda dev: m.CNNPoolingMax(dev, 3, 2, 2, 1)),
+            ("CNNPoolingAverageGradient", lambda dev: m.CNNPoolingAverage(dev, 3, 2, 2, 1)),
+            ("CNNPoolingL2NormGradient", lambda dev: m.CNNPoolingL2Norm(dev, 3, 2, 2, 1)),
+            ("CNNDilatedPoolingMaxGradient", lambda dev: m.CNNDilatedPoolingMax(dev, 2, 3, 2, 1, 1, 2)),
+            ("CNNUpsamplingNearestGradient", lambda dev: m.CNNUpsamplingNearest(dev, 2, 3)),
+            ("CNNUpsamplingBilinearGradient", lambda dev: m.CNNUpsamplingBilinear(dev, 2, 3)),
+            ("CNNDropoutGradient", lambda dev: m.CNNDropout(dev, 0.625, 2**63 + 12345, (1, 0, 1)))):
+        cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
+            q, f(dev), k, [image(rng("x"), dev, 7, 9)],
+            lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+            lambda inputs, y: inputs[0]))(forward)
     return cases
 
 
@@ -396,6 +447,10 @@ def runnable(name, dev):
             k.minimum_value, k.maximum_value = -0.75, 2.0
     if isinstance(k, m.NNCompare):
         k.comparison_type = m.NNComparisonType.LESS
+    if isinstance(k, (m.CNNPoolingAverage, m.CNNPoolingAverageGradient)):
+        k.zero_pad_size_x, k.zero_pad_size_y = 1, 1
+    if isinstance(k, m.CNNUpsamplingBilinear) and not k.align_corners:
+        k.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
     return k
 
 
@@ -578,6 +633,51 @@ def test_weights_state_reloads_into_a_convolution(device):
     assert run_unary(q, conv, x).tobytes() == run_unary(q, other, x).tobytes()
 
 
+def test_dropout_copy_continues_the_mask_sequence(device):
+    """encode_count round-trips: a copy taken after n encodes draws the mask the original draws next."""
+    q = m.CommandQueue(device)
+    k = m.CNNDropout(device, 0.5, 99, (1, 1, 1))
+    x = image(rng("x"), device, 7, 9)
+    first = run_unary(q, k, x)
+    copy_ = m.Kernel.from_bytes(k.to_bytes(), device)
+    assert copy_.encode_count == k.encode_count == 1
+    a, b = run_unary(q, k, x), run_unary(q, copy_, x)
+    assert a.tobytes() == b.tobytes() and a.tobytes() != first.tobytes()
+
+
+def gradient_states(device):
+    """One gradient state of every family, each from a real forward pass."""
+    q = m.CommandQueue(device)
+    cb = q.command_buffer()
+    out = []
+    for k in (m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU)), m.CNNConvolution(device, conv_source()),
+              m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
+              m.CNNDropout(device, 0.5, 1, (1, 1, 1))):
+        out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
+    _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
+                                       destination_state_is_temporary=False)
+    out.append(state)
+    cb.commit()
+    cb.wait_until_completed()
+    return out
+
+
+def test_every_state_class_has_a_rule(device):
+    """Every State class is serializable (states() covers it) or a gradient state that refuses."""
+    classes = {n for n, c in vars(m._mpsgrad).items() if isinstance(c, type) and issubclass(c, m.State)}
+    serializable = {type(s).__name__ for s in states(device)}
+    refusing = {type(s).__name__ for s in gradient_states(device)}
+    bases = {"NNGradientState", "NNBinaryGradientState"}  # the abstract gradient-state classes
+    assert classes - serializable - refusing - bases == set(), "State classes without a rule"
+    for state in gradient_states(device):
+        assert isinstance(state, (m.NNGradientState, m.NNBinaryGradientState))
+        with pytest.raises(TypeError, match="gradient state"):
+            state.to_bytes()
+        for protocol in PROTOCOLS:
+            with pytest.raises(TypeError, match="gradient state"):
+                pickle.dumps(state, protocol=protocol)
+
+
 def test_not_serializable(device):
     q = m.CommandQueue(device)
     cb = q.command_buffer()
@@ -726,7 +826,9 @@ CORRUPTION_SETUP = """
 
     objects = [configured('CNNConvolution[grouped,neuron,nobias]', 'cpu'), configured('CNNNeuron[prelu]', 'cpu'),
                configured('CNNMultiplyGradient[True]', 'cpu'), configured('NNCompare', 'cpu'),
-               configured('CNNConvolutionGradient', 'cpu'), states('cpu')[0], states('cpu')[2]] \\
+               configured('CNNConvolutionGradient', 'cpu'), configured('CNNPoolingAverageGradient', 'cpu'),
+               configured('CNNUpsamplingBilinear', 'cpu'), configured('CNNDropout', 'cpu'),
+               states('cpu')[0], states('cpu')[2]] \\
               + descriptor_objects()
 
     def decode(obj, data):
@@ -792,7 +894,7 @@ def test_random_bit_flips(repair_crc):
     counts = json.loads(run_isolated(script).stdout.strip().splitlines()[-1])
     print(f"seed {seed}: {counts}")
     total = counts["value_error"] + counts["decoded"]
-    assert total == 2000 * len(descriptor_objects()) + 2000 * 7
+    assert total == 2000 * len(descriptor_objects()) + 2000 * 10
     if not repair_crc:
         assert counts["decoded"] == 0  # CRC-32 detects every single-bit error
     else:

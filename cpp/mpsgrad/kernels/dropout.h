@@ -44,7 +44,12 @@ public:
     // Forward encodes so far: each draws a fresh mask (the Philox stream number).
     uint64_t encodeCount() const { return encodes_; }
 
+    // -initWithCoder:device: (kernels/serialization.cpp). The encode count is restored: the copy
+    // continues the original's mask sequence (docs/serialization.md).
+    static std::shared_ptr<CNNDropout> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
@@ -67,7 +72,11 @@ public:
     uint64_t seed() const { return seed_; }
     Size3 maskStrideInPixels() const { return maskStride_; }
 
+    // -initWithCoder:device: (kernels/serialization.cpp).
+    static std::shared_ptr<CNNDropoutGradient> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     void checkGradientStateType(const State& state) const override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;

@@ -45,7 +45,12 @@ public:
     int64_t dilationRateY() const override { return dilationY_; }
     PoolingKind kind() const { return kind_; }
 
+    // -initWithCoder:device: for the four forward classes (kernels/serialization.cpp).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     // -initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY: (ValueError naming
     // the parameter unless every size is >= 1)
     CNNPooling(const Device& device, PoolingKind kind, int64_t kernelWidth, int64_t kernelHeight, int64_t strideX,
@@ -128,7 +133,12 @@ public:
     // Also copies average pooling's zero pads from the state.
     ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
 
+    // -initWithCoder:device: for the four gradient classes (kernels/serialization.cpp).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     CNNPoolingGradient(const Device& device, PoolingKind kind, int64_t kernelWidth, int64_t kernelHeight,
                        int64_t strideX, int64_t strideY, int64_t dilationX = 1, int64_t dilationY = 1);
     void checkGradientStateType(const State& state) const override;

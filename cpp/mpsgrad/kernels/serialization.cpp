@@ -6,12 +6,16 @@
 // class in registerBuiltinClasses(), a payload table in docs/serialization.md, and a case in
 // tests/python/test_serialization.py.
 #include <cstring>
+#include <type_traits>
 
 #include "core/serialization.h"
 #include "kernels/arithmetic.h"
 #include "kernels/convolution.h"
+#include "kernels/dropout.h"
 #include "kernels/neuron.h"
+#include "kernels/pooling.h"
 #include "kernels/softmax.h"
+#include "kernels/upsampling.h"
 
 namespace mpsgrad {
 
@@ -321,6 +325,206 @@ void CNNArithmeticGradient::decodeWithCoder(serial::Reader& r) {
     readArithmeticProperties(r, *this);
 }
 
+// ---- pooling --------------------------------------------------------------------------------------
+
+namespace {
+
+// Pooling geometry (constructor arguments): kernel size, stride, dilation (1 unless dilated).
+struct PoolingGeometry {
+    int64_t kernelWidth, kernelHeight, strideX, strideY, dilationX, dilationY;
+};
+
+template <class K>
+void writePoolingGeometry(serial::Writer& w, const K& k) {
+    for (int64_t v : {k.kernelWidth(), k.kernelHeight(), k.strideInPixelsX(), k.strideInPixelsY(), k.dilationRateX(),
+                      k.dilationRateY()})
+        w.i64(v);
+}
+
+PoolingGeometry readPoolingGeometry(serial::Reader& r) {
+    PoolingGeometry g{};
+    g.kernelWidth = r.i64("kernel_width");
+    g.kernelHeight = r.i64("kernel_height");
+    g.strideX = r.i64("stride_in_pixels_x");
+    g.strideY = r.i64("stride_in_pixels_y");
+    g.dilationX = r.i64("dilation_rate_x");
+    g.dilationY = r.i64("dilation_rate_y");
+    return g;
+}
+
+// Builds a pooling kernel of class T through its public constructor (which validates the sizes).
+// Only the dilated classes take dilation rates; the others must have been written with 1.
+template <class T>
+std::shared_ptr<T> makePooling(serial::Reader& r, const Device& device, const PoolingGeometry& g) {
+    constexpr bool dilated = std::is_same_v<T, CNNDilatedPoolingMax> || std::is_same_v<T, CNNDilatedPoolingMaxGradient>;
+    if (!dilated && (g.dilationX != 1 || g.dilationY != 1))
+        r.fail("dilation_rate_x", detail::concat("must be 1 for a pooling kernel that is not dilated, got (",
+                                                 g.dilationX, ", ", g.dilationY, ")"));
+    return asSerializationError(r, "pooling geometry", [&] {
+        if constexpr (dilated)
+            return std::make_shared<T>(device, g.kernelWidth, g.kernelHeight, g.dilationX, g.dilationY, g.strideX,
+                                       g.strideY);
+        else
+            return std::make_shared<T>(device, g.kernelWidth, g.kernelHeight, g.strideX, g.strideY);
+    });
+}
+
+}  // namespace
+
+void CNNPooling::encodeWithCoder(serial::Writer& w) const {
+    writePoolingGeometry(w, *this);
+    encodeCNNKernelProperties(w);
+    if (kind_ == PoolingKind::Average) {
+        w.i64(zeroPadX());
+        w.i64(zeroPadY());
+    }
+}
+
+template <class T>
+std::shared_ptr<T> CNNPooling::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makePooling<T>(r, device, readPoolingGeometry(r));
+    static_cast<CNNPooling&>(*kernel).decodeCNNKernelProperties(r);
+    if constexpr (std::is_same_v<T, CNNPoolingAverage>) {
+        kernel->zeroPadSizeX = r.i64("zero_pad_size_x");
+        kernel->zeroPadSizeY = r.i64("zero_pad_size_y");
+    }
+    return kernel;
+}
+
+void CNNPoolingGradient::encodeWithCoder(serial::Writer& w) const {
+    writePoolingGeometry(w, *this);
+    encodeGradientKernelProperties(w);
+    w.u64(sourceSize.width);
+    w.u64(sourceSize.height);
+    w.u64(sourceSize.depth);
+    if (kind_ == PoolingKind::Average) {
+        w.i64(zeroPadX());
+        w.i64(zeroPadY());
+    }
+}
+
+template <class T>
+std::shared_ptr<T> CNNPoolingGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makePooling<T>(r, device, readPoolingGeometry(r));
+    static_cast<CNNPoolingGradient&>(*kernel).decodeGradientKernelProperties(r);
+    kernel->sourceSize.width = r.u64("source_size.width");
+    kernel->sourceSize.height = r.u64("source_size.height");
+    kernel->sourceSize.depth = r.u64("source_size.depth");
+    if constexpr (std::is_same_v<T, CNNPoolingAverageGradient>) {
+        kernel->zeroPadSizeX = r.i64("zero_pad_size_x");
+        kernel->zeroPadSizeY = r.i64("zero_pad_size_y");
+    }
+    return kernel;
+}
+
+// ---- upsampling -----------------------------------------------------------------------------------
+
+void CNNUpsampling::encodeWithCoder(serial::Writer& w) const {
+    w.i64(scaleX_);
+    w.i64(scaleY_);
+    w.boolean(alignCorners_);
+    encodeCNNKernelProperties(w);
+    w.i32(static_cast<int32_t>(coordinateMode));
+}
+
+template <class T>
+std::shared_ptr<T> CNNUpsampling::initWithCoder(serial::Reader& r, const Device& device) {
+    int64_t scaleX = r.i64("integer_scale_factor_x");
+    int64_t scaleY = r.i64("integer_scale_factor_y");
+    bool alignCorners = r.boolean("align_corners");
+    auto kernel = asSerializationError(r, "integer_scale_factor", [&] {
+        if constexpr (std::is_same_v<T, CNNUpsamplingBilinear>)
+            return std::make_shared<T>(device, scaleX, scaleY, alignCorners);
+        else
+            return std::make_shared<T>(device, scaleX, scaleY);
+    });
+    if (alignCorners != kernel->alignCorners())
+        r.fail("align_corners", detail::concat("must be false for a ", kernel->className()));
+    static_cast<CNNUpsampling&>(*kernel).decodeCNNKernelProperties(r);
+    kernel->coordinateMode = static_cast<UpsamplingCoordinateMode>(r.oneOf("coordinate_mode", {0, 1}));
+    return kernel;
+}
+
+void CNNUpsamplingGradient::encodeWithCoder(serial::Writer& w) const {
+    w.i64(scaleX_);
+    w.i64(scaleY_);
+    encodeGradientKernelProperties(w);
+}
+
+template <class T>
+std::shared_ptr<T> CNNUpsamplingGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    int64_t scaleX = r.i64("integer_scale_factor_x");
+    int64_t scaleY = r.i64("integer_scale_factor_y");
+    auto kernel =
+        asSerializationError(r, "integer_scale_factor", [&] { return std::make_shared<T>(device, scaleX, scaleY); });
+    static_cast<CNNUpsamplingGradient&>(*kernel).decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+// ---- dropout --------------------------------------------------------------------------------------
+
+namespace {
+
+// Constructor arguments of both dropout kernels: keep_probability, seed, mask_stride_in_pixels.
+struct DropoutArguments {
+    float keepProbability;
+    uint64_t seed;
+    Size3 maskStride;
+};
+
+template <class K>
+void writeDropoutArguments(serial::Writer& w, const K& k) {
+    w.f32(k.keepProbability());
+    w.u64(k.seed());
+    Size3 s = k.maskStrideInPixels();
+    w.u64(s.width);
+    w.u64(s.height);
+    w.u64(s.depth);
+}
+
+DropoutArguments readDropoutArguments(serial::Reader& r) {
+    DropoutArguments a{};
+    a.keepProbability = r.f32("keep_probability");
+    a.seed = r.u64("seed");
+    a.maskStride.width = r.u64("mask_stride_in_pixels.width");
+    a.maskStride.height = r.u64("mask_stride_in_pixels.height");
+    a.maskStride.depth = r.u64("mask_stride_in_pixels.depth");
+    return a;
+}
+
+template <class T>
+std::shared_ptr<T> makeDropout(serial::Reader& r, const Device& device) {
+    DropoutArguments a = readDropoutArguments(r);
+    return asSerializationError(
+        r, "dropout arguments", [&] { return std::make_shared<T>(device, a.keepProbability, a.seed, a.maskStride); });
+}
+
+}  // namespace
+
+void CNNDropout::encodeWithCoder(serial::Writer& w) const {
+    writeDropoutArguments(w, *this);
+    encodeCNNKernelProperties(w);
+    w.u64(encodes_);
+}
+
+std::shared_ptr<CNNDropout> CNNDropout::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makeDropout<CNNDropout>(r, device);
+    kernel->decodeCNNKernelProperties(r);
+    kernel->encodes_ = r.u64("encode_count");
+    return kernel;
+}
+
+void CNNDropoutGradient::encodeWithCoder(serial::Writer& w) const {
+    writeDropoutArguments(w, *this);
+    encodeGradientKernelProperties(w);
+}
+
+std::shared_ptr<CNNDropoutGradient> CNNDropoutGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makeDropout<CNNDropoutGradient>(r, device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -355,6 +559,20 @@ void registerBuiltinClasses() {
     addKernel("CNNSoftMaxGradient", &CNNSoftMaxGradientBase::initWithCoder<CNNSoftMaxGradient>);
     addKernel("CNNLogSoftMaxGradient",
                                      &CNNSoftMaxGradientBase::initWithCoder<CNNLogSoftMaxGradient>);
+    addKernel("CNNPoolingMax", &CNNPooling::initWithCoder<CNNPoolingMax>);
+    addKernel("CNNPoolingAverage", &CNNPooling::initWithCoder<CNNPoolingAverage>);
+    addKernel("CNNPoolingL2Norm", &CNNPooling::initWithCoder<CNNPoolingL2Norm>);
+    addKernel("CNNDilatedPoolingMax", &CNNPooling::initWithCoder<CNNDilatedPoolingMax>);
+    addKernel("CNNPoolingMaxGradient", &CNNPoolingGradient::initWithCoder<CNNPoolingMaxGradient>);
+    addKernel("CNNPoolingAverageGradient", &CNNPoolingGradient::initWithCoder<CNNPoolingAverageGradient>);
+    addKernel("CNNPoolingL2NormGradient", &CNNPoolingGradient::initWithCoder<CNNPoolingL2NormGradient>);
+    addKernel("CNNDilatedPoolingMaxGradient", &CNNPoolingGradient::initWithCoder<CNNDilatedPoolingMaxGradient>);
+    addKernel("CNNUpsamplingNearest", &CNNUpsampling::initWithCoder<CNNUpsamplingNearest>);
+    addKernel("CNNUpsamplingBilinear", &CNNUpsampling::initWithCoder<CNNUpsamplingBilinear>);
+    addKernel("CNNUpsamplingNearestGradient", &CNNUpsamplingGradient::initWithCoder<CNNUpsamplingNearestGradient>);
+    addKernel("CNNUpsamplingBilinearGradient", &CNNUpsamplingGradient::initWithCoder<CNNUpsamplingBilinearGradient>);
+    addKernel("CNNDropout", &CNNDropout::initWithCoder);
+    addKernel("CNNDropoutGradient", &CNNDropoutGradient::initWithCoder);
 
     Registry<State>::instance().add("CNNConvolutionWeightsAndBiasesState", [](Reader& r, const Device& device,
                                                                                uint32_t) {

@@ -46,7 +46,12 @@ public:
     // Bilinear with align_corners false only.
     UpsamplingCoordinateMode coordinateMode = UpsamplingCoordinateMode::HalfPixel;
 
+    // -initWithCoder:device: for CNNUpsamplingNearest / CNNUpsamplingBilinear (kernels/serialization.cpp).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     CNNUpsampling(const Device& device, bool bilinear, int64_t scaleX, int64_t scaleY, bool alignCorners);
     int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
     void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
@@ -88,7 +93,12 @@ public:
     // Also sets primary_offset to where the forward pass wrote output index (0, 0).
     ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
 
+    // -initWithCoder:device: for the two gradient classes (kernels/serialization.cpp).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     CNNUpsamplingGradient(const Device& device, bool bilinear, int64_t scaleX, int64_t scaleY);
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
