@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1934,6 +1934,276 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
+class CNNNormalizationGammaAndBetaState(State):
+    """
+    MPSCNNNormalizationGammaAndBetaState: gamma and beta buffers
+    """
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationGammaAndBetaState:
+        """
+        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
+        """
+    def __init__(self, device: typing.Any, gamma: typing.Any, beta: typing.Any) -> None:
+        """
+        -initWithGamma:beta: (the values are copied into new buffers on `device`)
+        """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta as a writable (C,) view
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma as a writable (C,) view
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNNormalizationMeanAndVarianceState(State):
+    """
+    MPSCNNNormalizationMeanAndVarianceState: mean and variance buffers
+    """
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationMeanAndVarianceState:
+        """
+        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
+        """
+    def __init__(self, device: typing.Any, mean: typing.Any, variance: typing.Any) -> None:
+        """
+        -initWithMean:variance:
+        """
+    @property
+    def mean(self) -> typing.Any:
+        """
+        -mean as a writable (C,) view
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def variance(self) -> typing.Any:
+        """
+        -variance as a writable (C,) view
+        """
+class CNNBatchNormalizationState(NNGradientState):
+    """
+    MPSCNNBatchNormalizationState, made by CNNBatchNormalization.result_state / temporary_result_state. Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
+    """
+    def reset(self) -> None:
+        """
+        -reset: forget the accumulated statistics and gradients
+        """
+    @property
+    def batch_normalization(self) -> typing.Any:
+        """
+        -batchNormalization: the CNNBatchNormalization that made the state
+        """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: sum over the batch of G' (None until a statistics gradient has been encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: sum over the batch of G'·x̂ (None until a statistics gradient has been encoded)
+        """
+    @property
+    def mean(self) -> typing.Any:
+        """
+        -mean: the batch mean (or the data source's mean after an inference forward)
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def variance(self) -> typing.Any:
+        """
+        -variance: the biased batch variance (or the data source's after an inference forward)
+        """
+class CNNBatchNormalizationDataSource:
+    """
+    @protocol MPSCNNBatchNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma(), beta() (None: no bias), mean(), variance(), load(), purge() (and optionally label(), epsilon(); without epsilon() the kernel uses FLT_MIN) can be passed where a data source is expected. The optional update methods are called by the application.
+    """
+class CNNBatchNormalizationWeightsDataSource(CNNBatchNormalizationDataSource):
+    """
+    A ready-made MPSCNNBatchNormalizationDataSource holding gamma, beta, mean and variance in memory (the methods return writable views: change them, then call the kernel's reload_*_from_data_source()). Its CPU-style update methods apply gamma -= learning_rate·dγ, beta -= learning_rate·dβ and the running average mean = (1-momentum)·mean + momentum·batch_mean, variance likewise (with the batch variance made unbiased, M/(M-1), when unbiased_running_variance, as torch.nn.BatchNorm2d).
+    """
+    unbiased_running_variance: bool
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, mean: typing.Any = None, variance: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        mean defaults to zeros, variance to ones; epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> typing.Any:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def mean(self) -> typing.Any:
+        """
+        -mean (a writable view)
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def update_gamma_and_beta_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithBatchNormalizationState: (CPU style; the command buffer must have completed; decrements a temporary state's read count)
+        """
+    def update_mean_and_variance_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
+        """
+        -updateMeanAndVarianceWithBatchNormalizationState: (CPU style; decrements a temporary state's read count)
+        """
+    def variance(self) -> typing.Any:
+        """
+        -variance (a writable view)
+        """
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @learning_rate.setter
+    def learning_rate(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def momentum(self) -> float:
+        ...
+    @momentum.setter
+    def momentum(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class CNNBatchNormalization(CNNKernel):
+    """
+    MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and variance are the batch statistics (training); otherwise the data source's (inference).
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:dataSource:[fusedNeuronDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, batch_normalization_state: typing.Any = None, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (decrements a temporary state's read count)
+        """
+    def reload_mean_and_variance_from_data_source(self) -> None:
+        """
+        -reloadMeanAndVarianceFromDataSource
+        """
+    def reload_mean_and_variance_with_command_buffer(self, command_buffer: CommandBuffer, mean_and_variance_state: typing.Any) -> None:
+        """
+        -reloadMeanAndVarianceWithCommandBuffer:meanAndVarianceState: (decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        MPSCNNBatchNormalization.epsilon (> 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNBatchNormalizationStatistics(CNNKernel):
+    """
+    MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the family encodes with the state (or reset()).
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
+    def encode(self, *args, **kwargs) -> None:
+        """
+        Unavailable (as in MPS): use encode_batch.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState: (the only encode MPS provides)
+        """
+class CNNBatchNormalizationStatisticsGradient(CNNGradientKernel):
+    """
+    MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls on sub-batches add into the state.
+    """
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:fusedNeuronDescriptor:
+        """
+    def encode(self, *args, **kwargs) -> None:
+        """
+        Unavailable (as in MPS): use encode_batch.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
+        """
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:batchNormalizationState: (a temporary state's read count is decremented)
+        """
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+class CNNBatchNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNBatchNormalizationGradient: dX = gamma/sqrt(var+eps)·(G' - dβ/M - x̂·dγ/M) with the state's statistics and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / gradient_states is the CNNBatchNormalizationState.
+    """
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:fusedNeuronDescriptor:
+        """
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+    @property
+    def training_statistics(self) -> bool:
+        """
+        mpsgrad extension (spec §2.5): True (default, MPS) differentiates through the batch statistics; False treats mean and variance as constants
+        """
+    @training_statistics.setter
+    def training_statistics(self, arg0: bool) -> None:
+        ...
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)

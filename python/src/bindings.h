@@ -28,6 +28,9 @@ void bindNeuron(py::module_& m);
 void bindConvolution(py::module_& m);
 void bindArithmetic(py::module_& m);
 void bindSoftmax(py::module_& m);
+// ---- batch normalization family
+void bindBatchNormalization(py::module_& m);
+// ---- end batch normalization family
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

@@ -19,6 +19,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    bindBatchNormalization(m);  // batch normalization family
 }
 
 }  // namespace mpsgrad::python

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "metal/arithmetic_params.h"
+#include "metal/batch_normalization_params.h"
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
@@ -116,6 +117,26 @@ public:
     // output = the forward result Y.
     virtual void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                                  const BufferSlice& output, const BufferSlice& destination) = 0;
+    // ---- batch normalization family (metal/batch_normalization_params.h) ---------------------
+    // The per-channel vectors of one op, C = p.source.channels floats each. Ops read or write only
+    // the ones their formula names; neuronData (PReLU's a) may be empty unless p.neuron.hasChannelData.
+    struct BatchNormalizationVectors {
+        BufferSlice gamma, beta, mean, variance, neuronData, gammaGradient, betaGradient;
+    };
+    // Merges the statistics of source into v.mean / v.variance.
+    virtual void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& source, const BatchNormalizationVectors& v) = 0;
+    virtual void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                           const BufferSlice& source, const BatchNormalizationVectors& v,
+                                           const BufferSlice& destination) = 0;
+    // Writes (or adds to) v.gammaGradient / v.betaGradient.
+    virtual void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                                      const BufferSlice& gradient, const BufferSlice& source,
+                                                      const BatchNormalizationVectors& v) = 0;
+    virtual void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                            const BufferSlice& gradient, const BufferSlice& source,
+                                            const BatchNormalizationVectors& v, const BufferSlice& destination) = 0;
+    // ---- end batch normalization family --------------------------------------------------------
 };
 
 }  // namespace mpsgrad

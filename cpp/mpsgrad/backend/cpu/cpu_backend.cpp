@@ -221,6 +221,39 @@ public:
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
+    // ---- batch normalization family
+    void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                      const BatchNormalizationVectors& v) override {
+        encode(cb, [=] { cpu::batchNormalizationStatistics(p, source.floats(), v.mean.floats(), v.variance.floats()); });
+    }
+    void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                   const BatchNormalizationVectors& v, const BufferSlice& destination) override {
+        encode(cb, [=] {
+            cpu::batchNormalizationForward(p, source.floats(), v.gamma.floats(), v.beta.floats(), v.mean.floats(),
+                                           v.variance.floats(), v.neuronData.floats(), destination.floats());
+        });
+    }
+    void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& gradient, const BufferSlice& source,
+                                              const BatchNormalizationVectors& v) override {
+        encode(cb, [=] {
+            cpu::batchNormalizationStatisticsGradient(p, gradient.floats(), source.floats(), v.gamma.floats(),
+                                                      v.beta.floats(), v.mean.floats(), v.variance.floats(),
+                                                      v.neuronData.floats(), v.gammaGradient.floats(),
+                                                      v.betaGradient.floats());
+        });
+    }
+    void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BatchNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        encode(cb, [=] {
+            cpu::batchNormalizationGradient(p, gradient.floats(), source.floats(), v.gamma.floats(), v.beta.floats(),
+                                            v.mean.floats(), v.variance.floats(), v.neuronData.floats(),
+                                            v.gammaGradient.floats(), v.betaGradient.floats(), destination.floats());
+        });
+    }
+    // ---- end batch normalization family
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

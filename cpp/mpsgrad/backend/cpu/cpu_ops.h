@@ -9,6 +9,7 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/batch_normalization_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -51,5 +52,23 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
 void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
                      float* destination);
+
+// ---- batch normalization family (metal/batch_normalization_params.h; batch_normalization.cpp)
+// Per-channel vectors hold p.source.channels floats; beta may be null (zeros); neuronData may be
+// null unless p.neuron.hasChannelData.
+void batchNormalizationStatistics(const BatchNormalizationParams& p, const float* source, float* mean,
+                                  float* variance);
+void batchNormalizationForward(const BatchNormalizationParams& p, const float* source, const float* gamma,
+                               const float* beta, const float* mean, const float* variance,
+                               const float* neuronData, float* destination);
+void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const float* gradient,
+                                          const float* source, const float* gamma, const float* beta,
+                                          const float* mean, const float* variance, const float* neuronData,
+                                          float* gammaGradient, float* betaGradient);
+void batchNormalizationGradient(const BatchNormalizationParams& p, const float* gradient, const float* source,
+                                const float* gamma, const float* beta, const float* mean, const float* variance,
+                                const float* neuronData, const float* gammaGradient, const float* betaGradient,
+                                float* destination);
+// ---- end batch normalization family
 
 }  // namespace mpsgrad::cpu

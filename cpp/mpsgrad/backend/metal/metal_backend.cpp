@@ -124,6 +124,31 @@ public:
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
 
+    // ---- batch normalization family
+    void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                      const BatchNormalizationVectors& v) override {
+        AutoreleaseScope pool;
+        encodeBatchNormalizationStatistics(ctx_, cb, p, source, v);
+    }
+    void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                   const BatchNormalizationVectors& v, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeBatchNormalizationForward(ctx_, cb, p, source, v, destination);
+    }
+    void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& gradient, const BufferSlice& source,
+                                              const BatchNormalizationVectors& v) override {
+        AutoreleaseScope pool;
+        encodeBatchNormalizationStatisticsGradient(ctx_, cb, p, gradient, source, v);
+    }
+    void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BatchNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeBatchNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
+    }
+    // ---- end batch normalization family
+
 private:
     MetalContext ctx_;
 };

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/metal/metal_context.h"
 #include "metal/arithmetic_params.h"
+#include "metal/batch_normalization_params.h"
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
@@ -77,5 +78,19 @@ void encodeCopyFloats(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& s
                       const BufferSlice& destination, size_t count);
 void encodeCopyChannels(MetalContext& ctx, CommandBuffer& cb, ChannelCopyParams p, const BufferSlice& source,
                         const BufferSlice& destination);
+
+// ---- batch normalization family (metal/batch_normalization.metal; metal_batch_normalization.cpp)
+void encodeBatchNormalizationStatistics(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                        const BufferSlice& source, const Backend::BatchNormalizationVectors& v);
+void encodeBatchNormalizationForward(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                     const BufferSlice& source, const Backend::BatchNormalizationVectors& v,
+                                     const BufferSlice& destination);
+void encodeBatchNormalizationStatisticsGradient(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                                const BufferSlice& gradient, const BufferSlice& source,
+                                                const Backend::BatchNormalizationVectors& v);
+void encodeBatchNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                      const BufferSlice& gradient, const BufferSlice& source,
+                                      const Backend::BatchNormalizationVectors& v, const BufferSlice& destination);
+// ---- end batch normalization family
 
 }  // namespace mpsgrad::metal_backend
