@@ -54,6 +54,19 @@ float channelA(const BatchNormalizationParams& p, const float* neuronData, int32
     return p.neuron.hasChannelData ? neuronData[c] : 0.0f;
 }
 
+// G' = G·f'(z), z = x·scale + shift, for channels [c0, c0 + w) of one pixel (scale/shift indexed from c0).
+inline void neuronGradientRow(const BatchNormalizationParams& p, const float* neuronData, int32_t c0, int32_t w,
+                              const float* g, const float* x, const float* scale, const float* shift, float* gp) {
+    const NeuronParams nr = p.neuron;
+    if (nr.type == kNeuronNone) {
+        for (int32_t k = 0; k < w; ++k) gp[k] = g[k];
+        return;
+    }
+    for (int32_t k = 0; k < w; ++k)
+        gp[k] = g[k] * neuronDerivative(nr.type, nr.a, nr.b, nr.c, channelA(p, neuronData, c0 + k),
+                                        x[k] * scale[k] + shift[k]);
+}
+
 void checkImages(const char* op, const BatchNormalizationParams& p, bool gradient, bool destination) {
     elementwise::checkLayout(op, "source", p.source);
     if (p.batch < 0) invalid(op, "negative batch");
@@ -172,21 +185,22 @@ void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, con
     const int32_t C = p.source.channels;
     if (C == 0) return;
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
-    const NeuronParams nr = p.neuron;
     forChannelBlocks(C, [&](int32_t c0, int32_t c1) {
         double sumG[kChannelBlock] = {}, sumGX[kChannelBlock] = {};
+        float gp[kChannelBlock], xhat[kChannelBlock];
         const int32_t w = c1 - c0;
+        const float* scale = a.scale.data() + c0;
+        const float* shift = a.shift.data() + c0;
+        const float* invStd = a.invStd.data() + c0;
+        const float* mu = mean + c0;
         forEachPixel(p, [&](int64_t n, int64_t i) {
             const float* g = gradient + at(p.gradient, n, i) + c0;
             const float* x = source + at(p.source, n, i) + c0;
+            neuronGradientRow(p, neuronData, c0, w, g, x, scale, shift, gp);
+            for (int32_t k = 0; k < w; ++k) xhat[k] = (x[k] - mu[k]) * invStd[k];
             for (int32_t k = 0; k < w; ++k) {
-                const int32_t c = c0 + k;
-                float gp = g[k];
-                if (nr.type != kNeuronNone)
-                    gp *= neuronDerivative(nr.type, nr.a, nr.b, nr.c, channelA(p, neuronData, c),
-                                           x[k] * a.scale[size_t(c)] + a.shift[size_t(c)]);
-                sumG[k] += double(gp);
-                sumGX[k] += double(gp) * double((x[k] - mean[c]) * a.invStd[size_t(c)]);
+                sumG[k] += double(gp[k]);
+                sumGX[k] += double(gp[k]) * double(xhat[k]);
             }
         });
         for (int32_t k = 0; k < w; ++k) {
@@ -207,28 +221,26 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
     if (C == 0 || p.batch == 0) return;
     if (p.trainingStatistics && p.totalCount <= 0) invalid(op, "totalCount must be > 0");
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
-    // Training mode: dX = scale·G' - scale·dβ/M - (x - mean)·invStd·scale·dγ/M.
-    std::vector<float> meanTerm(size_t(C), 0.0f), xTerm(size_t(C), 0.0f);
+    // dX = scale·(G' − dβ/M − x̂·dγ/M) = scale·G' − xCoef·(x − mean) − offset, with
+    // xCoef = scale·invStd·dγ/M and offset = scale·dβ/M (both 0 in inference mode).
+    std::vector<float> xCoef(size_t(C), 0.0f), offset(size_t(C), 0.0f);
     if (p.trainingStatistics)
-        for (int32_t c = 0; c < C; ++c) {
-            meanTerm[size_t(c)] = betaGradient[c] / float(p.totalCount);
-            xTerm[size_t(c)] = gammaGradient[c] / float(p.totalCount);
+        for (size_t c = 0; c < size_t(C); ++c) {
+            xCoef[c] = a.scale[c] * a.invStd[c] * (gammaGradient[c] / float(p.totalCount));
+            offset[c] = a.scale[c] * (betaGradient[c] / float(p.totalCount));
         }
-    const NeuronParams nr = p.neuron;
     forRows(p, [&](int64_t n, int64_t first, int64_t count) {
+        std::vector<float> gp(static_cast<size_t>(C));
         for (int64_t i = first; i < first + count; ++i) {
             const float* g = gradient + at(p.gradient, n, i);
             const float* x = source + at(p.source, n, i);
             float* d = destination + at(p.destination, n, i);
-            for (int32_t c = 0; c < C; ++c) {
-                const size_t k = size_t(c);
-                float gp = g[c];
-                if (nr.type != kNeuronNone)
-                    gp *= neuronDerivative(nr.type, nr.a, nr.b, nr.c, channelA(p, neuronData, c),
-                                           x[c] * a.scale[k] + a.shift[k]);
-                const float xhat = (x[c] - mean[c]) * a.invStd[k];
-                d[c] = a.scale[k] * (gp - meanTerm[k] - xhat * xTerm[k]);
-            }
+            neuronGradientRow(p, neuronData, 0, C, g, x, a.scale.data(), a.shift.data(), gp.data());
+            const float* scale = a.scale.data();
+            const float* mu = mean;
+            const float* xc = xCoef.data();
+            const float* off = offset.data();
+            for (int32_t c = 0; c < C; ++c) d[c] = scale[c] * gp[size_t(c)] - xc[c] * (x[c] - mu[c]) - off[c];
         }
     });
 }
