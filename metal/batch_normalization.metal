@@ -114,12 +114,16 @@ kernel void batch_normalization_forward(constant BatchNormalizationParams& p [[b
         n.type == kNeuronNone ? z : neuronForward(n.type, n.a, n.b, n.c, channelSlope(n, neuronData, c), z);
 }
 
+namespace batchnorm {
+
 // G' = G·f'(z) at one element.
 inline float neuronGradient(constant BatchNormalizationParams& p, device const float* neuronData, float g, float z,
                             int c) {
     const NeuronParams n = p.neuron;
     return n.type == kNeuronNone ? g : g * neuronDerivative(n.type, n.a, n.b, n.c, channelSlope(n, neuronData, c), z);
 }
+
+}  // namespace batchnorm
 
 // One threadgroup of kReduceThreads threads per channel. Bindings: 0 params, 1 gradient G, 2 source X,
 // 3 gamma, 4 beta, 5 mean, 6 variance, 7 neuron data, 8 gamma gradient, 9 beta gradient.
