@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -52,6 +52,10 @@ class ImageEdgeMode:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -109,6 +113,10 @@ class ImageFeatureChannelFormat:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -155,6 +163,10 @@ class DataLayout:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -230,6 +242,10 @@ class DataType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -289,6 +305,10 @@ class CommandBufferStatus:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -339,6 +359,10 @@ class StateResourceType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -361,6 +385,10 @@ class Offset:
     def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -386,7 +414,16 @@ class Region:
     """
     MTLRegion {origin (x, y, z), size (width, height, depth)}
     """
+    @classmethod
+    def _from_fields(cls: typing.Any, x: typing.SupportsInt | typing.SupportsIndex, y: typing.SupportsInt | typing.SupportsIndex, z: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, height: typing.SupportsInt | typing.SupportsIndex, depth: typing.SupportsInt | typing.SupportsIndex) -> Region:
+        """
+        Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1).
+        """
     def __init__(self, origin: typing.Any, size: typing.Any) -> None:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -418,6 +455,10 @@ class Device:
         """
         Device('cpu') or Device('metal')
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     @property
@@ -428,6 +469,10 @@ class CommandBuffer:
     MTLCommandBuffer
     """
     label: str
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
         """
         -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
@@ -462,6 +507,10 @@ class CommandQueue:
         """
         -[MTLDevice newCommandQueue]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def command_buffer(self) -> CommandBuffer:
         """
         -[MTLCommandQueue commandBuffer]
@@ -474,12 +523,29 @@ class ImageDescriptor:
     MPSImageDescriptor
     """
     channel_format: ImageFeatureChannelFormat
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def feature_channels(self) -> int:
         ...
@@ -542,6 +608,10 @@ class Image:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def _numpy_view(self) -> numpy.ndarray:
         """
         Zero-copy (n, height, width, channels) view of the storage.
@@ -643,8 +713,21 @@ class ImageAllocator:
         """
         +[MPSTemporaryImage defaultAllocator]
         """
+    @classmethod
+    def _builtin(cls: typing.Any, which: str) -> ImageAllocator:
+        """
+        Unpickling helper: a built-in allocator by name.
+        """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
 class State:
     """
     MPSState: buffers with a read count
@@ -655,9 +738,22 @@ class State:
         """
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
+        """
+        A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
@@ -672,6 +768,10 @@ class State:
     def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
         """
         -[MPSState synchronizeOnCommandBuffer:]
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The state as bytes: persistent State (label, buffers) and CNNConvolutionWeightsAndBiasesState (label, descriptor, weights, biases). ValueError for a temporary state, TypeError for gradient states.
         """
     @property
     def device(self) -> Device:
@@ -706,6 +806,23 @@ class Kernel:
     MPSKernel
     """
     label: str
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+        """
+        -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def to_bytes(self) -> bytes:
+        """
+        -encodeWithCoder: the kernel as bytes (constructor arguments, weights included, and every property; docs/serialization.md). TypeError for a kernel class that is not serializable, ValueError for a custom padding policy or image allocator (pickle handles those).
+        """
     @property
     def device(self) -> Device:
         ...
@@ -723,6 +840,14 @@ class NNPadding:
     """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
     def destination_image_descriptor(self, source_images: collections.abc.Sequence[Image], source_states: collections.abc.Sequence[State], kernel: Kernel, suggested: ImageDescriptor) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates:forKernel:suggestedDescriptor:
@@ -762,6 +887,10 @@ class NNDefaultPadding(NNPadding):
         """
         +[MPSNNDefaultPadding paddingWithMethod:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNKernel(Kernel):
     """
     MPSCNNKernel
@@ -1102,6 +1231,10 @@ class CNNNeuronType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1123,12 +1256,29 @@ class NNNeuronDescriptor:
         """
         +[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, neuron_type: typing.Any, a: typing.Any = None, b: typing.Any = None, c: typing.Any = None) -> None:
         """
         +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def a(self) -> float:
         ...
@@ -1281,6 +1431,10 @@ class CNNConvolutionGradientOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1328,6 +1482,10 @@ class NNConvolutionAccumulatorPrecisionOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1344,15 +1502,32 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
     def set_batch_normalization_parameters_for_inference(self, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], variance: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], gamma: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], beta: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], epsilon: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     def validate(self) -> None:
         """
@@ -1430,12 +1605,29 @@ class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
     """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     """
     A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and `biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def data_type(self) -> DataType:
         """
         -dataType
@@ -1455,6 +1647,10 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     def purge(self) -> None:
         """
         -purge
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     @property
     def biases(self) -> typing.Any:
@@ -1650,6 +1846,10 @@ class NNComparisonType:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -1934,276 +2134,8 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
-class CNNNormalizationGammaAndBetaState(State):
-    """
-    MPSCNNNormalizationGammaAndBetaState: gamma and beta buffers
-    """
-    @staticmethod
-    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationGammaAndBetaState:
-        """
-        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
-        """
-    def __init__(self, device: typing.Any, gamma: typing.Any, beta: typing.Any) -> None:
-        """
-        -initWithGamma:beta: (the values are copied into new buffers on `device`)
-        """
-    @property
-    def beta(self) -> typing.Any:
-        """
-        -beta as a writable (C,) view
-        """
-    @property
-    def gamma(self) -> typing.Any:
-        """
-        -gamma as a writable (C,) view
-        """
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-class CNNNormalizationMeanAndVarianceState(State):
-    """
-    MPSCNNNormalizationMeanAndVarianceState: mean and variance buffers
-    """
-    @staticmethod
-    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationMeanAndVarianceState:
-        """
-        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
-        """
-    def __init__(self, device: typing.Any, mean: typing.Any, variance: typing.Any) -> None:
-        """
-        -initWithMean:variance:
-        """
-    @property
-    def mean(self) -> typing.Any:
-        """
-        -mean as a writable (C,) view
-        """
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-    @property
-    def variance(self) -> typing.Any:
-        """
-        -variance as a writable (C,) view
-        """
-class CNNBatchNormalizationState(NNGradientState):
-    """
-    MPSCNNBatchNormalizationState, made by CNNBatchNormalization.result_state / temporary_result_state. Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
-    """
-    def reset(self) -> None:
-        """
-        -reset: forget the accumulated statistics and gradients
-        """
-    @property
-    def batch_normalization(self) -> typing.Any:
-        """
-        -batchNormalization: the CNNBatchNormalization that made the state
-        """
-    @property
-    def beta(self) -> typing.Any:
-        """
-        -beta: the beta the forward pass used
-        """
-    @property
-    def gamma(self) -> typing.Any:
-        """
-        -gamma: the gamma the forward pass used
-        """
-    @property
-    def gradient_for_beta(self) -> typing.Any:
-        """
-        -gradientForBeta: sum over the batch of G' (None until a statistics gradient has been encoded)
-        """
-    @property
-    def gradient_for_gamma(self) -> typing.Any:
-        """
-        -gradientForGamma: sum over the batch of G'·x̂ (None until a statistics gradient has been encoded)
-        """
-    @property
-    def mean(self) -> typing.Any:
-        """
-        -mean: the batch mean (or the data source's mean after an inference forward)
-        """
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-    @property
-    def variance(self) -> typing.Any:
-        """
-        -variance: the biased batch variance (or the data source's after an inference forward)
-        """
-class CNNBatchNormalizationDataSource:
-    """
-    @protocol MPSCNNBatchNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma(), beta() (None: no bias), mean(), variance(), load(), purge() (and optionally label(), epsilon(); without epsilon() the kernel uses FLT_MIN) can be passed where a data source is expected. The optional update methods are called by the application.
-    """
-class CNNBatchNormalizationWeightsDataSource(CNNBatchNormalizationDataSource):
-    """
-    A ready-made MPSCNNBatchNormalizationDataSource holding gamma, beta, mean and variance in memory (the methods return writable views: change them, then call the kernel's reload_*_from_data_source()). Its CPU-style update methods apply gamma -= learning_rate·dγ, beta -= learning_rate·dβ and the running average mean = (1-momentum)·mean + momentum·batch_mean, variance likewise (with the batch variance made unbiased, M/(M-1), when unbiased_running_variance, as torch.nn.BatchNorm2d).
-    """
-    unbiased_running_variance: bool
-    def __init__(self, gamma: typing.Any, beta: typing.Any = None, mean: typing.Any = None, variance: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
-        """
-        mean defaults to zeros, variance to ones; epsilon None: the protocol's default (FLT_MIN)
-        """
-    def beta(self) -> typing.Any:
-        """
-        -beta (a writable view, or None)
-        """
-    def epsilon(self) -> typing.Any:
-        """
-        -epsilon
-        """
-    def gamma(self) -> typing.Any:
-        """
-        -gamma (a writable view)
-        """
-    def label(self) -> str:
-        """
-        -label
-        """
-    def load(self) -> bool:
-        """
-        -load
-        """
-    def mean(self) -> typing.Any:
-        """
-        -mean (a writable view)
-        """
-    def number_of_feature_channels(self) -> int:
-        """
-        -numberOfFeatureChannels
-        """
-    def purge(self) -> None:
-        """
-        -purge
-        """
-    def update_gamma_and_beta_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
-        """
-        -updateGammaAndBetaWithBatchNormalizationState: (CPU style; the command buffer must have completed; decrements a temporary state's read count)
-        """
-    def update_mean_and_variance_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
-        """
-        -updateMeanAndVarianceWithBatchNormalizationState: (CPU style; decrements a temporary state's read count)
-        """
-    def variance(self) -> typing.Any:
-        """
-        -variance (a writable view)
-        """
-    @property
-    def learning_rate(self) -> float:
-        ...
-    @learning_rate.setter
-    def learning_rate(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def momentum(self) -> float:
-        ...
-    @momentum.setter
-    def momentum(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-class CNNBatchNormalization(CNNKernel):
-    """
-    MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and variance are the batch statistics (training); otherwise the data source's (inference).
-    """
-    def __init__(self, device: typing.Any, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:dataSource:[fusedNeuronDescriptor:]
-        """
-    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, batch_normalization_state: typing.Any = None, destination_image: typing.Any = None) -> Image:
-        """
-        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned.
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:
-        """
-    def reload_gamma_and_beta_from_data_source(self) -> None:
-        """
-        -reloadGammaAndBetaFromDataSource
-        """
-    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
-        """
-        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (decrements a temporary state's read count)
-        """
-    def reload_mean_and_variance_from_data_source(self) -> None:
-        """
-        -reloadMeanAndVarianceFromDataSource
-        """
-    def reload_mean_and_variance_with_command_buffer(self, command_buffer: CommandBuffer, mean_and_variance_state: typing.Any) -> None:
-        """
-        -reloadMeanAndVarianceWithCommandBuffer:meanAndVarianceState: (decrements a temporary state's read count)
-        """
-    @property
-    def data_source(self) -> typing.Any:
-        ...
-    @property
-    def epsilon(self) -> float:
-        """
-        MPSCNNBatchNormalization.epsilon (> 0; the data source's epsilon(), else FLT_MIN)
-        """
-    @epsilon.setter
-    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def fused_neuron_descriptor(self) -> typing.Any:
-        ...
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-class CNNBatchNormalizationStatistics(CNNKernel):
-    """
-    MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the family encodes with the state (or reset()).
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -initWithDevice:
-        """
-    def encode(self, *args, **kwargs) -> None:
-        """
-        Unavailable (as in MPS): use encode_batch.
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState: (the only encode MPS provides)
-        """
-class CNNBatchNormalizationStatisticsGradient(CNNGradientKernel):
-    """
-    MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls on sub-batches add into the state.
-    """
-    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:fusedNeuronDescriptor:
-        """
-    def encode(self, *args, **kwargs) -> None:
-        """
-        Unavailable (as in MPS): use encode_batch.
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
-        """
-        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:batchNormalizationState: (a temporary state's read count is decremented)
-        """
-    @property
-    def fused_neuron_descriptor(self) -> typing.Any:
-        ...
-class CNNBatchNormalizationGradient(CNNGradientKernel):
-    """
-    MPSCNNBatchNormalizationGradient: dX = gamma/sqrt(var+eps)·(G' - dβ/M - x̂·dγ/M) with the state's statistics and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / gradient_states is the CNNBatchNormalizationState.
-    """
-    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:fusedNeuronDescriptor:
-        """
-    @property
-    def fused_neuron_descriptor(self) -> typing.Any:
-        ...
-    @property
-    def training_statistics(self) -> bool:
-        """
-        mpsgrad extension (spec §2.5): True (default, MPS) differentiates through the batch statistics; False treats mean and variance as constants
-        """
-    @training_statistics.setter
-    def training_statistics(self, arg0: bool) -> None:
-        ...
+class SerializationError(ValueError):
+    pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)

@@ -186,7 +186,12 @@ public:
                                                 const std::shared_ptr<CNNNormalizationMeanAndVarianceState>& state);
     const BatchNormalizationWeights& currentWeights() const { return weights_; }
 
+    // -initWithCoder:device: (docs/serialization.md); the decoded kernel's data source is a
+    // CNNBatchNormalizationWeightsDataSource holding the values the kernel computed with.
+    static std::shared_ptr<CNNBatchNormalization> initWithCoder(serial::Reader& r, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& w) const override;
     int64_t destinationFeatureChannels(const Image&) const override { return weights_.channels; }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
@@ -210,8 +215,10 @@ public:
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
                      const std::shared_ptr<CNNBatchNormalizationState>& state);
     using CNNKernel::encodeBatch;
+    static std::shared_ptr<CNNBatchNormalizationStatistics> initWithCoder(serial::Reader& r, const Device& device);
 
 protected:
+    void encodeWithCoder(serial::Writer& w) const override;
     int64_t destinationFeatureChannels(const Image&) const override { return 0; }
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 };
@@ -229,8 +236,11 @@ public:
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                      const std::shared_ptr<CNNBatchNormalizationState>& state);
     using CNNGradientKernel::encodeBatch;
+    static std::shared_ptr<CNNBatchNormalizationStatisticsGradient> initWithCoder(serial::Reader& r,
+                                                                                  const Device& device);
 
 protected:
+    void encodeWithCoder(serial::Writer& w) const override;
     void checkGradientStateType(const State& state) const override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;
@@ -247,8 +257,10 @@ public:
     const NNNeuronDescriptor& fusedNeuronDescriptor() const { return neuron_; }
     // mpsgrad extension (spec §2.5): false gives the inference-mode gradient γ/√(σ²+ε)·G'.
     bool trainingStatistics = true;
+    static std::shared_ptr<CNNBatchNormalizationGradient> initWithCoder(serial::Reader& r, const Device& device);
 
 protected:
+    void encodeWithCoder(serial::Writer& w) const override;
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,

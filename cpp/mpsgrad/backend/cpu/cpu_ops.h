@@ -10,6 +10,10 @@
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
 #include "../../../../metal/batch_normalization_params.h"
+#include "../../../../metal/pooling_params.h"
+#include "../../../../metal/upsampling_params.h"
+#include "../../../../metal/dropout_params.h"
+#include "backend/backend.h"
 
 namespace mpsgrad::cpu {
 
@@ -70,5 +74,19 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
                                 const float* neuronData, const float* gammaGradient, const float* betaGradient,
                                 float* destination);
 // ---- end batch normalization family
+// ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
+// These ops take the buffer slices and check that every binding holds the images its layout
+// describes (std::invalid_argument otherwise). source may be empty for an average-pooling gradient.
+void poolingForward(const PoolingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                     const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling_params.h; upsampling.cpp), buffer slices as pooling
+void upsamplingForward(const UpsamplingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
+void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
 
 }  // namespace mpsgrad::cpu

@@ -11,6 +11,9 @@
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
 #include "metal/utility_params.h"
+#include "metal/pooling_params.h"
+#include "metal/upsampling_params.h"
+#include "metal/dropout_params.h"
 
 namespace mpsgrad {
 class CommandBuffer;
@@ -92,5 +95,20 @@ void encodeBatchNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, Batc
                                       const BufferSlice& gradient, const BufferSlice& source,
                                       const Backend::BatchNormalizationVectors& v, const BufferSlice& destination);
 // ---- end batch normalization family
+// ---- pooling family (metal/pooling.metal; metal_pooling.cpp)
+void encodePoolingForward(MetalContext& ctx, CommandBuffer& cb, PoolingParams p, const BufferSlice& source,
+                          const BufferSlice& destination);
+void encodePoolingGradient(MetalContext& ctx, CommandBuffer& cb, PoolingGradientParams p, const BufferSlice& gradient,
+                           const BufferSlice& source, const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling.metal; metal_upsampling.cpp)
+void encodeUpsamplingForward(MetalContext& ctx, CommandBuffer& cb, UpsamplingParams p, const BufferSlice& source,
+                             const BufferSlice& destination);
+void encodeUpsamplingGradient(MetalContext& ctx, CommandBuffer& cb, UpsamplingGradientParams p,
+                              const BufferSlice& gradient, const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout.metal; metal_dropout.cpp)
+void encodeDropout(MetalContext& ctx, CommandBuffer& cb, DropoutParams p, const BufferSlice& source,
+                   const BufferSlice& destination);
 
 }  // namespace mpsgrad::metal_backend
