@@ -406,9 +406,12 @@ def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_g
     statistics = statistics or m.CNNBatchNormalizationStatistics(dev)
     statistics_gradient = statistics_gradient or m.CNNBatchNormalizationStatisticsGradient(dev, neuron)
     gradient = gradient or m.CNNBatchNormalizationGradient(dev, neuron)
-    if statistics_gradient.fused_neuron_descriptor.to_bytes() != neuron.to_bytes():  # the kernel under test's
+    def blob(d):  # None: no fused neuron
+        return None if d is None else d.to_bytes()
+
+    if blob(statistics_gradient.fused_neuron_descriptor) != blob(neuron):  # the kernel under test's neuron
         forward = m.CNNBatchNormalization(dev, bn_source(), statistics_gradient.fused_neuron_descriptor)
-    if gradient.fused_neuron_descriptor.to_bytes() != neuron.to_bytes():
+    if blob(gradient.fused_neuron_descriptor) != blob(neuron):
         forward = m.CNNBatchNormalization(dev, bn_source(), gradient.fused_neuron_descriptor)
     for k in (forward, gradient):
         k.destination_image_allocator = m.ImageAllocator.persistent()
