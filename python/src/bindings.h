@@ -28,6 +28,8 @@ void bindNeuron(py::module_& m);
 void bindConvolution(py::module_& m);
 void bindArithmetic(py::module_& m);
 void bindSoftmax(py::module_& m);
+void bindOptimizers(py::module_& m);  // optimizers and Vector (issue 14)
+void bindLoss(py::module_& m);        // losses (issue 14)
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

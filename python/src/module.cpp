@@ -19,6 +19,8 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    bindOptimizers(m);  // issue 14
+    bindLoss(m);        // issue 14
 }
 
 }  // namespace mpsgrad::python

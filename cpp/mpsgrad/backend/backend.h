@@ -14,6 +14,8 @@
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
+#include "metal/loss_params.h"        // losses (issue 14)
+#include "metal/optimizers_params.h"  // optimizers (issue 14)
 
 namespace mpsgrad {
 
@@ -116,6 +118,25 @@ public:
     // output = the forward result Y.
     virtual void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                                  const BufferSlice& output, const BufferSlice& destination) = 0;
+
+    // ---- optimizers (metal/optimizers_params.h, metal/optimizer_math.h) -----------------
+    // Updates p.count elements: reads gradient and values, updates the state vectors in place
+    // (state0/1/2 may be empty where p's rule does not read them), writes result (may alias values).
+    virtual void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                                 const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                                 const BufferSlice& state2, const BufferSlice& result) = 0;
+
+    // ---- losses (metal/loss_params.h, metal/loss_math.h) --------------------------------
+    // weights may be empty unless p.hasWeights; loss is used only for reduction None, partials
+    // (2 floats per pixel of the batch) for the other reductions.
+    virtual void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                              const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                              const BufferSlice& loss, const BufferSlice& partials) = 0;
+    // results: 2 floats per image (reduced loss, gradient scale).
+    virtual void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                            const BufferSlice& results) = 0;
+    virtual void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                                   const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

@@ -221,6 +221,38 @@ public:
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
+    // ---- optimizers (issue 14)
+    void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                         const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                         const BufferSlice& state2, const BufferSlice& result) override {
+        cpu::checkOptimizerBindings(p, gradient, values, state0, state1, state2, result);
+        encode(cb, [=] {
+            cpu::optimizerUpdate(p, gradient.floats(), values.floats(), state0.floats(), state1.floats(),
+                                 state2.floats(), result.floats());
+        });
+    }
+
+    // ---- losses (issue 14)
+    void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                      const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                      const BufferSlice& loss, const BufferSlice& partials) override {
+        cpu::checkLossElementsBindings(p, source, labels, weights, destination, loss, partials);
+        encode(cb, [=] {
+            cpu::lossElements(p, source.floats(), labels.floats(), weights.floats(), destination.floats(),
+                              loss.floats(), partials.floats());
+        });
+    }
+    void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                    const BufferSlice& results) override {
+        cpu::checkLossReduceBindings(p, partials, results);
+        encode(cb, [=] { cpu::lossReduce(p, partials.floats(), results.floats()); });
+    }
+    void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                           const BufferSlice& destination) override {
+        cpu::checkLossScaleBindings(p, results, destination);
+        encode(cb, [=] { cpu::lossScaleGradient(p, results.floats(), destination.floats()); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

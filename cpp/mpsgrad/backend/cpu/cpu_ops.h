@@ -9,6 +9,12 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/optimizers_params.h"
+#include "../../../../metal/loss_params.h"
+
+namespace mpsgrad {
+struct BufferSlice;
+}
 
 namespace mpsgrad::cpu {
 
@@ -51,5 +57,26 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
 void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
                      float* destination);
+
+// Optimizers (metal/optimizers_params.h): state0/1/2 may be null where p's rule does not read them.
+// checkOptimizerBindings (at encode time): ValueError unless p is valid and every binding p's rule
+// uses holds p.count floats.
+void checkOptimizerBindings(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
+                            const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
+                            const BufferSlice& result);
+void optimizerUpdate(const OptimizerParams& p, const float* gradient, const float* values, float* state0,
+                     float* state1, float* state2, float* result);
+
+// Losses (metal/loss_params.h). checkLossBindings (at encode time): ValueError unless every binding
+// the op reads or writes holds its images / floats.
+void checkLossElementsBindings(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
+                               const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
+                               const BufferSlice& partials);
+void checkLossReduceBindings(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
+void checkLossScaleBindings(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
+void lossElements(const LossElementsParams& p, const float* source, const float* labels, const float* weights,
+                  float* destination, float* loss, float* partials);
+void lossReduce(const LossReduceParams& p, const float* partials, float* results);
+void lossScaleGradient(const LossScaleParams& p, const float* results, float* destination);
 
 }  // namespace mpsgrad::cpu

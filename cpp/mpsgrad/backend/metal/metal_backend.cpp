@@ -123,6 +123,30 @@ public:
         AutoreleaseScope pool;
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
+    // ---- optimizers (issue 14)
+    void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                         const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                         const BufferSlice& state2, const BufferSlice& result) override {
+        AutoreleaseScope pool;
+        encodeOptimizerUpdate(ctx_, cb, p, gradient, values, state0, state1, state2, result);
+    }
+    // ---- losses (issue 14)
+    void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                      const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                      const BufferSlice& loss, const BufferSlice& partials) override {
+        AutoreleaseScope pool;
+        encodeLossElements(ctx_, cb, p, source, labels, weights, destination, loss, partials);
+    }
+    void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                    const BufferSlice& results) override {
+        AutoreleaseScope pool;
+        encodeLossReduce(ctx_, cb, p, partials, results);
+    }
+    void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                           const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeLossScaleGradient(ctx_, cb, p, results, destination);
+    }
 
 private:
     MetalContext ctx_;

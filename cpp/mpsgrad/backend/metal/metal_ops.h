@@ -9,6 +9,8 @@
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
+#include "metal/optimizers_params.h"
+#include "metal/loss_params.h"
 #include "metal/utility_params.h"
 
 namespace mpsgrad {
@@ -66,6 +68,20 @@ void encodeSoftmaxForward(MetalContext& ctx, CommandBuffer& cb, SoftmaxParams p,
                           const BufferSlice& destination);
 void encodeSoftmaxGradient(MetalContext& ctx, CommandBuffer& cb, SoftmaxGradientParams p, const BufferSlice& gradient,
                            const BufferSlice& output, const BufferSlice& destination);
+
+// ---- optimizers (metal/optimizers.metal; metal_optimizers.cpp)
+void encodeOptimizerUpdate(MetalContext& ctx, CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                           const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                           const BufferSlice& state2, const BufferSlice& result);
+
+// ---- losses (metal/loss.metal; metal_loss.cpp)
+void encodeLossElements(MetalContext& ctx, CommandBuffer& cb, LossElementsParams p, const BufferSlice& source,
+                        const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                        const BufferSlice& loss, const BufferSlice& partials);
+void encodeLossReduce(MetalContext& ctx, CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                      const BufferSlice& results);
+void encodeLossScaleGradient(MetalContext& ctx, CommandBuffer& cb, LossScaleParams p, const BufferSlice& results,
+                             const BufferSlice& destination);
 
 // ---- utility (metal/utility.metal and blits)
 // Blit copy of `bytes` bytes (multiples of 4, as macOS blits require); overlapping ranges of one
