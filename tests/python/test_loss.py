@@ -30,9 +30,9 @@ REDUCTIONS = [R.NONE, R.SUM, R.MEAN, R.SUM_BY_NON_ZERO_WEIGHTS]
 PIXEL_TYPES = (T.SOFTMAX_CROSS_ENTROPY, T.COSINE_DISTANCE)
 
 
-def _inputs(gen, loss_type):
-    y = randn(gen, N, H, W, C)
-    t = randn(gen, N, H, W, C)
+def _inputs(gen, loss_type, shape=(N, H, W, C)):
+    y = randn(gen, *shape)
+    t = randn(gen, *shape)
     probs = lambda a: np.exp(a) / np.exp(a).sum(-1, keepdims=True)  # noqa: E731
     if loss_type in (T.SOFTMAX_CROSS_ENTROPY, T.CATEGORICAL_CROSS_ENTROPY, T.KULLBACK_LEIBLER_DIVERGENCE):
         t = probs(t)
@@ -79,6 +79,7 @@ def _elementwise(loss_type, y, t, d):
 
 def _reference(d, y_np, t_np, w_np):
     """(loss per image or per element, gradient) in float64."""
+    n_images, height, width, channels = y_np.shape
     y = torch.tensor(y_np, dtype=torch.float64, requires_grad=True)
     t = torch.tensor(t_np, dtype=torch.float64)
     w = torch.tensor(w_np, dtype=torch.float64) if w_np is not None else torch.full_like(t, d.weight)
@@ -91,7 +92,7 @@ def _reference(d, y_np, t_np, w_np):
         return el.detach().numpy(), y.grad.numpy()
     sums = el.sum(dim=(1, 2, 3))
     if d.reduction_type == R.MEAN:
-        count = torch.full_like(sums, H * W * (1 if d.loss_type == T.SOFTMAX_CROSS_ENTROPY else C))
+        count = torch.full_like(sums, height * width * (1 if d.loss_type == T.SOFTMAX_CROSS_ENTROPY else channels))
     elif d.reduction_type == R.SUM_BY_NON_ZERO_WEIGHTS:
         nz = (w != 0)
         if d.loss_type == T.SOFTMAX_CROSS_ENTROPY:
@@ -100,9 +101,9 @@ def _reference(d, y_np, t_np, w_np):
     else:
         count = torch.ones_like(sums)
     if d.reduce_across_batch:
-        total = sums.sum() / count.sum()
+        total = sums.sum() / (count.sum() if d.reduction_type != R.SUM else 1.0)
         total.backward()
-        return np.full(N, total.item()), y.grad.numpy()
+        return np.full(n_images, total.item()), y.grad.numpy()
     reduced = sums / count
     reduced.sum().backward()
     return reduced.detach().numpy(), y.grad.numpy()
@@ -111,6 +112,7 @@ def _reference(d, y_np, t_np, w_np):
 def _run_loss(device, queue, d, y, t, w, layout=m.DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS):
     loss = m.CNNLoss(device, d)
     per_element = d.reduction_type == R.NONE
+    N, H, W, C = y.shape  # noqa: N806
     labels = []
     for n in range(N):
         tn = t[n] if layout == m.DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS else t[n].transpose(2, 0, 1)
@@ -129,9 +131,9 @@ def _run_loss(device, queue, d, y, t, w, layout=m.DataLayout.HEIGHT_X_WIDTH_X_FE
     return (values if per_element else values.reshape(N)), grad
 
 
-def _weights(gen, kind):
+def _weights(gen, kind, shape=(N, H, W, C)):
     if kind == "weights_image":
-        w = gen.uniform(0.2, 2.0, (N, H, W, C)).astype(np.float32)
+        w = gen.uniform(0.2, 2.0, shape).astype(np.float32)
         w[:, 0, 0, :] = 0.0  # a pixel with zero weight
         w[:, 1, :, 2] = 0.0  # and scattered zeros
         return w, 1.0
@@ -160,6 +162,23 @@ def test_loss_value_and_gradient_match_torch(device, queue, check, loss_type, re
     ref_values, ref_grad = _reference(d, y, t, w)
     check(values, ref_values, "loss")
     check(grad, ref_grad, "gradient dL/dy")
+
+
+@pytest.mark.parametrize("loss_type,reduction", [(T.SOFTMAX_CROSS_ENTROPY, R.SUM_BY_NON_ZERO_WEIGHTS),
+                                                 (T.HUBER, R.MEAN), (T.COSINE_DISTANCE, R.SUM)])
+@pytest.mark.parametrize("across_batch", [False, True])
+def test_larger_images(device, queue, check, loss_type, reduction, across_batch):
+    """3 images of 9 x 11 pixels: several simdgroups of pixel threads and a longer reduction."""
+    shape = (3, 9, 11, 6)
+    gen = rng(f"large-{loss_type.name}-{across_batch}")
+    y, t = _inputs(gen, loss_type, shape)
+    w, _ = _weights(gen, "weights_image", shape)
+    d = m.CNNLossDescriptor(loss_type, reduction)
+    d.reduce_across_batch = across_batch
+    values, grad = _run_loss(device, queue, d, y, t, w)
+    ref_values, ref_grad = _reference(d, y, t, w)
+    check(values, ref_values, "loss")
+    check(grad, ref_grad, "gradient")
 
 
 @pytest.mark.parametrize("loss_type", [T.SOFTMAX_CROSS_ENTROPY, T.SIGMOID_CROSS_ENTROPY])

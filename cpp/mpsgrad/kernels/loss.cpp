@@ -1,8 +1,10 @@
 #include "kernels/loss.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "core/errors.h"
 
