@@ -52,9 +52,8 @@ void encodeLossElements(MetalContext& ctx, CommandBuffer& cb, LossElementsParams
     }
     KernelDispatch dispatch(ctx.pipelines->get("loss_elements", FunctionConstants{}));
     dispatch.params(p).buffer(1, src).buffer(2, lab).buffer(4, dst);
-    if (p.hasWeights) dispatch.buffer(3, wts);
-    if (perElement) dispatch.buffer(5, lss);
-    else dispatch.buffer(6, partials);
+    // Unused bindings (empty slices) get the backend's placeholder buffer: every binding must be set.
+    dispatch.buffer(3, wts).buffer(5, lss).buffer(6, perElement ? BufferSlice{} : partials);
     dispatch.encodeThreads(ctx, cb, MTL::Size(NS::UInteger(pixels), 1, 1));
 }
 
