@@ -10,8 +10,11 @@
 #  5. planted kernel bugs (coverage/planted_bugs.py): each is translated into that build in turn
 #     and the C++ tests that must catch it have to fail (lane 31 dropped from a simd_sum, a max
 #     taken from one lane only).
+#  6. the MSL-subset check, the race detector with random thread order, and ASan with exact buffers.
 
 emulation_harness_tests() {
+    # libclang (PyPI) for the MSL-subset checker and its planted-violation tests.
+    python3 -m pip install -q libclang==18.1.1
     cmake -S tests/metal_emulation -B build/ci-emu-harness -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 \
         -DMPSGRAD_EMU_SANITIZE=ON >/dev/null
     cmake --build build/ci-emu-harness
@@ -27,8 +30,13 @@ emulation_build() {
 
 # Where the test processes of the coverage build leave their profiles and variant logs.
 coverage_dir="$root/build/ci-metal/coverage"
+# The same runs are also the race check: the detector and seeded random thread/lane order are on
+# for every Metal test of the ctest and pytest suites (docs/metal.md, "Races"; the seed is printed).
+race_seed=${MTLEMU_RANDOM_ORDER:-$((RANDOM * 32768 + RANDOM + 1))}
+echo "random thread/lane order seed: $race_seed (MTLEMU_RANDOM_ORDER=$race_seed repeats this run)"
 export_coverage_env() {
     export LLVM_PROFILE_FILE="$coverage_dir/%4m.profraw" MTLEMU_VARIANT_LOG="$coverage_dir/variants.log"
+    export MTLEMU_RACECHECK=1 MTLEMU_RANDOM_ORDER=$race_seed
 }
 
 emulation_ctest() {
@@ -50,10 +58,30 @@ emulation_coverage() {
         --variant-log "$coverage_dir/variants.log" --min-lines 95
 }
 
+emulation_msl_subset_check() {
+    # Every kernel and every shared header through clang's AST: no double, recursion, function
+    # pointers, goto, VLAs, exceptions, C-style vector casts, bit-casting vector conversions.
+    python3 tests/metal_emulation/mslcheck/msl_subset_check.py --clang clang++-16 metal/*.metal metal/*.h
+}
+
+emulation_asan_exact_buffers() {
+    # The C++ tests (every backend op on the emulated Metal device) under ASan with exactly sized
+    # MTLBuffers: an overrun in a .metal kernel is reported at its .metal line.
+    cmake -S . -B build/ci-metal-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++-16 \
+        -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=OFF -DMPSGRAD_METAL_RACECHECK=OFF \
+        -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=address -fno-omit-frame-pointer" \
+        -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address" >/dev/null
+    cmake --build build/ci-metal-asan
+    MPSGRAD_METAL_EXACT_BUFFERS=1 ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer-16)" \
+        ctest --test-dir build/ci-metal-asan --output-on-failure -j2 | tail -n 3
+}
+
 stage "metal emulation: harness tests (ASan+UBSan)" emulation_harness_tests
+stage "metal emulation: MSL-subset check (libclang AST)" emulation_msl_subset_check
 stage "metal emulation: build" emulation_build
-stage "metal emulation: ctest (backend ops, address-space check)" emulation_ctest
-stage "metal emulation: pytest on metal and cpu" emulation_pytest
+stage "metal emulation: ctest (backend ops, address-space check; race check on)" emulation_ctest
+stage "metal emulation: pytest on metal and cpu (race check on)" emulation_pytest
 stage "metal emulation: .metal line coverage and kernel variants" emulation_coverage
 stage "metal emulation: planted kernel bugs are caught" \
     python3 tests/metal_emulation/coverage/planted_bugs.py --build build/ci-metal
+stage "metal emulation: ASan + exact buffers (ctest)" emulation_asan_exact_buffers

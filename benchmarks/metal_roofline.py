@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A roofline model of mpsgrad's Metal kernels on Apple GPUs, before anyone times them on a Mac.
 
-For every kernel dispatch of the benchmark shapes (benchmarks/bench_convolution.py's convolutions
+For every kernel dispatch of the benchmark shapes (benchmarks/the convolution benchmark's (suite_convolution.py) convolutions
 plus element-wise ops on the activations they produce), this prints
 
   FLOPs          useful floating-point operations (a multiply-add is 2; bias and neuron per output)
@@ -48,7 +48,7 @@ GPUS = [  # name, FP32 FLOP/s, bytes/s
 ]
 F = 4  # bytes per float
 
-# (name, N (full), N (--quick), Cin, H, W, Cout, k, stride, depthwise): bench_convolution.py's CASES
+# (name, N (full), N (--quick), Cin, H, W, Cout, k, stride, depthwise): the convolution benchmark's (suite_convolution.py) CASES
 CONV_CASES = [
     ("3x3 64->64 56x56", 8, 2, 64, 56, 56, 64, 3, 1, False),
     ("3x3 128->128 28x28", 8, 2, 128, 28, 28, 128, 3, 1, False),
@@ -328,7 +328,7 @@ def fmt_time(seconds):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="bench_convolution.py's --quick batch sizes")
+    ap.add_argument("--quick", action="store_true", help="the convolution benchmark's (suite_convolution.py) --quick batch sizes")
     ap.add_argument("--measure", action="store_true",
                     help="run the convolutions on the emulation build and report its counters")
     args = ap.parse_args(argv)

@@ -6,10 +6,29 @@ porting guide docs/porting.md for the mapping from Objective-C/Swift selectors.
 from __future__ import annotations
 
 import enum as _enum
+import os as _os
 
 import numpy as _np
 
-from . import _mpsgrad
+import sys as _sys
+
+if _sys.platform.startswith("linux"):
+    # The CPU backend's BLAS is OpenBLAS from the scipy-openblas32 wheel (a declared dependency).
+    # Importing it loads libscipy_openblas.so into the process, so the extension finds it
+    # whatever its rpath says (e.g. the wheels sit in different site-packages directories).
+    try:
+        import scipy_openblas32 as _scipy_openblas32  # noqa: F401
+    except ImportError:  # the extension may still find the library through its rpath
+        _scipy_openblas32 = None
+
+try:
+    from . import _mpsgrad
+except ImportError as _error:
+    if "scipy_openblas" in str(_error):
+        raise ImportError(
+            "mpsgrad's CPU backend needs OpenBLAS from the scipy-openblas32 package: "
+            "python -m pip install scipy-openblas32") from _error
+    raise
 from ._mpsgrad import *  # noqa: F401,F403  (the bound classes, enums and functions)
 from ._mpsgrad import CommandBufferError, Image
 
@@ -66,7 +85,12 @@ def _image_from_dlpack(obj, device=None):
     """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
     (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
     otherwise a copy. 3-D (height, width, channels) input gives one image."""
-    array = _np.from_dlpack(obj)
+    try:
+        array = _np.from_dlpack(obj)
+    except (AttributeError, TypeError) as e:
+        raise TypeError(f"obj: expected an object supporting DLPack (__dlpack__), got {type(obj).__name__}") from e
+    except (BufferError, RuntimeError, ValueError) as e:
+        raise ValueError(f"obj: the DLPack tensor cannot be imported: {e}") from e
     if array.ndim == 3:
         array = array[_np.newaxis]
     if array.ndim != 4:
@@ -94,3 +118,59 @@ def batch_to_numpy(batch):
 def from_dlpack(obj, device=None):
     """Same as Image.from_dlpack."""
     return _image_from_dlpack(obj, device)
+
+
+# ---- guards on every bound class ----------------------------------------------------------------
+# Cls.__new__(Cls) alone would leave a bound object without its C++ part (pybind11 would then read
+# uninitialized memory), and pickle protocols 0 and 1 make Python build objects that way (they
+# abort the process). So the bound classes construct in __new__, and pickling without support is a
+# TypeError at every protocol.
+
+
+def _restore_enum(cls, value):
+    return cls(value)
+
+
+def _guard_class(cls):
+    raw_new = cls.__new__
+    raw_init = cls.__init__
+    is_enum = hasattr(cls, "__members__")
+
+    def __new__(klass, *args, **kwargs):
+        obj = raw_new(klass)
+        if klass is cls:
+            # Direct instances are constructed here, so `Cls.__new__(Cls)` is a complete object or a
+            # TypeError. Python subclasses construct through their own __init__ (pybind11 checks it).
+            raw_init(obj, *args, **kwargs)
+            if is_enum and int(obj) not in {int(v) for v in cls.__members__.values()}:
+                raise ValueError(f"{cls.__name__}: {int(obj)} is not one of its values "
+                                 f"{sorted(int(v) for v in cls.__members__.values())}")
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        if not _mpsgrad._is_initialized(self):
+            raw_init(self, *args, **kwargs)
+
+    def __reduce_ex__(self, protocol):
+        if is_enum:
+            return _restore_enum, (type(self), int(self))
+        if type(self).__reduce__ is not object.__reduce__:
+            return self.__reduce__()  # the class's own pickle support
+        if protocol < 2:
+            raise TypeError(f"cannot pickle '{type(self).__qualname__}' object")
+        return object.__reduce_ex__(self, protocol)
+
+    __init__.__doc__ = raw_init.__doc__
+    cls.__new__ = __new__
+    cls.__init__ = __init__
+    if "__reduce_ex__" not in cls.__dict__:
+        cls.__reduce_ex__ = __reduce_ex__
+
+
+# MPSGRAD_STUBGEN=1 is for regenerating the type stubs only (they show the bound signatures, not
+# these wrappers); see tests/python/test_stubs.py.
+if not _os.environ.get("MPSGRAD_STUBGEN"):
+    for _value in list(vars(_mpsgrad).values()):
+        if isinstance(_value, type) and type(_value).__name__ == "pybind11_type":
+            _guard_class(_value)
+    del _value

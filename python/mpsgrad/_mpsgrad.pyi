@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'RECT_NO_CLIP', 'Region', 'State', 'StateResourceType', 'TemporaryImage', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -52,6 +52,10 @@ class ImageEdgeMode:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -109,6 +113,10 @@ class ImageFeatureChannelFormat:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -155,6 +163,10 @@ class DataLayout:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -230,6 +242,10 @@ class DataType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -289,6 +305,10 @@ class CommandBufferStatus:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -339,6 +359,10 @@ class StateResourceType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -361,6 +385,10 @@ class Offset:
     def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -386,7 +414,16 @@ class Region:
     """
     MTLRegion {origin (x, y, z), size (width, height, depth)}
     """
+    @classmethod
+    def _from_fields(cls: typing.Any, x: typing.SupportsInt | typing.SupportsIndex, y: typing.SupportsInt | typing.SupportsIndex, z: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, height: typing.SupportsInt | typing.SupportsIndex, depth: typing.SupportsInt | typing.SupportsIndex) -> Region:
+        """
+        Unpickling helper: a Region from its six fields (sizes up to 2**64 - 1).
+        """
     def __init__(self, origin: typing.Any, size: typing.Any) -> None:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -418,6 +455,10 @@ class Device:
         """
         Device('cpu') or Device('metal')
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     @property
@@ -428,6 +469,10 @@ class CommandBuffer:
     MTLCommandBuffer
     """
     label: str
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def add_completed_handler(self, handler: collections.abc.Callable) -> None:
         """
         -[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.
@@ -462,6 +507,10 @@ class CommandQueue:
         """
         -[MTLDevice newCommandQueue]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def command_buffer(self) -> CommandBuffer:
         """
         -[MTLCommandQueue commandBuffer]
@@ -474,12 +523,29 @@ class ImageDescriptor:
     MPSImageDescriptor
     """
     channel_format: ImageFeatureChannelFormat
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def feature_channels(self) -> int:
         ...
@@ -542,6 +608,10 @@ class Image:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def _numpy_view(self) -> numpy.ndarray:
         """
         Zero-copy (n, height, width, channels) view of the storage.
@@ -643,8 +713,21 @@ class ImageAllocator:
         """
         +[MPSTemporaryImage defaultAllocator]
         """
+    @classmethod
+    def _builtin(cls: typing.Any, which: str) -> ImageAllocator:
+        """
+        Unpickling helper: a built-in allocator by name.
+        """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
 class State:
     """
     MPSState: buffers with a read count
@@ -655,9 +738,22 @@ class State:
         """
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
+        """
+        A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
@@ -672,6 +768,10 @@ class State:
     def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
         """
         -[MPSState synchronizeOnCommandBuffer:]
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The state as bytes: persistent State (label, buffers) and CNNConvolutionWeightsAndBiasesState (label, descriptor, weights, biases). ValueError for a temporary state, TypeError for gradient states.
         """
     @property
     def device(self) -> Device:
@@ -706,6 +806,23 @@ class Kernel:
     MPSKernel
     """
     label: str
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+        """
+        -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol): the to_bytes() data plus any custom padding policy or image allocator, which Python pickles itself.
+        """
+    def to_bytes(self) -> bytes:
+        """
+        -encodeWithCoder: the kernel as bytes (constructor arguments, weights included, and every property; docs/serialization.md). TypeError for a kernel class that is not serializable, ValueError for a custom padding policy or image allocator (pickle handles those).
+        """
     @property
     def device(self) -> Device:
         ...
@@ -723,6 +840,14 @@ class NNPadding:
     """
     def __init__(self) -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support: the built-in objects by name; a Python subclass as cls() plus its __dict__.
+        """
     def destination_image_descriptor(self, source_images: collections.abc.Sequence[Image], source_states: collections.abc.Sequence[State], kernel: Kernel, suggested: ImageDescriptor) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates:forKernel:suggestedDescriptor:
@@ -762,6 +887,10 @@ class NNDefaultPadding(NNPadding):
         """
         +[MPSNNDefaultPadding paddingWithMethod:]
         """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNKernel(Kernel):
     """
     MPSCNNKernel
@@ -1102,6 +1231,10 @@ class CNNNeuronType:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1123,12 +1256,29 @@ class NNNeuronDescriptor:
         """
         +[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]
         """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, neuron_type: typing.Any, a: typing.Any = None, b: typing.Any = None, c: typing.Any = None) -> None:
         """
         +[MPSNNNeuronDescriptor cnnNeuronDescriptorWithType:a:b:c:]; omitted parameters take the type's documented defaults (docs/neurons.md)
         """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def __repr__(self) -> str:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
+        """
     @property
     def a(self) -> float:
         ...
@@ -1281,6 +1431,10 @@ class CNNConvolutionGradientOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1328,6 +1482,10 @@ class NNConvolutionAccumulatorPrecisionOption:
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
         ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
     def __repr__(self) -> str:
         ...
     def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -1344,15 +1502,32 @@ class CNNConvolutionDescriptor:
     """
     MPSCNNConvolutionDescriptor
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
+        """
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
         """
     def __repr__(self) -> str:
         ...
     def set_batch_normalization_parameters_for_inference(self, mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], variance: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], gamma: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], beta: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], epsilon: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon:
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     def validate(self) -> None:
         """
@@ -1430,12 +1605,29 @@ class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
     """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
 class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     """
     A ready-made data source holding weights (O, kH, kW, I/groups) and biases (O,) in memory. `weights` and `biases` are writable NumPy views: update them, then call reload_weights_and_biases_from_data_source().
     """
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
+        """
+        The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, descriptor: CNNConvolutionDescriptor, weights: typing.Any, biases: typing.Any = None, label: str = '') -> None:
         ...
+    def __reduce__(self) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        Pickle support (every protocol).
+        """
     def data_type(self) -> DataType:
         """
         -dataType
@@ -1455,6 +1647,10 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
     def purge(self) -> None:
         """
         -purge
+        """
+    def to_bytes(self) -> bytes:
+        """
+        The object as bytes (docs/serialization.md).
         """
     @property
     def biases(self) -> typing.Any:
@@ -1650,6 +1846,10 @@ class NNComparisonType:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     def __repr__(self) -> str:
         ...
@@ -1934,572 +2134,8 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
-class VectorDescriptor:
-    """
-    MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart
-    """
-    @staticmethod
-    def vector_bytes_for_length(length: typing.SupportsInt | typing.SupportsIndex, data_type: DataType = ...) -> int:
-        """
-        +vectorBytesForLength:dataType:
-        """
-    def __init__(self, length: typing.SupportsInt | typing.SupportsIndex, vectors: typing.SupportsInt | typing.SupportsIndex = 1, vector_bytes: typing.Any = None, data_type: DataType = ...) -> None:
-        """
-        +vectorDescriptorWithLength:[vectors:vectorBytes:]dataType: (vector_bytes None: length * 4)
-        """
-    def __repr__(self) -> str:
-        ...
-    @property
-    def data_type(self) -> DataType:
-        ...
-    @property
-    def length(self) -> int:
-        ...
-    @property
-    def vector_bytes(self) -> int:
-        ...
-    @property
-    def vectors(self) -> int:
-        ...
-class Vector:
-    """
-    MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the command buffer that wrote it completed; write it before encoding).
-    """
-    @staticmethod
-    def from_numpy(array: typing.Any, device: typing.Any = None) -> Vector:
-        """
-        A new Vector holding a copy of a (length,) or (vectors, length) array
-        """
-    def __init__(self, device: typing.Any, descriptor: typing.Any) -> None:
-        """
-        -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
-        """
-    def __repr__(self) -> str:
-        ...
-    def numpy(self) -> numpy.ndarray:
-        """
-        Zero-copy writable view: (length,) or (vectors, length)
-        """
-    def to_numpy(self) -> typing.Any:
-        """
-        A copy of the elements
-        """
-    @property
-    def data_type(self) -> DataType:
-        ...
-    @property
-    def device(self) -> Device:
-        ...
-    @property
-    def length(self) -> int:
-        ...
-    @property
-    def offset(self) -> int:
-        ...
-    @property
-    def resource_size(self) -> int:
-        """
-        -[MPSVector resourceSize]
-        """
-    @property
-    def vector_bytes(self) -> int:
-        ...
-    @property
-    def vectors(self) -> int:
-        ...
-class NNRegularizationType:
-    """
-    MPSNNRegularizationType
-    
-    Members:
-    
-      NONE
-    
-      L1
-    
-      L2
-    """
-    L1: typing.ClassVar[NNRegularizationType]
-    L2: typing.ClassVar[NNRegularizationType]
-    NONE: typing.ClassVar[NNRegularizationType]
-    __members__: typing.ClassVar[dict[str, NNRegularizationType]]
-    @typing.overload
-    def __eq__(self, other: NNRegularizationType) -> bool:
-        ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool:
-        ...
-    def __getstate__(self) -> int:
-        ...
-    def __hash__(self) -> int:
-        ...
-    def __index__(self) -> int:
-        ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __int__(self) -> int:
-        ...
-    @typing.overload
-    def __ne__(self, other: NNRegularizationType) -> bool:
-        ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __str__(self) -> str:
-        ...
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def value(self) -> int:
-        ...
-class NNOptimizerDescriptor:
-    """
-    MPSNNOptimizerDescriptor. Gradient preprocessing per element: g = clamp(g, gradient_clip_min, gradient_clip_max) if apply_gradient_clipping; g = gradient_rescale * g; g += regularization_scale * sign(w) (L1) or * w (L2).
-    """
-    apply_gradient_clipping: bool
-    regularization_type: NNRegularizationType
-    def __init__(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, gradient_rescale: typing.SupportsFloat | typing.SupportsIndex = 1.0, apply_gradient_clipping: bool = False, gradient_clip_max: typing.SupportsFloat | typing.SupportsIndex = 3.4028234663852886e+38, gradient_clip_min: typing.SupportsFloat | typing.SupportsIndex = -3.4028234663852886e+38, regularization_type: NNRegularizationType = ..., regularization_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
-        """
-        -initWithLearningRate:gradientRescale:[applyGradientClipping:gradientClipMax:gradientClipMin:]regularizationType:regularizationScale:
-        """
-    @property
-    def gradient_clip_max(self) -> float:
-        ...
-    @gradient_clip_max.setter
-    def gradient_clip_max(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def gradient_clip_min(self) -> float:
-        ...
-    @gradient_clip_min.setter
-    def gradient_clip_min(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def gradient_rescale(self) -> float:
-        ...
-    @gradient_rescale.setter
-    def gradient_rescale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def learning_rate(self) -> float:
-        ...
-    @learning_rate.setter
-    def learning_rate(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def regularization_scale(self) -> float:
-        ...
-    @regularization_scale.setter
-    def regularization_scale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-class NNOptimizer(Kernel):
-    """
-    MPSNNOptimizer (abstract): the descriptor's fields, read-only except as noted
-    """
-    def set_learning_rate(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        """
-        -setLearningRate:
-        """
-    @property
-    def apply_gradient_clipping(self) -> bool:
-        """
-        MPSNNOptimizer.applyGradientClipping (read/write)
-        """
-    @apply_gradient_clipping.setter
-    def apply_gradient_clipping(self, arg1: bool) -> None:
-        ...
-    @property
-    def gradient_clip_max(self) -> float:
-        ...
-    @property
-    def gradient_clip_min(self) -> float:
-        ...
-    @property
-    def gradient_rescale(self) -> float:
-        ...
-    @property
-    def learning_rate(self) -> float:
-        ...
-    @property
-    def regularization_scale(self) -> float:
-        ...
-    @property
-    def regularization_type(self) -> NNRegularizationType:
-        ...
-class NNOptimizerStochasticGradientDescent(NNOptimizer):
-    """
-    MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, w -= lr*(g + mu*m); no momentum vector: w -= lr*g
-    """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:learningRate: / -initWithDevice:momentumScale:useNestrovMomentum:optimizerDescriptor:
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector = None, result_values_vector: Vector = None) -> None:
-        """
-        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:resultValuesVector: (result None: in place)
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
-        """
-        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
-        """
-    @property
-    def momentum_scale(self) -> float:
-        ...
-    @property
-    def use_nesterov_momentum(self) -> bool:
-        ...
-    @property
-    def use_nestrov_momentum(self) -> bool:
-        """
-        MPS's original (misspelled) name of use_nesterov_momentum
-        """
-class NNOptimizerRMSProp(NNOptimizer):
-    """
-    MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)
-    """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:learningRate: / -initWithDevice:decay:epsilon:optimizerDescriptor:
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_sum_of_squares_vector: Vector, result_values_vector: Vector = None) -> None:
-        """
-        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputSumOfSquaresVector:resultValuesVector:
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_sum_of_squares_vectors: typing.Any, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
-        """
-        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
-        """
-    @property
-    def decay(self) -> float:
-        ...
-    @property
-    def epsilon(self) -> float:
-        ...
-class NNOptimizerAdam(NNOptimizer):
-    """
-    MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). Every encode advances time_step by one.
-    """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
-        """
-        -initWithDevice:learningRate: / -initWithDevice:beta1:beta2:epsilon:timeStep:optimizerDescriptor:
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector, input_velocity_vector: Vector, maximum_velocity_vector: Vector = None, result_values_vector: Vector = None) -> None:
-        """
-        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:inputVelocityVector:[maximumVelocityVector:]resultValuesVector: (maximum_velocity_vector: AMSGrad)
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
-        """
-        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
-        """
-    @property
-    def beta1(self) -> float:
-        ...
-    @property
-    def beta2(self) -> float:
-        ...
-    @property
-    def epsilon(self) -> float:
-        ...
-    @property
-    def time_step(self) -> int:
-        """
-        MPSNNOptimizerAdam.timeStep: updates done so far (read/write)
-        """
-    @time_step.setter
-    def time_step(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-class CNNLossType:
-    """
-    MPSCNNLossType
-    
-    Members:
-    
-      MEAN_ABSOLUTE_ERROR
-    
-      MEAN_SQUARED_ERROR
-    
-      SOFTMAX_CROSS_ENTROPY
-    
-      SIGMOID_CROSS_ENTROPY
-    
-      CATEGORICAL_CROSS_ENTROPY
-    
-      HINGE
-    
-      HUBER
-    
-      COSINE_DISTANCE
-    
-      LOG
-    
-      KULLBACK_LEIBLER_DIVERGENCE
-    """
-    CATEGORICAL_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
-    COSINE_DISTANCE: typing.ClassVar[CNNLossType]
-    HINGE: typing.ClassVar[CNNLossType]
-    HUBER: typing.ClassVar[CNNLossType]
-    KULLBACK_LEIBLER_DIVERGENCE: typing.ClassVar[CNNLossType]
-    LOG: typing.ClassVar[CNNLossType]
-    MEAN_ABSOLUTE_ERROR: typing.ClassVar[CNNLossType]
-    MEAN_SQUARED_ERROR: typing.ClassVar[CNNLossType]
-    SIGMOID_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
-    SOFTMAX_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
-    __members__: typing.ClassVar[dict[str, CNNLossType]]
-    @typing.overload
-    def __eq__(self, other: CNNLossType) -> bool:
-        ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool:
-        ...
-    def __getstate__(self) -> int:
-        ...
-    def __hash__(self) -> int:
-        ...
-    def __index__(self) -> int:
-        ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __int__(self) -> int:
-        ...
-    @typing.overload
-    def __ne__(self, other: CNNLossType) -> bool:
-        ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __str__(self) -> str:
-        ...
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def value(self) -> int:
-        ...
-class CNNReductionType:
-    """
-    MPSCNNReductionType
-    
-    Members:
-    
-      NONE
-    
-      SUM
-    
-      MEAN
-    
-      SUM_BY_NON_ZERO_WEIGHTS
-    """
-    MEAN: typing.ClassVar[CNNReductionType]
-    NONE: typing.ClassVar[CNNReductionType]
-    SUM: typing.ClassVar[CNNReductionType]
-    SUM_BY_NON_ZERO_WEIGHTS: typing.ClassVar[CNNReductionType]
-    __members__: typing.ClassVar[dict[str, CNNReductionType]]
-    @typing.overload
-    def __eq__(self, other: CNNReductionType) -> bool:
-        ...
-    @typing.overload
-    def __eq__(self, other: typing.Any) -> bool:
-        ...
-    def __getstate__(self) -> int:
-        ...
-    def __hash__(self) -> int:
-        ...
-    def __index__(self) -> int:
-        ...
-    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __int__(self) -> int:
-        ...
-    @typing.overload
-    def __ne__(self, other: CNNReductionType) -> bool:
-        ...
-    @typing.overload
-    def __ne__(self, other: typing.Any) -> bool:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def __str__(self) -> str:
-        ...
-    @property
-    def name(self) -> str:
-        ...
-    @property
-    def value(self) -> int:
-        ...
-class CNNLossDataDescriptor:
-    """
-    MPSCNNLossDataDescriptor: labels or weights data (copied) with its layout, size and strides
-    """
-    def __init__(self, data: typing.Any, layout: DataLayout = ..., size: typing.Any = None) -> None:
-        """
-        +cnnLossDataDescriptorWithData:layout:size: (size (width, height, channels); None: from a 3-D array of the layout's shape)
-        """
-    @property
-    def bytes_per_image(self) -> int:
-        ...
-    @bytes_per_image.setter
-    def bytes_per_image(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def bytes_per_row(self) -> int:
-        ...
-    @bytes_per_row.setter
-    def bytes_per_row(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def layout(self) -> DataLayout:
-        ...
-    @property
-    def size(self) -> tuple[int, int, int]:
-        """
-        (width, height, channels)
-        """
-class CNNLossLabels(State):
-    """
-    MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes
-    """
-    def __init__(self, device: typing.Any, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
-        """
-        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
-        """
-    @property
-    def labels_image(self) -> Image:
-        """
-        MPSCNNLossLabels.labelsImage
-        """
-    @property
-    def loss_image(self) -> Image:
-        """
-        MPSCNNLossLabels.lossImage
-        """
-    @property
-    def weights_image(self) -> Image:
-        """
-        MPSCNNLossLabels.weightsImage
-        """
-class CNNLossDescriptor:
-    """
-    MPSCNNLossDescriptor (+ scale_gradient_by_reduction, mpsgrad, default True)
-    """
-    loss_type: CNNLossType
-    reduction_type: CNNReductionType
-    def __init__(self, loss_type: CNNLossType, reduction_type: CNNReductionType) -> None:
-        """
-        +cnnLossDescriptorWithType:reductionType:
-        """
-    @property
-    def delta(self) -> float:
-        """
-        Huber [1.0]
-        """
-    @delta.setter
-    def delta(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def epsilon(self) -> float:
-        """
-        Log loss [1e-7]
-        """
-    @epsilon.setter
-    def epsilon(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def label_smoothing(self) -> float:
-        """
-        [0.0]
-        """
-    @label_smoothing.setter
-    def label_smoothing(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def number_of_classes(self) -> int:
-        """
-        [1]
-        """
-    @number_of_classes.setter
-    def number_of_classes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def reduce_across_batch(self) -> bool:
-        """
-        one loss value for the whole batch of a batch encode [False]
-        """
-    @reduce_across_batch.setter
-    def reduce_across_batch(self, arg0: bool) -> None:
-        ...
-    @property
-    def scale_gradient_by_reduction(self) -> bool:
-        """
-        the gradient is that of the reduced loss (MEAN / SUM_BY_NON_ZERO_WEIGHTS divide it) [True]
-        """
-    @scale_gradient_by_reduction.setter
-    def scale_gradient_by_reduction(self, arg0: bool) -> None:
-        ...
-    @property
-    def weight(self) -> float:
-        """
-        scalar weight when the labels have no weights [1.0]
-        """
-    @weight.setter
-    def weight(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-class CNNLoss(Kernel):
-    """
-    MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
-    """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
-        """
-        -[MPSCNNLoss initWithDevice:lossDescriptor:]
-        """
-    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
-        """
-        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
-        """
-    @property
-    def delta(self) -> float:
-        ...
-    @property
-    def epsilon(self) -> float:
-        ...
-    @property
-    def label_smoothing(self) -> float:
-        ...
-    @property
-    def loss_type(self) -> CNNLossType:
-        ...
-    @property
-    def number_of_classes(self) -> int:
-        ...
-    @property
-    def reduce_across_batch(self) -> bool:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        ...
-    @property
-    def weight(self) -> float:
-        ...
+class SerializationError(ValueError):
+    pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)

@@ -8,13 +8,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device arithmeticDevice(const py::object& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    if (!py::isinstance<Device>(device))
-        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
-    return device.cast<Device>();
-}
+Device arithmeticDevice(const py::object& device) { return toDevice(device, "device"); }
 
 // A 0/1 stride property: ValueError naming the property for anything else.
 template <class Cls, class K>
@@ -58,11 +52,11 @@ void bindArithmetic(py::module_& m) {
 
     py::class_<CNNArithmetic, CNNBinaryKernel, std::shared_ptr<CNNArithmetic>> arithmetic(
         m, "CNNArithmetic", (std::string("MPSCNNArithmetic (abstract). ") + kForwardDoc).c_str());
-    arithmetic.def_readwrite("primary_scale", &CNNArithmetic::primaryScale, "MPSCNNArithmetic.primaryScale [1]")
-        .def_readwrite("secondary_scale", &CNNArithmetic::secondaryScale, "MPSCNNArithmetic.secondaryScale [1]")
-        .def_readwrite("bias", &CNNArithmetic::bias, "MPSCNNArithmetic.bias [0]")
-        .def_readwrite("minimum_value", &CNNArithmetic::minimumValue, "MPSCNNArithmetic.minimumValue [-FLT_MAX]")
-        .def_readwrite("maximum_value", &CNNArithmetic::maximumValue, "MPSCNNArithmetic.maximumValue [FLT_MAX]");
+    arithmetic.def_property("primary_scale", getter(&CNNArithmetic::primaryScale), setter(&CNNArithmetic::primaryScale, "primary_scale"), "MPSCNNArithmetic.primaryScale [1]")
+        .def_property("secondary_scale", getter(&CNNArithmetic::secondaryScale), setter(&CNNArithmetic::secondaryScale, "secondary_scale"), "MPSCNNArithmetic.secondaryScale [1]")
+        .def_property("bias", getter(&CNNArithmetic::bias), setter(&CNNArithmetic::bias, "bias"), "MPSCNNArithmetic.bias [0]")
+        .def_property("minimum_value", getter(&CNNArithmetic::minimumValue), setter(&CNNArithmetic::minimumValue, "minimum_value"), "MPSCNNArithmetic.minimumValue [-FLT_MAX]")
+        .def_property("maximum_value", getter(&CNNArithmetic::maximumValue), setter(&CNNArithmetic::maximumValue, "maximum_value"), "MPSCNNArithmetic.maximumValue [FLT_MAX]");
     bindStride(arithmetic, "primary_stride_in_feature_channels", &CNNArithmetic::primaryStrideInFeatureChannels,
                "MPSCNNArithmetic.primaryStrideInFeatureChannels [1]: 0 broadcasts channel 0 of the primary's slice");
     bindStride(arithmetic, "secondary_stride_in_feature_channels", &CNNArithmetic::secondaryStrideInFeatureChannels,
@@ -89,8 +83,8 @@ void bindArithmetic(py::module_& m) {
         "|x - y| <= threshold.")
         .def(py::init([](py::object device) { return std::make_shared<NNCompare>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSNNCompare initWithDevice:]")
-        .def_readwrite("comparison_type", &NNCompare::comparisonType, "MPSNNCompare.comparisonType [EQUAL]")
-        .def_readwrite("threshold", &NNCompare::threshold, "MPSNNCompare.threshold [0]");
+        .def_property("comparison_type", getter(&NNCompare::comparisonType), setter(&NNCompare::comparisonType, "comparison_type"), "MPSNNCompare.comparisonType [EQUAL]")
+        .def_property("threshold", getter(&NNCompare::threshold), setter(&NNCompare::threshold, "threshold"), "MPSNNCompare.threshold [0]");
 
     py::class_<CNNArithmeticGradient, CNNGradientKernel, std::shared_ptr<CNNArithmeticGradient>> gradient(
         m, "CNNArithmeticGradient",
@@ -100,14 +94,14 @@ void bindArithmetic(py::module_& m) {
         "CNNArithmeticGradientState. Exact chain rule through the scales (mpsgrad): the scales, strides and clamp "
         "bounds describe the forward op and the returning encode forms copy them from the state; broadcast axes are "
         "summed so the result has its input's shape; the clamp is differentiated through the mask in the state.");
-    gradient.def_readwrite("primary_scale", &CNNArithmeticGradient::primaryScale,
+    gradient.def_property("primary_scale", getter(&CNNArithmeticGradient::primaryScale), setter(&CNNArithmeticGradient::primaryScale, "primary_scale"),
                            "MPSCNNArithmeticGradient.primaryScale (the forward pS)")
-        .def_readwrite("secondary_scale", &CNNArithmeticGradient::secondaryScale,
+        .def_property("secondary_scale", getter(&CNNArithmeticGradient::secondaryScale), setter(&CNNArithmeticGradient::secondaryScale, "secondary_scale"),
                        "MPSCNNArithmeticGradient.secondaryScale (the forward sS)")
-        .def_readwrite("bias", &CNNArithmeticGradient::bias, "MPSCNNArithmeticGradient.bias (ignored, as in MPS)")
-        .def_readwrite("minimum_value", &CNNArithmeticGradient::minimumValue,
+        .def_property("bias", getter(&CNNArithmeticGradient::bias), setter(&CNNArithmeticGradient::bias, "bias"), "MPSCNNArithmeticGradient.bias (ignored, as in MPS)")
+        .def_property("minimum_value", getter(&CNNArithmeticGradient::minimumValue), setter(&CNNArithmeticGradient::minimumValue, "minimum_value"),
                        "MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)")
-        .def_readwrite("maximum_value", &CNNArithmeticGradient::maximumValue,
+        .def_property("maximum_value", getter(&CNNArithmeticGradient::maximumValue), setter(&CNNArithmeticGradient::maximumValue, "maximum_value"),
                        "MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)")
         .def_property_readonly("is_secondary_source_filter", &CNNArithmeticGradient::isSecondarySourceFilter,
                                "MPSCNNArithmeticGradient.isSecondarySourceFilter");

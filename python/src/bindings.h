@@ -17,6 +17,7 @@
 #include "core/image.h"
 #include "core/kernel.h"
 #include "core/state.h"
+#include "conversions.h"
 
 namespace mpsgrad::python {
 
@@ -30,6 +31,33 @@ void bindArithmetic(py::module_& m);
 void bindSoftmax(py::module_& m);
 void bindOptimizers(py::module_& m);  // optimizers and Vector (issue 14)
 void bindLoss(py::module_& m);        // losses (issue 14)
+// ---- pooling, upsampling, dropout families (issue 11)
+void bindPooling(py::module_& m);
+void bindUpsampling(py::module_& m);
+void bindDropout(py::module_& m);
+
+// True once the interpreter is shutting down: no Python API may be called from then on (a
+// thread acquiring the GIL would be stopped by the interpreter mid-destructor).
+bool pythonFinalizing();
+
+// A Python object held by C++ (a completed handler, a kept-alive padding policy, the owner of
+// zero-copy memory). Released under the GIL from any thread; deliberately leaked instead when the
+// interpreter is already finalizing.
+struct PythonReference {
+    py::object object;
+    explicit PythonReference(py::object o) : object(std::move(o)) {}
+    PythonReference(const PythonReference&) = delete;
+    PythonReference& operator=(const PythonReference&) = delete;
+    ~PythonReference();
+};
+
+// Waits for every command buffer committed from Python that has not completed yet (registered
+// with atexit, so shutdown never races work in flight).
+void noteCommitted(const std::shared_ptr<CommandBuffer>& cb);
+void drainCommitted();
+// to_bytes / from_bytes / pickle; walks the module's classes, so it must be bound last.
+void bindSerialization(py::module_& m);
+void bindThreads(py::module_& m);
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

@@ -16,6 +16,12 @@ public:
                                " has no method ", name, "() (MPSCNNConvolutionDataSource protocol)");
     }
     ~PythonDataSource() override {
+        if (pythonFinalizing()) {  // no Python call is possible any more: leak the references
+            weights_.release();
+            biases_.release();
+            object_.release();
+            return;
+        }
         py::gil_scoped_acquire gil;
         weights_ = py::object();
         biases_ = py::object();
@@ -25,7 +31,7 @@ public:
     DataType dataType() override {
         py::gil_scoped_acquire gil;
         if (!py::hasattr(object_, "data_type")) return DataType::Float32;
-        return object_.attr("data_type")().cast<DataType>();
+        return fromPython<DataType>(object_.attr("data_type")(), "data_source.data_type()");
     }
     CNNConvolutionDescriptor descriptor() override {
         py::gil_scoped_acquire gil;
@@ -52,13 +58,25 @@ public:
     }
     bool load() override {
         py::gil_scoped_acquire gil;
-        return py::bool_(object_.attr("load")());
+        return toBool(object_.attr("load")(), "data_source.load()");
     }
+    // Runs from a C++ destructor (after every load), so a Python exception must not escape:
+    // it is reported as a RuntimeWarning and the kernel goes on with the weights it copied.
     void purge() override {
         py::gil_scoped_acquire gil;
         weights_ = py::object();
         biases_ = py::object();
-        object_.attr("purge")();
+        try {
+            object_.attr("purge")();
+        } catch (py::error_already_set& e) {
+            std::string message = "mpsgrad: the data source's purge() raised " + std::string(e.what()) +
+                                  "; the kernel keeps the weights it loaded";
+            if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) {
+                // The warning itself raised (warnings turned into errors): report it as unraisable.
+                py::error_already_set warning;
+                warning.discard_as_unraisable("mpsgrad data source purge()");
+            }
+        }
     }
     std::string label() override {
         py::gil_scoped_acquire gil;
@@ -102,11 +120,7 @@ std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
             py::ssize_t(d.inputFeatureChannels / d.effectiveGroups())};
 }
 
-Device deviceOf(py::object device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    return device.cast<Device>();
-}
+Device deviceOf(py::object device) { return toDevice(device, "device"); }
 
 }  // namespace
 
@@ -121,31 +135,33 @@ void bindConvolution(py::module_& m) {
         .value("FLOAT", NNConvolutionAccumulatorPrecisionOption::Float);
 
     py::class_<CNNConvolutionDescriptor>(m, "CNNConvolutionDescriptor", "MPSCNNConvolutionDescriptor")
-        .def(py::init([](int64_t kw, int64_t kh, int64_t in, int64_t out, py::object neuron) {
-                 CNNConvolutionDescriptor d(kw, kh, in, out);
-                 if (!neuron.is_none()) d.fusedNeuronDescriptor = neuron.cast<NNNeuronDescriptor>();
+        .def(py::init([](IntArg kw, IntArg kh, IntArg in, IntArg out, py::object neuron) {
+                 CNNConvolutionDescriptor d(toInt64(kw.value, "kernel_width"), toInt64(kh.value, "kernel_height"),
+                                            toInt64(in.value, "input_feature_channels"),
+                                            toInt64(out.value, "output_feature_channels"));
+                 if (!neuron.is_none()) d.fusedNeuronDescriptor = fromPython<NNNeuronDescriptor>(neuron, "neuron");
                  return d;
              }),
              py::arg("kernel_width") = 3, py::arg("kernel_height") = 3, py::arg("input_feature_channels") = 0,
              py::arg("output_feature_channels") = 0, py::arg("neuron") = py::none(),
              "+[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:"
              "inputFeatureChannels:outputFeatureChannels:]")
-        .def_readwrite("kernel_width", &CNNConvolutionDescriptor::kernelWidth)
-        .def_readwrite("kernel_height", &CNNConvolutionDescriptor::kernelHeight)
-        .def_readwrite("input_feature_channels", &CNNConvolutionDescriptor::inputFeatureChannels)
-        .def_readwrite("output_feature_channels", &CNNConvolutionDescriptor::outputFeatureChannels)
-        .def_readwrite("stride_in_pixels_x", &CNNConvolutionDescriptor::strideInPixelsX)
-        .def_readwrite("stride_in_pixels_y", &CNNConvolutionDescriptor::strideInPixelsY)
-        .def_readwrite("groups", &CNNConvolutionDescriptor::groups)
-        .def_readwrite("dilation_rate_x", &CNNConvolutionDescriptor::dilationRateX)
-        .def_readwrite("dilation_rate_y", &CNNConvolutionDescriptor::dilationRateY)
+        .def_property("kernel_width", getter(&CNNConvolutionDescriptor::kernelWidth), setter(&CNNConvolutionDescriptor::kernelWidth, "kernel_width"))
+        .def_property("kernel_height", getter(&CNNConvolutionDescriptor::kernelHeight), setter(&CNNConvolutionDescriptor::kernelHeight, "kernel_height"))
+        .def_property("input_feature_channels", getter(&CNNConvolutionDescriptor::inputFeatureChannels), setter(&CNNConvolutionDescriptor::inputFeatureChannels, "input_feature_channels"))
+        .def_property("output_feature_channels", getter(&CNNConvolutionDescriptor::outputFeatureChannels), setter(&CNNConvolutionDescriptor::outputFeatureChannels, "output_feature_channels"))
+        .def_property("stride_in_pixels_x", getter(&CNNConvolutionDescriptor::strideInPixelsX), setter(&CNNConvolutionDescriptor::strideInPixelsX, "stride_in_pixels_x"))
+        .def_property("stride_in_pixels_y", getter(&CNNConvolutionDescriptor::strideInPixelsY), setter(&CNNConvolutionDescriptor::strideInPixelsY, "stride_in_pixels_y"))
+        .def_property("groups", getter(&CNNConvolutionDescriptor::groups), setter(&CNNConvolutionDescriptor::groups, "groups"))
+        .def_property("dilation_rate_x", getter(&CNNConvolutionDescriptor::dilationRateX), setter(&CNNConvolutionDescriptor::dilationRateX, "dilation_rate_x"))
+        .def_property("dilation_rate_y", getter(&CNNConvolutionDescriptor::dilationRateY), setter(&CNNConvolutionDescriptor::dilationRateY, "dilation_rate_y"))
         .def_property("fused_neuron_descriptor",
                       [](const CNNConvolutionDescriptor& d) -> py::object {
                           if (d.fusedNeuronDescriptor.neuronType == CNNNeuronType::None) return py::none();
                           return py::cast(d.fusedNeuronDescriptor);
                       },
                       [](CNNConvolutionDescriptor& d, py::object n) {
-                          d.fusedNeuronDescriptor = n.is_none() ? NNNeuronDescriptor() : n.cast<NNNeuronDescriptor>();
+                          d.fusedNeuronDescriptor = n.is_none() ? NNNeuronDescriptor() : fromPython<NNNeuronDescriptor>(n, "fused_neuron_descriptor");
                       },
                       "MPSCNNConvolutionDescriptor.fusedNeuronDescriptor (None: no neuron)")
         .def_property_readonly("channel_multiplier", &CNNConvolutionDescriptor::channelMultiplier)
@@ -165,7 +181,7 @@ void bindConvolution(py::module_& m) {
     m.def("CNNDepthWiseConvolutionDescriptor", [](int64_t kw, int64_t kh, int64_t in, int64_t out, py::object neuron) {
         CNNConvolutionDescriptor d(kw, kh, in, out);
         d.depthwise = true;
-        if (!neuron.is_none()) d.fusedNeuronDescriptor = neuron.cast<NNNeuronDescriptor>();
+        if (!neuron.is_none()) d.fusedNeuronDescriptor = fromPython<NNNeuronDescriptor>(neuron, "neuron");
         return d;
     }, py::arg("kernel_width") = 3, py::arg("kernel_height") = 3, py::arg("input_feature_channels") = 0,
           py::arg("output_feature_channels") = 0, py::arg("neuron") = py::none(),
@@ -243,7 +259,7 @@ void bindConvolution(py::module_& m) {
             if (k.fusedNeuronDescriptor().neuronType == CNNNeuronType::None) return py::none();
             return py::cast(k.fusedNeuronDescriptor());
         })
-        .def_readwrite("accumulator_precision_option", &CNNConvolution::accumulatorPrecisionOption)
+        .def_property("accumulator_precision_option", getter(&CNNConvolution::accumulatorPrecisionOption), setter(&CNNConvolution::accumulatorPrecisionOption, "accumulator_precision_option"))
         .def("reload_weights_and_biases_from_data_source", &CNNConvolution::reloadWeightsAndBiasesFromDataSource,
              "-reloadWeightsAndBiasesFromDataSource")
         .def("reload_weights_and_biases_with_command_buffer",
@@ -280,7 +296,13 @@ void bindConvolution(py::module_& m) {
         .def_property_readonly("groups", &CNNConvolutionGradient::groups)
         .def_property_readonly("channel_multiplier", &CNNConvolutionGradient::channelMultiplier)
         .def_property_readonly("data_source", [](const CNNConvolutionGradient& k) { return dataSourceObject(k.dataSource()); })
-        .def_readwrite("gradient_option", &CNNConvolutionGradient::gradientOption,
+        .def_property("gradient_option", getter(&CNNConvolutionGradient::gradientOption), [](CNNConvolutionGradient& k, py::handle value) {
+                          auto option = fromPython<CNNConvolutionGradientOption>(value, "gradient_option");
+                          if (uint32_t(option) < 1 || uint32_t(option) > 3)
+                              throwValueError("gradient_option: must be GRADIENT_WITH_DATA, "
+                                              "GRADIENT_WITH_WEIGHTS_AND_BIAS or ALL, got ", uint32_t(option));
+                          k.gradientOption = option;
+                      },
                        "MPSCNNConvolutionGradient.gradientOption")
         .def("reload_weights_and_biases_from_data_source",
              &CNNConvolutionGradient::reloadWeightsAndBiasesFromDataSource, "-reloadWeightsAndBiasesFromDataSource")

@@ -1,6 +1,7 @@
 // Bindings of the core object model: enums, Device, CommandQueue, CommandBuffer, images,
 // states (MPSCore / Metal semantics).
 #include <cstring>
+#include <mutex>
 
 #include "bindings.h"
 
@@ -23,15 +24,69 @@ py::array floatView(const BufferSlice& slice, std::vector<py::ssize_t> shape, st
     return py::array(py::dtype::of<float>(), shape, strides, slice.floats(), owner);
 }
 
+// ---- interpreter lifetime -------------------------------------------------------------------
+
+bool pythonFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+    return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+PythonReference::~PythonReference() {
+    if (!object) return;
+    if (pythonFinalizing()) {
+        object.release();  // leaked: the interpreter is going away and no thread may take the GIL
+        return;
+    }
+    py::gil_scoped_acquire gil;
+    object = py::object();
+}
+
+namespace {
+std::mutex committedMutex;
+std::vector<std::weak_ptr<CommandBuffer>> committedBuffers;
+}  // namespace
+
+void noteCommitted(const std::shared_ptr<CommandBuffer>& cb) {
+    std::lock_guard<std::mutex> lock(committedMutex);
+    // Forget buffers that are gone or done, so the list stays as short as the work in flight.
+    std::vector<std::weak_ptr<CommandBuffer>> live;
+    for (auto& weak : committedBuffers)
+        if (auto b = weak.lock())
+            if (b->status() == CommandBufferStatus::Committed) live.push_back(weak);
+    live.push_back(cb);
+    committedBuffers.swap(live);
+}
+
+void drainCommitted() {
+    std::vector<std::weak_ptr<CommandBuffer>> pending;
+    {
+        std::lock_guard<std::mutex> lock(committedMutex);
+        pending.swap(committedBuffers);
+    }
+    py::gil_scoped_release release;  // completed handlers need the GIL while we wait
+    for (auto& weak : pending)
+        if (auto b = weak.lock()) {
+            try {
+                b->waitUntilCompleted();
+            } catch (const std::exception&) {
+                // A buffer that cannot be waited on (e.g. committed from its queue's own handler) is
+                // left to finish on its own.
+            }
+        }
+}
+
 Offset toOffset(py::handle value, const char* what) {
     if (py::isinstance<Offset>(value)) return value.cast<Offset>();
     if (py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value)) {
         auto seq = value.cast<py::sequence>();
         if (seq.size() == 2 || seq.size() == 3) {
             Offset o;
-            o.x = seq[0].cast<int64_t>();
-            o.y = seq[1].cast<int64_t>();
-            o.z = seq.size() == 3 ? seq[2].cast<int64_t>() : 0;
+            o.x = toInt64(seq[0], what);
+            o.y = toInt64(seq[1], what);
+            o.z = seq.size() == 3 ? toInt64(seq[2], what) : 0;
             return o;
         }
     }
@@ -42,17 +97,20 @@ Region toRegion(py::handle value, const char* what) {
     if (py::isinstance<Region>(value)) return value.cast<Region>();
     if (py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value)) {
         auto seq = value.cast<py::sequence>();
-        if (seq.size() == 2) {
-            auto origin = seq[0].cast<std::vector<int64_t>>();
-            auto size = seq[1].cast<std::vector<int64_t>>();
-            if ((origin.size() == 2 || origin.size() == 3) && (size.size() == 2 || size.size() == 3)) {
-                Region r;
-                r.origin = Origin{origin[0], origin[1], origin.size() == 3 ? origin[2] : 0};
-                for (auto v : size)
-                    if (v < 0) throwValueError(what, ": sizes must be >= 0, got ", v);
-                r.size = Size3{uint64_t(size[0]), uint64_t(size[1]), size.size() == 3 ? uint64_t(size[2]) : 1};
-                return r;
-            }
+        auto isPair = [](py::handle v) {
+            return py::isinstance<py::sequence>(v) && !py::isinstance<py::str>(v) &&
+                   (py::len(v) == 2 || py::len(v) == 3);
+        };
+        if (seq.size() == 2 && isPair(seq[0]) && isPair(seq[1])) {
+            auto origin = seq[0].cast<py::sequence>();
+            auto size = seq[1].cast<py::sequence>();
+            Region r;
+            r.origin = Origin{toInt64(origin[0], what), toInt64(origin[1], what),
+                              origin.size() == 3 ? toInt64(origin[2], what) : 0};
+            // Sizes are unsigned (MTLSize), so RECT_NO_CLIP's 2**64 - 1 is expressible.
+            r.size = Size3{toUInt64(size[0], what), toUInt64(size[1], what),
+                           size.size() == 3 ? toUInt64(size[2], what) : 1};
+            return r;
         }
     }
     throwTypeError(what, ": expected a Region or ((x, y[, z]), (width, height[, depth])), got ",
@@ -122,13 +180,7 @@ namespace {
 
 // Runs a Python completed handler on the worker thread under the GIL, and releases the
 // Python callable under the GIL too.
-struct PythonCallback {
-    py::object function;
-    ~PythonCallback() {
-        py::gil_scoped_acquire gil;
-        function = py::object();
-    }
-};
+using PythonCallback = PythonReference;
 
 // The array shape of `channels` channels of one image in `layout`: (H, W, C) or (C, H, W).
 std::vector<py::ssize_t> readWriteShape(const Image& image, int64_t channels, DataLayout layout) {
@@ -137,9 +189,17 @@ std::vector<py::ssize_t> readWriteShape(const Image& image, int64_t channels, Da
     return {py::ssize_t(channels), py::ssize_t(image.height()), py::ssize_t(image.width())};
 }
 
+// number_of_feature_channels: None means "all after the offset"; a number must be >= 1.
+int64_t channelCountArgument(const py::object& channelCount) {
+    if (channelCount.is_none()) return -1;
+    int64_t n = toInt64(channelCount, "number_of_feature_channels");
+    if (n < 1) throwValueError("number_of_feature_channels: must be >= 1 (or None for all), got ", n);
+    return n;
+}
+
 py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
                     py::object channelCount) {
-    ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
+    ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
     int64_t channels = image.channelsForReadWrite(params);
     std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
     py::array_t<float> out(shape);
@@ -149,7 +209,7 @@ py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, i
 
 void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
                 py::object channelCount) {
-    ImageReadWriteParams params{channelOffset, channelCount.is_none() ? -1 : channelCount.cast<int64_t>()};
+    ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
     int64_t channels = image.channelsForReadWrite(params);
     std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
     auto array = floatArrayOfShape(data, shape, "data");
@@ -160,24 +220,16 @@ void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageI
 class PythonOwnedBuffer final : public Buffer {
 public:
     PythonOwnedBuffer(py::object owner, void* data, size_t length) : owner_(std::move(owner)), data_(data), length_(length) {}
-    ~PythonOwnedBuffer() override {
-        py::gil_scoped_acquire gil;
-        owner_ = py::object();
-    }
     void* contents() override { return data_; }
     size_t length() const override { return length_; }
 
 private:
-    py::object owner_;
+    PythonReference owner_;  // released under the GIL, or leaked at interpreter exit
     void* data_;
     size_t length_;
 };
 
-Device deviceOr(const py::object& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    return device.cast<Device>();
-}
+Device deviceOr(const py::object& device) { return toDevice(device, "device"); }
 
 // (H, W, C) or (N, H, W, C) float array → N (1 for 3-D input) and its 4-D view.
 py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle data, const char* what) {
@@ -248,6 +300,17 @@ ImagePtr imageFromArrayZeroCopy(py::array array, const py::object& device) {
 }  // namespace
 
 void bindCore(py::module_& m) {
+    m.def("_is_initialized", [](py::handle object) {
+        // False for an instance made by Cls.__new__(Cls) whose __init__ has not run (its C++ object
+        // does not exist yet); used by the package's __new__ guard.
+        if (py::detail::all_type_info(Py_TYPE(object.ptr())).empty())
+            throwTypeError("object: expected an mpsgrad object, got ", typeName(object));
+        auto* instance = reinterpret_cast<py::detail::instance*>(object.ptr());
+        for (auto vh : py::detail::values_and_holders(instance))
+            if (!vh.holder_constructed()) return false;
+        return true;
+    }, py::arg("object"), "Internal: whether a bound object's C++ part has been constructed.");
+
     // ---- enums (exact MPS / Metal values) -------------------------------------------------
     py::enum_<ImageEdgeMode>(m, "ImageEdgeMode", "MPSImageEdgeMode")
         .value("ZERO", ImageEdgeMode::Zero)
@@ -290,11 +353,13 @@ void bindCore(py::module_& m) {
 
     // ---- value types ----------------------------------------------------------------------
     py::class_<Offset>(m, "Offset", "MPSOffset {x, y, z}")
-        .def(py::init([](int64_t x, int64_t y, int64_t z) { return Offset{x, y, z}; }), py::arg("x") = 0,
-             py::arg("y") = 0, py::arg("z") = 0)
-        .def_readwrite("x", &Offset::x)
-        .def_readwrite("y", &Offset::y)
-        .def_readwrite("z", &Offset::z)
+        .def(py::init([](IntArg x, IntArg y, IntArg z) {
+                 return Offset{toInt64(x.value, "x"), toInt64(y.value, "y"), toInt64(z.value, "z")};
+             }),
+             py::arg("x") = 0, py::arg("y") = 0, py::arg("z") = 0)
+        .def_property("x", getter(&Offset::x), setter(&Offset::x, "x"))
+        .def_property("y", getter(&Offset::y), setter(&Offset::y, "y"))
+        .def_property("z", getter(&Offset::z), setter(&Offset::z, "z"))
         .def("__eq__", [](const Offset& a, py::handle b) {
             try { return a == toOffset(b, "other"); } catch (...) { return false; }
         })
@@ -334,8 +399,15 @@ void bindCore(py::module_& m) {
             if (e.empty()) return py::none();
             return py::str(e);
         }, "MTLCommandBuffer.error: the failure's description, or None")
-        .def_readwrite("label", &CommandBuffer::label)
-        .def("commit", &CommandBuffer::commit, "-[MTLCommandBuffer commit]: submit the encoded work (asynchronous).")
+        .def_property("label", getter(&CommandBuffer::label), setter(&CommandBuffer::label, "label"))
+        .def("commit", [](const std::shared_ptr<CommandBuffer>& cb) {
+            cb->commit();
+            noteCommitted(cb);
+        }, "-[MTLCommandBuffer commit]: submit the encoded work (asynchronous).")
+        .def("fail_on_commit", &CommandBuffer::failOnCommit, py::arg("message") = "",
+             "Test hook (not in Metal): when committed, the buffer fails with `message` instead of running its "
+             "work: status ERROR, error set, handlers run, wait_until_completed raises CommandBufferError. "
+             "See docs/verification.md.")
         .def("wait_until_completed", [](CommandBuffer& cb) {
             {
                 py::gil_scoped_release release;
@@ -344,14 +416,18 @@ void bindCore(py::module_& m) {
             if (cb.status() == CommandBufferStatus::Error) throw CommandBufferError(cb.error());
         }, "-[MTLCommandBuffer waitUntilCompleted]; raises CommandBufferError when the work failed.")
         .def("add_completed_handler", [](CommandBuffer& cb, py::function handler) {
-            auto callback = std::make_shared<PythonCallback>();
-            callback->function = handler;
+            auto callback = std::make_shared<PythonCallback>(handler);
             cb.addCompletedHandler([callback](CommandBuffer& done) {
+                if (pythonFinalizing()) return;  // atexit drained what it could; nothing may run Python now
                 py::gil_scoped_acquire gil;
                 try {
-                    callback->function(done.shared_from_this());
+                    callback->object(done.shared_from_this());
                 } catch (py::error_already_set& e) {
                     e.discard_as_unraisable("mpsgrad completed handler");
+                } catch (const std::exception& e) {
+                    // A C++ error raised by an mpsgrad call inside the handler: reported like a Python one.
+                    PyErr_SetString(PyExc_RuntimeError, e.what());
+                    PyErr_WriteUnraisable(callback->object.ptr());
                 }
             });
         }, py::arg("handler"), "-[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.");
@@ -360,25 +436,29 @@ void bindCore(py::module_& m) {
         .def(py::init([](py::object device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),
              py::arg("device") = py::none(), "-[MTLDevice newCommandQueue]")
         .def_property_readonly("device", &CommandQueue::device)
-        .def_readwrite("label", &CommandQueue::label)
+        .def_property("label", getter(&CommandQueue::label), setter(&CommandQueue::label, "label"))
         .def("command_buffer", &CommandQueue::commandBuffer, "-[MTLCommandQueue commandBuffer]");
 
     // ---- images ---------------------------------------------------------------------------------
     py::class_<ImageDescriptor>(m, "ImageDescriptor", "MPSImageDescriptor")
-        .def(py::init([](int64_t width, int64_t height, int64_t featureChannels, int64_t numberOfImages,
-                         ImageFeatureChannelFormat format, uint32_t usage) {
-                 return ImageDescriptor::make(format, width, height, featureChannels, numberOfImages, usage);
+        .def(py::init([](IntArg width, IntArg height, IntArg featureChannels, IntArg numberOfImages,
+                         py::handle format, IntArg usage) {
+                 return ImageDescriptor::make(fromPython<ImageFeatureChannelFormat>(format, "channel_format"),
+                                              toInt64(width.value, "width"), toInt64(height.value, "height"),
+                                              toInt64(featureChannels.value, "feature_channels"),
+                                              toInt64(numberOfImages.value, "number_of_images"),
+                                              fromPython<uint32_t>(usage.value, "usage"));
              }),
              py::arg("width") = 1, py::arg("height") = 1, py::arg("feature_channels") = 1,
              py::arg("number_of_images") = 1, py::arg_v("channel_format", ImageFeatureChannelFormat::Float32, "ImageFeatureChannelFormat.FLOAT32"),
              py::arg("usage") = 3,
              "+[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]")
-        .def_readwrite("width", &ImageDescriptor::width)
-        .def_readwrite("height", &ImageDescriptor::height)
-        .def_readwrite("feature_channels", &ImageDescriptor::featureChannels)
-        .def_readwrite("number_of_images", &ImageDescriptor::numberOfImages)
-        .def_readwrite("channel_format", &ImageDescriptor::featureChannelFormat)
-        .def_readwrite("usage", &ImageDescriptor::usage)
+        .def_property("width", getter(&ImageDescriptor::width), setter(&ImageDescriptor::width, "width"))
+        .def_property("height", getter(&ImageDescriptor::height), setter(&ImageDescriptor::height, "height"))
+        .def_property("feature_channels", getter(&ImageDescriptor::featureChannels), setter(&ImageDescriptor::featureChannels, "feature_channels"))
+        .def_property("number_of_images", getter(&ImageDescriptor::numberOfImages), setter(&ImageDescriptor::numberOfImages, "number_of_images"))
+        .def_property("channel_format", getter(&ImageDescriptor::featureChannelFormat), setter(&ImageDescriptor::featureChannelFormat, "channel_format"))
+        .def_property("usage", getter(&ImageDescriptor::usage), setter(&ImageDescriptor::usage, "usage"))
         .def("__repr__", [](const ImageDescriptor& d) {
             return "ImageDescriptor(width=" + std::to_string(d.width) + ", height=" + std::to_string(d.height) +
                    ", feature_channels=" + std::to_string(d.featureChannels) +
@@ -386,8 +466,8 @@ void bindCore(py::module_& m) {
         });
 
     py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 feature channels, NHWC storage.")
-        .def(py::init([](py::object device, const ImageDescriptor& d) {
-                 return std::make_shared<Image>(deviceOr(device), d);
+        .def(py::init([](py::object device, py::handle d) {
+                 return std::make_shared<Image>(deviceOr(device), fromPython<ImageDescriptor>(d, "image_descriptor"));
              }),
              py::arg("device"), py::arg("image_descriptor"), "-[MPSImage initWithDevice:imageDescriptor:]")
         .def_property_readonly("device", &Image::device)
@@ -405,7 +485,7 @@ void bindCore(py::module_& m) {
         .def_property_readonly("shape", [](const Image& i) {
             return py::make_tuple(i.numberOfImages(), i.height(), i.width(), i.featureChannels());
         }, "(number_of_images, height, width, feature_channels)")
-        .def_readwrite("label", &Image::label)
+        .def_property("label", getter(&Image::label), setter(&Image::label, "label"))
         .def("sub_image_with_feature_channel_range", &Image::subImageWithFeatureChannelRange, py::arg("location"),
              py::arg("length"), "-[MPSImage subImageWithFeatureChannelRange:] (aliases the storage)")
         .def("batch_representation", &Image::batchRepresentation, "-[MPSImage batchRepresentation]")
@@ -481,7 +561,7 @@ void bindCore(py::module_& m) {
         }, py::arg("index"), "-[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view")
         .def("synchronize_on_command_buffer", &State::synchronizeOnCommandBuffer, py::arg("command_buffer"),
              "-[MPSState synchronizeOnCommandBuffer:]")
-        .def_readwrite("label", &State::label)
+        .def_property("label", getter(&State::label), setter(&State::label, "label"))
         .def("__repr__", [](const State& s) {
             return std::string("<mpsgrad.") + s.className() + (s.isTemporary() ? " temporary" : "") +
                    " read_count=" + std::to_string(s.readCount()) + ">";

@@ -1,5 +1,7 @@
 // Bindings of the kernel hierarchy (MPSKernel, MPSCNNKernel, MPSCNNBinaryKernel,
 // MPSCNNGradientKernel) with every encode form, and the padding policies.
+#include <optional>
+
 #include "bindings.h"
 
 namespace mpsgrad::python {
@@ -16,6 +18,65 @@ StatePtr optionalState(py::handle value, const char* what) {
     if (!py::isinstance<State>(value))
         throwTypeError(what, ": expected a State, got ", std::string(py::repr(value.get_type())));
     return value.cast<StatePtr>();
+}
+
+// A shared_ptr to the C++ part of `value` that also keeps the Python object alive: a Python
+// subclass of NNPadding or ImageAllocator must live as long as the kernel holding it, even
+// when the caller keeps no reference (its methods are looked up on the Python object).
+template <class T>
+std::shared_ptr<T> keepingPythonAlive(py::handle value, const char* what, const char* expected) {
+    if (!py::isinstance<T>(value))
+        throwTypeError(what, ": expected ", expected, " or None, got ", typeName(value));
+    auto cpp = value.cast<std::shared_ptr<T>>();
+    struct Owner {
+        Owner(std::shared_ptr<T> c, py::object o) : cpp(std::move(c)), python(std::move(o)) {}
+        std::shared_ptr<T> cpp;
+        PythonReference python;
+    };
+    auto owner = std::make_shared<Owner>(cpp, py::reinterpret_borrow<py::object>(value));
+    return std::shared_ptr<T>(owner, cpp.get());  // aliasing: owns both, points at the C++ part
+}
+
+// kernel.padding: the object that was set, or the kernel's default policy (never None).
+template <class K>
+auto paddingGetter() {
+    return [](const K& k) -> std::shared_ptr<NNPadding> {
+        if (k.padding) return k.padding;
+        return NNDefaultPadding::paddingWithMethod(defaultPaddingMethod());
+    };
+}
+template <class K>
+auto paddingSetter() {
+    return [](K& k, py::handle value) {
+        k.padding = value.is_none() ? nullptr : keepingPythonAlive<NNPadding>(value, "padding", "an NNPadding");
+    };
+}
+// kernel.destination_image_allocator: the object that was set, or the default (temporary images).
+template <class K>
+auto allocatorGetter() {
+    return [](const K& k) {
+        return k.destinationImageAllocator ? k.destinationImageAllocator : ImageAllocator::temporaryAllocator();
+    };
+}
+template <class K>
+auto allocatorSetter() {
+    return [](K& k, py::handle value) {
+        k.destinationImageAllocator =
+            value.is_none() ? nullptr
+                            : keepingPythonAlive<ImageAllocator>(value, "destination_image_allocator",
+                                                                 "an ImageAllocator");
+    };
+}
+
+// destination_state_is_temporary selects the returning encode forms; with a destination image
+// it would be silently ignored, so that combination is rejected.
+std::optional<bool> stateIsTemporaryArgument(py::handle value, bool hasDestination) {
+    if (value.is_none()) return std::nullopt;
+    bool temporary = toBool(value, "destination_state_is_temporary");
+    if (hasDestination)
+        throwValueError("destination_state_is_temporary: applies to the returning encode forms only; with "
+                        "destination_image(s) pass destination_state(s) (from result_state) instead");
+    return temporary;
 }
 
 class PyNNPadding : public NNPadding {
@@ -51,8 +112,8 @@ public:
 void bindKernel(py::module_& m) {
     py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel", "MPSKernel")
         .def_property_readonly("device", &Kernel::device)
-        .def_readwrite("options", &Kernel::options, "MPSKernel.options (KernelOptions bits)")
-        .def_readwrite("label", &Kernel::label);
+        .def_property("options", getter(&Kernel::options), setter(&Kernel::options, "options"), "MPSKernel.options (KernelOptions bits)")
+        .def_property("label", getter(&Kernel::label), setter(&Kernel::label, "label"));
 
     py::class_<NNPadding, PyNNPadding, std::shared_ptr<NNPadding>>(
         m, "NNPadding",
@@ -89,12 +150,12 @@ void bindKernel(py::module_& m) {
                       [](CNNKernel& k, py::handle v) { k.offset = toOffset(v, "offset"); }, "MPSCNNKernel.offset")
         .def_property("clip_rect", [](const CNNKernel& k) { return k.clipRect; },
                       [](CNNKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); }, "MPSCNNKernel.clipRect")
-        .def_readwrite("destination_feature_channel_offset", &CNNKernel::destinationFeatureChannelOffset)
-        .def_readwrite("source_feature_channel_offset", &CNNKernel::sourceFeatureChannelOffset)
-        .def_readwrite("source_feature_channel_max_count", &CNNKernel::sourceFeatureChannelMaxCount)
-        .def_readwrite("edge_mode", &CNNKernel::edgeMode)
-        .def_readwrite("padding", &CNNKernel::padding)
-        .def_readwrite("destination_image_allocator", &CNNKernel::destinationImageAllocator)
+        .def_property("destination_feature_channel_offset", getter(&CNNKernel::destinationFeatureChannelOffset), setter(&CNNKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
+        .def_property("source_feature_channel_offset", getter(&CNNKernel::sourceFeatureChannelOffset), setter(&CNNKernel::sourceFeatureChannelOffset, "source_feature_channel_offset"))
+        .def_property("source_feature_channel_max_count", getter(&CNNKernel::sourceFeatureChannelMaxCount), setter(&CNNKernel::sourceFeatureChannelMaxCount, "source_feature_channel_max_count"))
+        .def_property("edge_mode", getter(&CNNKernel::edgeMode), setter(&CNNKernel::edgeMode, "edge_mode"))
+        .def_property("padding", paddingGetter<CNNKernel>(), paddingSetter<CNNKernel>())
+        .def_property("destination_image_allocator", allocatorGetter<CNNKernel>(), allocatorSetter<CNNKernel>())
         .def_property_readonly("kernel_width", &CNNKernel::kernelWidth)
         .def_property_readonly("kernel_height", &CNNKernel::kernelHeight)
         .def_property_readonly("stride_in_pixels_x", &CNNKernel::strideInPixelsX)
@@ -111,14 +172,15 @@ void bindKernel(py::module_& m) {
                py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
                 ImagePtr src = requireImage(source, "source_image");
                 StatePtr state = optionalState(destinationState, "destination_state");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImage.is_none());
                 if (!destinationImage.is_none()) {
                     ImagePtr dst = requireImage(destinationImage, "destination_image");
                     k.encode(cb, src, state, dst);
                     return py::cast(dst);
                 }
-                if (!stateIsTemporary.is_none()) {
+                if (temporary) {
                     StatePtr produced;
-                    ImagePtr dst = k.encode(cb, src, &produced, stateIsTemporary.cast<bool>());
+                    ImagePtr dst = k.encode(cb, src, &produced, *temporary);
                     return py::make_tuple(dst, produced);
                 }
                 if (state) {
@@ -147,14 +209,15 @@ void bindKernel(py::module_& m) {
                py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
                 ImageBatch src = toImageBatch(sources, "source_images");
                 StateBatch states = toStateBatch(destinationStates, "destination_states");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImages.is_none());
                 if (!destinationImages.is_none()) {
                     ImageBatch dst = toImageBatch(destinationImages, "destination_images");
                     k.encodeBatch(cb, src, states, dst);
                     return py::cast(dst);
                 }
-                if (!stateIsTemporary.is_none()) {
+                if (temporary) {
                     StateBatch produced;
-                    ImageBatch dst = k.encodeBatch(cb, src, &produced, stateIsTemporary.cast<bool>());
+                    ImageBatch dst = k.encodeBatch(cb, src, &produced, *temporary);
                     return py::make_tuple(dst, produced);
                 }
                 if (!states.empty()) throwValueError("destination_states: pass destination_images with them");
@@ -201,21 +264,19 @@ void bindKernel(py::module_& m) {
                       [](CNNBinaryKernel& k, py::handle v) { k.secondaryOffset = toOffset(v, "secondary_offset"); })
         .def_property("clip_rect", [](const CNNBinaryKernel& k) { return k.clipRect; },
                       [](CNNBinaryKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); })
-        .def_readwrite("destination_feature_channel_offset", &CNNBinaryKernel::destinationFeatureChannelOffset)
-        .def_readwrite("primary_source_feature_channel_offset", &CNNBinaryKernel::primarySourceFeatureChannelOffset)
-        .def_readwrite("secondary_source_feature_channel_offset", &CNNBinaryKernel::secondarySourceFeatureChannelOffset)
-        .def_readwrite("primary_source_feature_channel_max_count",
-                       &CNNBinaryKernel::primarySourceFeatureChannelMaxCount)
-        .def_readwrite("secondary_source_feature_channel_max_count",
-                       &CNNBinaryKernel::secondarySourceFeatureChannelMaxCount)
-        .def_readwrite("primary_edge_mode", &CNNBinaryKernel::primaryEdgeMode)
-        .def_readwrite("secondary_edge_mode", &CNNBinaryKernel::secondaryEdgeMode)
-        .def_readwrite("primary_stride_in_pixels_x", &CNNBinaryKernel::primaryStrideInPixelsX)
-        .def_readwrite("primary_stride_in_pixels_y", &CNNBinaryKernel::primaryStrideInPixelsY)
-        .def_readwrite("secondary_stride_in_pixels_x", &CNNBinaryKernel::secondaryStrideInPixelsX)
-        .def_readwrite("secondary_stride_in_pixels_y", &CNNBinaryKernel::secondaryStrideInPixelsY)
-        .def_readwrite("padding", &CNNBinaryKernel::padding)
-        .def_readwrite("destination_image_allocator", &CNNBinaryKernel::destinationImageAllocator)
+        .def_property("destination_feature_channel_offset", getter(&CNNBinaryKernel::destinationFeatureChannelOffset), setter(&CNNBinaryKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
+        .def_property("primary_source_feature_channel_offset", getter(&CNNBinaryKernel::primarySourceFeatureChannelOffset), setter(&CNNBinaryKernel::primarySourceFeatureChannelOffset, "primary_source_feature_channel_offset"))
+        .def_property("secondary_source_feature_channel_offset", getter(&CNNBinaryKernel::secondarySourceFeatureChannelOffset), setter(&CNNBinaryKernel::secondarySourceFeatureChannelOffset, "secondary_source_feature_channel_offset"))
+        .def_property("primary_source_feature_channel_max_count", getter(&CNNBinaryKernel::primarySourceFeatureChannelMaxCount), setter(&CNNBinaryKernel::primarySourceFeatureChannelMaxCount, "primary_source_feature_channel_max_count"))
+        .def_property("secondary_source_feature_channel_max_count", getter(&CNNBinaryKernel::secondarySourceFeatureChannelMaxCount), setter(&CNNBinaryKernel::secondarySourceFeatureChannelMaxCount, "secondary_source_feature_channel_max_count"))
+        .def_property("primary_edge_mode", getter(&CNNBinaryKernel::primaryEdgeMode), setter(&CNNBinaryKernel::primaryEdgeMode, "primary_edge_mode"))
+        .def_property("secondary_edge_mode", getter(&CNNBinaryKernel::secondaryEdgeMode), setter(&CNNBinaryKernel::secondaryEdgeMode, "secondary_edge_mode"))
+        .def_property("primary_stride_in_pixels_x", getter(&CNNBinaryKernel::primaryStrideInPixelsX), setter(&CNNBinaryKernel::primaryStrideInPixelsX, "primary_stride_in_pixels_x"))
+        .def_property("primary_stride_in_pixels_y", getter(&CNNBinaryKernel::primaryStrideInPixelsY), setter(&CNNBinaryKernel::primaryStrideInPixelsY, "primary_stride_in_pixels_y"))
+        .def_property("secondary_stride_in_pixels_x", getter(&CNNBinaryKernel::secondaryStrideInPixelsX), setter(&CNNBinaryKernel::secondaryStrideInPixelsX, "secondary_stride_in_pixels_x"))
+        .def_property("secondary_stride_in_pixels_y", getter(&CNNBinaryKernel::secondaryStrideInPixelsY), setter(&CNNBinaryKernel::secondaryStrideInPixelsY, "secondary_stride_in_pixels_y"))
+        .def_property("padding", paddingGetter<CNNBinaryKernel>(), paddingSetter<CNNBinaryKernel>())
+        .def_property("destination_image_allocator", allocatorGetter<CNNBinaryKernel>(), allocatorSetter<CNNBinaryKernel>())
         .def_property_readonly("primary_kernel_width", &CNNBinaryKernel::primaryKernelWidth)
         .def_property_readonly("primary_kernel_height", &CNNBinaryKernel::primaryKernelHeight)
         .def_property_readonly("secondary_kernel_width", &CNNBinaryKernel::secondaryKernelWidth)
@@ -240,14 +301,15 @@ void bindKernel(py::module_& m) {
                 ImagePtr p = requireImage(primary, "primary_image");
                 ImagePtr s = requireImage(secondary, "secondary_image");
                 StatePtr state = optionalState(destinationState, "destination_state");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImage.is_none());
                 if (!destinationImage.is_none()) {
                     ImagePtr dst = requireImage(destinationImage, "destination_image");
                     k.encode(cb, p, s, state, dst);
                     return py::cast(dst);
                 }
-                if (!stateIsTemporary.is_none()) {
+                if (temporary) {
                     StatePtr produced;
-                    ImagePtr dst = k.encode(cb, p, s, &produced, stateIsTemporary.cast<bool>());
+                    ImagePtr dst = k.encode(cb, p, s, &produced, *temporary);
                     return py::make_tuple(dst, produced);
                 }
                 if (state) {
@@ -278,14 +340,15 @@ void bindKernel(py::module_& m) {
                 ImageBatch p = toImageBatch(primaries, "primary_images");
                 ImageBatch s = toImageBatch(secondaries, "secondary_images");
                 StateBatch states = toStateBatch(destinationStates, "destination_states");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImages.is_none());
                 if (!destinationImages.is_none()) {
                     ImageBatch dst = toImageBatch(destinationImages, "destination_images");
                     k.encodeBatch(cb, p, s, states, dst);
                     return py::cast(dst);
                 }
-                if (!stateIsTemporary.is_none()) {
+                if (temporary) {
                     StateBatch produced;
-                    ImageBatch dst = k.encodeBatch(cb, p, s, &produced, stateIsTemporary.cast<bool>());
+                    ImageBatch dst = k.encodeBatch(cb, p, s, &produced, *temporary);
                     return py::make_tuple(dst, produced);
                 }
                 if (!states.empty()) throwValueError("destination_states: pass destination_images with them");
@@ -317,8 +380,8 @@ void bindKernel(py::module_& m) {
 
     py::class_<CNNGradientKernel, CNNBinaryKernel, std::shared_ptr<CNNGradientKernel>>(m, "CNNGradientKernel",
                                                                                       "MPSCNNGradientKernel")
-        .def_readwrite("kernel_offset_x", &CNNGradientKernel::kernelOffsetX, "MPSCNNGradientKernel.kernelOffsetX")
-        .def_readwrite("kernel_offset_y", &CNNGradientKernel::kernelOffsetY, "MPSCNNGradientKernel.kernelOffsetY")
+        .def_property("kernel_offset_x", getter(&CNNGradientKernel::kernelOffsetX), setter(&CNNGradientKernel::kernelOffsetX, "kernel_offset_x"), "MPSCNNGradientKernel.kernelOffsetX")
+        .def_property("kernel_offset_y", getter(&CNNGradientKernel::kernelOffsetY), setter(&CNNGradientKernel::kernelOffsetY, "kernel_offset_y"), "MPSCNNGradientKernel.kernelOffsetY")
         .def(
             "encode",
             [](CNNGradientKernel& k, CommandBuffer& cb, py::handle gradient, py::handle source, py::handle state,

@@ -10,6 +10,10 @@ PYBIND11_MODULE(_mpsgrad, m) {
             if (p) std::rethrow_exception(p);
         } catch (const mpsgrad::TypeError& e) {
             PyErr_SetString(PyExc_TypeError, e.what());
+        } catch (const py::cast_error& e) {
+            // A value of the wrong type reached a conversion: a TypeError, not pybind11's RuntimeError.
+            PyErr_SetString(PyExc_TypeError, *e.what() ? e.what() : "an argument has the wrong type or an object "
+                                                                    "was not initialized (__init__ not called)");
         }
     });
     py::register_exception<CommandBufferError>(m, "CommandBufferError", PyExc_RuntimeError);
@@ -21,6 +25,14 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindSoftmax(m);
     bindOptimizers(m);  // issue 14
     bindLoss(m);        // issue 14
+    // ---- pooling, upsampling, dropout families (issue 11)
+    bindPooling(m);
+    bindUpsampling(m);
+    bindDropout(m);
+    bindThreads(m);
+    // Drain work committed from Python before the interpreter starts finalizing.
+    py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));
+    bindSerialization(m);  // keep last: it adds pickle support to every class bound above
 }
 
 }  // namespace mpsgrad::python

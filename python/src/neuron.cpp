@@ -5,18 +5,24 @@
 namespace mpsgrad::python {
 namespace {
 
-Device neuronDevice(const py::object& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    if (!py::isinstance<Device>(device))
-        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
-    return device.cast<Device>();
-}
+Device neuronDevice(const py::object& device) { return toDevice(device, "device"); }
 
 const NNNeuronDescriptor& requireNeuronDescriptor(const py::object& value) {
     if (value.is_none() || !py::isinstance<NNNeuronDescriptor>(value))
         throwTypeError("neuron_descriptor: expected an NNNeuronDescriptor, got ", std::string(py::repr(py::type::of(value))));
     return value.cast<const NNNeuronDescriptor&>();
+}
+
+// A CNNNeuronType or its int value; TypeError for anything else (e.g. a name string).
+CNNNeuronType neuronTypeArgument(py::handle type) {
+    int64_t t;
+    if (py::isinstance<CNNNeuronType>(type))
+        t = int64_t(type.cast<CNNNeuronType>());
+    else
+        t = toInt64(type, "neuron_type");
+    if (t < 0 || t >= int64_t(CNNNeuronType::Count))
+        throwValueError("neuron_type: must be a CNNNeuronType in [0, 15], got ", t);
+    return static_cast<CNNNeuronType>(t);
 }
 
 }  // namespace
@@ -42,14 +48,11 @@ void bindNeuron(py::module_& m) {
 
     py::class_<NNNeuronDescriptor>(m, "NNNeuronDescriptor", "MPSNNNeuronDescriptor")
         .def(py::init([](py::handle type, py::object a, py::object b, py::object c) {
-                 int64_t t = py::int_(py::reinterpret_borrow<py::object>(type)).cast<int64_t>();
-                 if (t < 0 || t >= int64_t(CNNNeuronType::Count))
-                     throwValueError("neuron_type: must be a CNNNeuronType in [0, 15], got ", t);
-                 auto kind = static_cast<CNNNeuronType>(t);
+                 auto kind = neuronTypeArgument(type);
                  NNNeuronDescriptor d = NNNeuronDescriptor::withType(kind);
-                 if (!a.is_none()) d.a = a.cast<float>();
-                 if (!b.is_none()) d.b = b.cast<float>();
-                 if (!c.is_none()) d.c = c.cast<float>();
+                 if (!a.is_none()) d.a = fromPython<float>(a, "a");
+                 if (!b.is_none()) d.b = fromPython<float>(b, "b");
+                 if (!c.is_none()) d.c = fromPython<float>(c, "c");
                  return d;
              }),
              py::arg("neuron_type"), py::arg("a") = py::none(), py::arg("b") = py::none(), py::arg("c") = py::none(),
@@ -61,15 +64,12 @@ void bindNeuron(py::module_& m) {
         }, py::arg("data"), "+[MPSNNNeuronDescriptor cnnNeuronPReLUDescriptorWithData:noCopy:]")
         .def_property("neuron_type", [](const NNNeuronDescriptor& d) { return d.neuronType; },
                       [](NNNeuronDescriptor& d, py::handle type) {
-                          int64_t t = py::int_(py::reinterpret_borrow<py::object>(type)).cast<int64_t>();
-                          if (t < 0 || t >= int64_t(CNNNeuronType::Count))
-                              throwValueError("neuron_type: must be a CNNNeuronType in [0, 15], got ", t);
-                          d.neuronType = static_cast<CNNNeuronType>(t);
+                          d.neuronType = neuronTypeArgument(type);
                       })
-        .def_readwrite("a", &NNNeuronDescriptor::a)
-        .def_readwrite("b", &NNNeuronDescriptor::b)
-        .def_readwrite("c", &NNNeuronDescriptor::c)
-        .def_readwrite("data", &NNNeuronDescriptor::data)
+        .def_property("a", getter(&NNNeuronDescriptor::a), setter(&NNNeuronDescriptor::a, "a"))
+        .def_property("b", getter(&NNNeuronDescriptor::b), setter(&NNNeuronDescriptor::b, "b"))
+        .def_property("c", getter(&NNNeuronDescriptor::c), setter(&NNNeuronDescriptor::c, "c"))
+        .def_property("data", getter(&NNNeuronDescriptor::data), setter(&NNNeuronDescriptor::data, "data"))
         .def("__repr__", [](const NNNeuronDescriptor& d) {
             return "NNNeuronDescriptor(type=" + std::to_string(int(d.neuronType)) + ", a=" + std::to_string(d.a) +
                    ", b=" + std::to_string(d.b) + ", c=" + std::to_string(d.c) + ")";

@@ -5,13 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device softmaxDevice(const py::object& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    if (!py::isinstance<Device>(device))
-        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
-    return device.cast<Device>();
-}
+Device softmaxDevice(const py::object& device) { return toDevice(device, "device"); }
 
 }  // namespace
 

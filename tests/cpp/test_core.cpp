@@ -4,12 +4,15 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/binding_checks.h"
+#include "core/checked.h"
 #include "core/command_buffer.h"
 #include "core/errors.h"
 #include "core/image.h"
 #include "core/padding.h"
 #include "core/state.h"
 #include "kernels/convolution.h"
+#include "kernels/neuron.h"
 
 namespace mpsgrad {
 namespace {
@@ -153,8 +156,10 @@ TEST(CommandBuffer, FailingWorkReportsThroughStatusAndError) {
     auto cb = queue.commandBuffer();
     auto temp = State::temporary(*cb, {16});
     BufferSlice source = temp->resourceAtIndex(0);
-    BufferSlice nowhere{};  // a missing destination makes the work item fail when it runs
-    cpu.backend().copyBuffer(*cb, source, nowhere, 16);
+    BufferSlice nowhere{};  // a missing destination is rejected when the op is encoded...
+    EXPECT_THROW(cpu.backend().copyBuffer(*cb, source, nowhere, 16), ValueError);
+    cpu.backend().copyBuffer(*cb, source, source, 16);
+    cb->failOnCommit("copyBuffer: planned failure");  // ...so the run-time failure is injected
     std::atomic<int> calls{0};
     cb->addCompletedHandler([&](CommandBuffer& done) {
         EXPECT_EQ(done.status(), CommandBufferStatus::Error);
@@ -210,6 +215,132 @@ TEST(Convolution, DescriptorValidationNamesTheProperty) {
     }
     CNNConvolutionDescriptor zero(3, 3, 0, 8);
     EXPECT_THROW(zero.validate(), ValueError);
+}
+
+// ---- hardening (issue 8) -----------------------------------------------------------------------
+
+TEST(Checked, ProductsAndNarrowing) {
+    EXPECT_EQ(checked::product({3, 5, 7}, "x"), 105u);
+    EXPECT_THROW(checked::product({int64_t(1) << 40, int64_t(1) << 40}, "x"), ValueError);
+    EXPECT_THROW(checked::product({2, -1}, "x"), ValueError);
+    EXPECT_THROW(checked::floatBytes(uint64_t(1) << 62, "x"), ValueError);
+    EXPECT_EQ(checked::toInt32(int64_t(INT32_MAX), "x"), INT32_MAX);
+    EXPECT_THROW(checked::toInt32(int64_t(1) << 32, "x"), ValueError);
+    EXPECT_THROW(checked::toInt32(uint64_t(1) << 31, "x"), ValueError);
+    EXPECT_THROW(checked::addSigned(INT64_MAX, 1, "x"), ValueError);
+}
+
+TEST(Hardening, OverflowingDescriptorsAndStatesAreRejected) {
+    Device cpu("cpu");
+    EXPECT_THROW(Image(cpu, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, 1, 1, 4, int64_t(1) << 60)),
+                 ValueError);
+    EXPECT_THROW(State(cpu, SIZE_MAX), ValueError);
+    EXPECT_THROW(padding::destinationSize(10, 0, 3, 0), ValueError);
+    EXPECT_THROW(padding::offset(10, 0, 3, PaddingMethod::SizeSame, padding::Axis::X), ValueError);
+    EXPECT_THROW(padding::destinationSize(10, 1, 3, 4), ValueError);
+    EXPECT_THROW(NNDefaultPadding::paddingWithMethod(1u << 20), ValueError);
+}
+
+// Every backend op checks its bindings before it encodes, so a C++ caller with a hand-made params
+// struct gets a ValueError instead of an out-of-bounds access.
+TEST(Hardening, BackendOpsValidateTheirBindings) {
+    Device cpu("cpu");
+    CommandQueue queue(cpu);
+    auto cb = queue.commandBuffer();
+    Backend& backend = cpu.backend();
+    BufferSlice small{backend.newBuffer(4 * 4 * 4 * sizeof(float)), 0};  // one 4x4 image, 4 channels
+    NeuronForwardParams p{};
+    p.source = ImageLayout{4, 4, 4, 64, 0, 4};
+    p.destination = p.source;
+    p.batch = 1;
+    p.clipWidth = p.clipHeight = 4;
+    p.neuron.type = kNeuronReLU;
+    EXPECT_NO_THROW(backend.neuronForward(*cb, p, small, {}, small));
+    p.batch = 2;  // two images in a one-image buffer
+    EXPECT_THROW(backend.neuronForward(*cb, p, small, {}, small), ValueError);
+    p.batch = 1;
+    EXPECT_THROW(backend.neuronForward(*cb, p, small.advancedBy(16), {}, small), ValueError);  // offset
+    p.clipX = 1;  // clip beyond the destination
+    EXPECT_THROW(backend.neuronForward(*cb, p, small, {}, small), ValueError);
+    p.clipX = 0;
+    p.neuron.hasChannelData = 1;  // PReLU data missing
+    EXPECT_THROW(backend.neuronForward(*cb, p, small, {}, small), ValueError);
+    p.neuron.hasChannelData = 0;
+    p.source.channelOffset = 2;  // channel slice beyond the pixel stride
+    EXPECT_THROW(backend.neuronForward(*cb, p, small, {}, small), ValueError);
+
+    ConvolutionParams c{};
+    c.source = c.destination = ImageLayout{4, 4, 4, 64, 0, 4};
+    c.batch = 1;
+    c.groups = 1;
+    c.kernelWidth = c.kernelHeight = 3;
+    c.strideX = c.strideY = c.dilationX = c.dilationY = 1;
+    c.clipWidth = c.clipHeight = 4;
+    BufferSlice weights{backend.newBuffer(4 * 9 * 4 * sizeof(float)), 0};
+    EXPECT_NO_THROW(backend.convolutionForward(*cb, c, small, weights, {}, {}, small, {}));
+    c.kernelWidth = 5;  // more weights than the buffer holds
+    EXPECT_THROW(backend.convolutionForward(*cb, c, small, weights, {}, {}, small, {}), ValueError);
+    c.kernelWidth = 3;
+    c.hasBias = 1;  // bias binding missing
+    EXPECT_THROW(backend.convolutionForward(*cb, c, small, weights, {}, {}, small, {}), ValueError);
+    EXPECT_THROW(backend.copyBuffer(*cb, small, weights, 1 << 20), ValueError);
+}
+
+// A buffer that claims any length without memory behind it: lets a test build an image over
+// 2**31 floats without allocating it (nothing may touch its contents).
+class HollowBuffer final : public Buffer {
+public:
+    explicit HollowBuffer(size_t length) : length_(length) {}
+    void* contents() override { return nullptr; }
+    size_t length() const override { return length_; }
+
+private:
+    size_t length_;
+};
+
+TEST(Hardening, ImagesOverTwoToThe31FloatsAreRejectedUpFront) {
+    Device cpu("cpu");
+    auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, 32768, 16384, 4);  // 2**31 floats
+    try {
+        Image::wrap(cpu, d, BufferSlice{std::make_shared<HollowBuffer>(size_t(1) << 33), 0}, 4);
+        FAIL() << "an image of 2**31 floats was accepted";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("2**31"), std::string::npos) << e.what();
+    }
+    // The largest image allowed is fine (nothing touches its memory here).
+    auto largest = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, 32767, 16384, 4);
+    auto image = Image::wrap(cpu, largest, BufferSlice{std::make_shared<HollowBuffer>(size_t(1) << 33), 0}, 4);
+    EXPECT_EQ(image->layout(0, 4).imageStride, 32767 * 16384 * 4);
+    // A wrapped storage smaller than the descriptor needs is refused.
+    EXPECT_THROW(Image::wrap(cpu, largest, BufferSlice{std::make_shared<HollowBuffer>(1024), 0}, 4), ValueError);
+}
+
+TEST(Hardening, WaitingInsideOwnHandlerIsAnError) {
+    Device cpu("cpu");
+    CommandQueue queue(cpu);
+    auto cb = queue.commandBuffer();
+    std::atomic<int> errors{0};
+    cb->addCompletedHandler([&](CommandBuffer& done) {
+        try {
+            done.waitUntilCompleted();
+        } catch (const CommandBufferError&) {
+            ++errors;
+        }
+    });
+    cb->commit();
+    cb->waitUntilCompleted();
+    EXPECT_EQ(errors.load(), 1);
+}
+
+TEST(Hardening, FailOnCommitReportsThroughStatus) {
+    Device cpu("cpu");
+    CommandQueue queue(cpu);
+    auto cb = queue.commandBuffer();
+    cb->failOnCommit("planned");
+    cb->commit();
+    cb->waitUntilCompleted();
+    EXPECT_EQ(cb->status(), CommandBufferStatus::Error);
+    EXPECT_EQ(cb->error(), "planned");
 }
 
 }  // namespace

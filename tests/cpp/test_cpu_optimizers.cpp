@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+include "mpsgrad/backend/binding_checks.h"
 #include "mpsgrad/backend/cpu/cpu_ops.h"
 #include "mpsgrad/backend/cpu/cpu_backend.h"
 #include "mpsgrad/core/errors.h"
@@ -111,16 +112,16 @@ TEST(CpuOptimizerBindings, ShortBuffersAndUnknownKindsAreRejected) {
     OptimizerParams p{};
     p.count = 100;
     p.kind = kOptimizerAdam;
-    EXPECT_NO_THROW(cpu::checkOptimizerBindings(p, big, big, big, big, BufferSlice{}, big));
-    EXPECT_THROW(cpu::checkOptimizerBindings(p, big, big, big, small, BufferSlice{}, big), ValueError);
-    EXPECT_THROW(cpu::checkOptimizerBindings(p, big, big, big, big, BufferSlice{}, big.advancedBy(4)), ValueError);
+    EXPECT_NO_THROW(bindings::checkOptimizerUpdate(p, big, big, big, big, BufferSlice{}, big));
+    EXPECT_THROW(bindings::checkOptimizerUpdate(p, big, big, big, small, BufferSlice{}, big), ValueError);
+    EXPECT_THROW(bindings::checkOptimizerUpdate(p, big, big, big, big, BufferSlice{}, big.advancedBy(4)), ValueError);
     p.amsgrad = 1;
-    EXPECT_THROW(cpu::checkOptimizerBindings(p, big, big, big, big, BufferSlice{}, big), ValueError);
+    EXPECT_THROW(bindings::checkOptimizerUpdate(p, big, big, big, big, BufferSlice{}, big), ValueError);
     p.kind = 7;
-    EXPECT_THROW(cpu::checkOptimizerBindings(p, big, big, big, big, big, big), ValueError);
+    EXPECT_THROW(bindings::checkOptimizerUpdate(p, big, big, big, big, big, big), ValueError);
     p.kind = kOptimizerSGD;
     p.hasState0 = 0;  // no momentum: state0 not needed
-    EXPECT_NO_THROW(cpu::checkOptimizerBindings(p, big, big, BufferSlice{}, BufferSlice{}, BufferSlice{}, big));
+    EXPECT_NO_THROW(bindings::checkOptimizerUpdate(p, big, big, BufferSlice{}, BufferSlice{}, BufferSlice{}, big));
 }
 
 }  // namespace

@@ -106,13 +106,26 @@ set(MPSGRAD_METAL_MOCK_SOURCES
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_device.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/metal_commands.cpp"
   "${MPSGRAD_METAL_EMULATION_DIR}/mock/src/device_config.cpp"
-  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/kernel_runtime.cpp")
+  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/kernel_runtime.cpp"
+  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/race_detector.cpp"
+  "${MPSGRAD_METAL_EMULATION_DIR}/shim/runtime/random_order.cpp")
 
 # Code that runs on kernel fibers (kernels, the kernel runtime) is compiled
 # without AddressSanitizer's use-after-return instrumentation: its "fake
 # stacks" would be created and destroyed for every GPU thread (no effect
 # without -fsanitize=address).
 set(MPSGRAD_METAL_FIBER_COMPILE_OPTIONS -fsanitize-address-use-after-return=never -Wno-unused-command-line-argument)
+
+# Translated kernels call the race detector (shim/runtime/race_detector.cpp) on every load and
+# store; it does nothing unless MTLEMU_RACECHECK=1. Line tables name the .metal lines of a race.
+option(MPSGRAD_METAL_RACECHECK "Instrument emulated kernels for the race detector" ON)
+set(MPSGRAD_METAL_KERNEL_INSTRUMENTATION)
+if(MPSGRAD_METAL_RACECHECK)
+  set(MPSGRAD_METAL_KERNEL_INSTRUMENTATION -fsanitize-coverage=edge,trace-loads,trace-stores -gline-tables-only)
+  # pybind11 strips Release extension modules (when CMAKE_STRIP is set); the race detector needs
+  # the kernels' line tables to name .metal lines.
+  set(CMAKE_STRIP "")
+endif()
 
 if(NOT TARGET mpsgrad_metal_mock)
   add_library(mpsgrad_metal_mock STATIC ${MPSGRAD_METAL_MOCK_SOURCES})
@@ -175,7 +188,7 @@ function(mpsgrad_add_emulated_metal_kernels target)
   # #line names are relative to DISPLAY_ROOT; make debug info (sanitizer
   # reports, debuggers) resolve them there.
   target_compile_options(${target} PRIVATE "-fdebug-compilation-dir=${ARG_DISPLAY_ROOT}"
-    ${MPSGRAD_METAL_FIBER_COMPILE_OPTIONS}
+    ${MPSGRAD_METAL_FIBER_COMPILE_OPTIONS} ${MPSGRAD_METAL_KERNEL_INSTRUMENTATION}
     -Wno-unused-function -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable
     -Wno-unknown-attributes -Wno-duplicate-decl-specifier -Wno-unused-value)
 endfunction()

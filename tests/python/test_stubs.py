@@ -1,7 +1,8 @@
 """The type stubs (python/mpsgrad/_mpsgrad.pyi) cover every public name of the extension.
 
-Regenerate them after changing the bindings:
-    pybind11-stubgen mpsgrad._mpsgrad -o python
+Regenerate them after changing the bindings (MPSGRAD_STUBGEN=1 leaves out the package's guards on
+__new__/__init__ of the bound classes, so the stubs show the bound signatures):
+    MPSGRAD_STUBGEN=1 pybind11-stubgen mpsgrad._mpsgrad -o python
 """
 import pathlib
 import re

@@ -14,6 +14,9 @@
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
+#include "metal/pooling_params.h"
+#include "metal/upsampling_params.h"
+#include "metal/dropout_params.h"
 #include "metal/loss_params.h"        // losses (issue 14)
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
 
@@ -137,6 +140,24 @@ public:
                             const BufferSlice& results) = 0;
     virtual void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
                                    const BufferSlice& destination) = 0;
+
+    // ---- pooling family (metal/pooling_params.h) ---------------------------------------
+    virtual void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                                const BufferSlice& destination) = 0;
+    // source = the forward input X (only its size matters, and it may be empty, for average pooling).
+    virtual void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                                 const BufferSlice& source, const BufferSlice& destination) = 0;
+
+    // ---- upsampling family (metal/upsampling_params.h) -----------------------------------
+    virtual void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                                   const BufferSlice& destination) = 0;
+    virtual void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p,
+                                    const BufferSlice& gradient, const BufferSlice& destination) = 0;
+
+    // ---- dropout family (metal/dropout_params.h) -----------------------------------------
+    // The forward pass (source X, destination Y) and the gradient (source G, destination dX).
+    virtual void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                         const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

@@ -1,20 +1,43 @@
 #include "core/command_buffer.h"
 
+#include <atomic>
 #include <cstdio>
+#include <cxxabi.h>
 #include <exception>
 
 #include "core/errors.h"
 
 namespace mpsgrad {
 
-CommandQueue::CommandQueue(Device device) : device_(std::move(device)), backend_(device_.backend().newQueue()) {}
+namespace {
 
-std::shared_ptr<CommandBuffer> CommandQueue::commandBuffer() {
-    return std::make_shared<CommandBuffer>(device_, backend_->newCommandBuffer());
+uint64_t nextId() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
 }
 
-CommandBuffer::CommandBuffer(Device device, std::unique_ptr<BackendCommandBuffer> backend)
-    : device_(std::move(device)), backend_(std::move(backend)) {}
+// The queue whose completion handlers the current thread is running (0: none).
+thread_local uint64_t completingQueue = 0;
+thread_local const CommandBuffer* completingBuffer = nullptr;
+
+}  // namespace
+
+CommandQueue::CommandQueue(Device device)
+    : device_(std::move(device)), id_(nextId()), backend_(device_.backend().newQueue()) {}
+
+std::shared_ptr<CommandBuffer> CommandQueue::commandBuffer() {
+    return std::make_shared<CommandBuffer>(device_, backend_->newCommandBuffer(), id_);
+}
+
+void CommandBuffer::failOnCommit(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status_ != CommandBufferStatus::NotEnqueued)
+        throw CommandBufferError("fail_on_commit: the command buffer is already committed");
+    injectedFailure_ = message.empty() ? "injected failure (CommandBuffer.fail_on_commit)" : message;
+}
+
+CommandBuffer::CommandBuffer(Device device, std::unique_ptr<BackendCommandBuffer> backend, uint64_t queueId)
+    : device_(std::move(device)), id_(nextId()), queueId_(queueId), backend_(std::move(backend)) {}
 
 CommandBuffer::~CommandBuffer() = default;
 
@@ -52,14 +75,23 @@ void CommandBuffer::addCompletedHandler(CompletedHandler handler) {
 }
 
 void CommandBuffer::commit() {
+    std::string injected;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (status_ != CommandBufferStatus::NotEnqueued)
             throw CommandBufferError("commit: the command buffer was already committed");
         status_ = CommandBufferStatus::Committed;
+        injected.swap(injectedFailure_);
     }
     // The backend holds the buffer alive until its work has finished.
     auto self = shared_from_this();
+    if (!injected.empty()) {
+        // The test hook: the work is dropped and the buffer completes with the error at once,
+        // through the same completion path (status, error, handlers) as a real failure.
+        backend_ = nullptr;
+        finish(injected);
+        return;
+    }
     backend_->commit([self](const std::string& error) { self->finish(error); });
 }
 
@@ -78,15 +110,23 @@ void CommandBuffer::finish(const std::string& error) {
         std::lock_guard<std::mutex> lock(mutex_);
         status_ = error.empty() ? CommandBufferStatus::Completed : CommandBufferStatus::Error;
     }
+    const uint64_t outerQueue = completingQueue;
+    const CommandBuffer* outerBuffer = completingBuffer;
+    completingQueue = queueId_;
+    completingBuffer = this;
     for (auto& handler : handlers) {
         try {
             handler(*this);
+        } catch (abi::__forced_unwind&) {
+            throw;  // thread cancellation (e.g. interpreter shutdown) must propagate
         } catch (const std::exception& e) {
             std::fprintf(stderr, "mpsgrad: a completed handler raised: %s\n", e.what());
         } catch (...) {
             std::fprintf(stderr, "mpsgrad: a completed handler raised an unknown exception\n");
         }
     }
+    completingQueue = outerQueue;
+    completingBuffer = outerBuffer;
     std::vector<std::shared_ptr<const void>> retained;
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -101,8 +141,17 @@ void CommandBuffer::waitUntilCompleted() {
         std::lock_guard<std::mutex> lock(mutex_);
         if (status_ == CommandBufferStatus::NotEnqueued)
             throw CommandBufferError("wait_until_completed: the command buffer was never committed");
+        if (!handlersDone_ && completingBuffer != nullptr &&
+            (completingBuffer == this || (queueId_ != 0 && completingQueue == queueId_)))
+            throw CommandBufferError(
+                completingBuffer == this
+                    ? "wait_until_completed: called from this command buffer's own completed handler; the "
+                      "handler runs as part of completion, so the wait could never return"
+                    : "wait_until_completed: called from a completed handler of the same command queue on a "
+                      "buffer that runs after the handler's own; the wait could never return (use another queue "
+                      "or wait outside the handler)");
     }
-    backend_->wait();
+    if (backend_) backend_->wait();
     std::unique_lock<std::mutex> lock(mutex_);
     completed_.wait(lock, [this] { return handlersDone_; });
 }

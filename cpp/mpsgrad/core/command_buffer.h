@@ -31,6 +31,7 @@ public:
 
 private:
     Device device_;
+    uint64_t id_;
     std::shared_ptr<BackendQueue> backend_;
 };
 
@@ -38,8 +39,13 @@ class CommandBuffer : public std::enable_shared_from_this<CommandBuffer> {
 public:
     using CompletedHandler = std::function<void(CommandBuffer&)>;
 
-    CommandBuffer(Device device, std::unique_ptr<BackendCommandBuffer> backend);
+    // `queueId` identifies the queue the buffer comes from (0: none), so that a completed
+    // handler waiting on a later buffer of its own queue is reported instead of deadlocking.
+    CommandBuffer(Device device, std::unique_ptr<BackendCommandBuffer> backend, uint64_t queueId = 0);
     ~CommandBuffer();
+
+    // A process-wide unique identity (never reused, unlike the object's address).
+    uint64_t id() const { return id_; }
 
     const Device& device() const { return device_; }
     CommandBufferStatus status() const;
@@ -48,12 +54,20 @@ public:
 
     // Submits the encoded work; returns at once. Committing twice raises CommandBufferError.
     void commit();
-    // Blocks until the work has run (CommandBufferError when the buffer was never committed).
+    // Blocks until the work has run (CommandBufferError when the buffer was never committed,
+    // or when called from a completed handler on a buffer of the handler's own queue that has not
+    // completed yet: that wait could never return, as Metal documents).
     void waitUntilCompleted();
     // Registers a handler run once the work completes (or fails); must precede commit().
     void addCompletedHandler(CompletedHandler handler);
 
     std::string label;
+
+    // Test hook (documented in docs/verification.md): when committed, this buffer fails with
+    // `message` instead of running its work, through the same path as a real failure (status
+    // Error, error(), handlers, CommandBufferError at the wait), so the error path can be
+    // exercised on every backend. Must precede commit().
+    void failOnCommit(const std::string& message);
 
     // ---- for kernels and backends -------------------------------------------------------
     // Throws CommandBufferError unless work can still be encoded (not yet committed).
@@ -68,6 +82,8 @@ private:
     void finish(const std::string& error);
 
     Device device_;
+    uint64_t id_;
+    uint64_t queueId_;
     std::unique_ptr<BackendCommandBuffer> backend_;
     mutable std::mutex mutex_;
     std::condition_variable completed_;
@@ -77,6 +93,7 @@ private:
     std::vector<std::function<void()>> internalCompletions_;
     std::vector<std::shared_ptr<const void>> retained_;
     bool handlersDone_ = false;
+    std::string injectedFailure_;  // failOnCommit's message
 };
 
 }  // namespace mpsgrad

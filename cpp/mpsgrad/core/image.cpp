@@ -1,9 +1,11 @@
 #include "core/image.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <set>
 
+#include "core/checked.h"
 #include "core/command_buffer.h"
 #include "core/errors.h"
 
@@ -27,6 +29,15 @@ void ImageDescriptor::validate(const char* what) const {
     if (width < 1 || height < 1 || featureChannels < 1 || numberOfImages < 1)
         throwValueError(what, ": width, height, feature_channels and number_of_images must be >= 1, got ", width,
                         "x", height, "x", featureChannels, " with ", numberOfImages, " image(s)");
+    // Every size derived from the descriptor (floats per image, bytes of all images) must be
+    // representable; otherwise an allocation of the wrapped-around size would be too small.
+    checked::floatBytes(checked::product({roundUpTo4(featureChannels), width, height, numberOfImages}, what), what);
+    // The kernels address an image with 32-bit indices (as the Metal shaders do), so larger images
+    // are rejected here, up front, rather than by the first kernel that meets one.
+    const uint64_t floatsPerImage = checked::product({roundUpTo4(featureChannels), width, height}, what);
+    if (floatsPerImage > uint64_t(INT32_MAX))
+        throwValueError(what, ": a ", width, "x", height, "x", featureChannels, " image holds ", floatsPerImage,
+                        " floats (channels padded to 4); images are limited to 2**31 - 1 floats each");
     if (featureChannelFormat != ImageFeatureChannelFormat::Float32)
         throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 storage is supported, got format ",
                         static_cast<uint32_t>(featureChannelFormat));
@@ -36,14 +47,21 @@ void ImageDescriptor::validate(const char* what) const {
 
 namespace {
 size_t bytesPerImage(const ImageDescriptor& d) {
-    return size_t(roundUpTo4(d.featureChannels)) * d.width * d.height * sizeof(float);
+    return checked::floatBytes(checked::product({roundUpTo4(d.featureChannels), d.width, d.height}, "image_descriptor"),
+                               "image_descriptor");
+}
+
+// Bytes of `count` allocations of the descriptor's images, checked.
+size_t batchBytes(const ImageDescriptor& d, size_t count) {
+    return size_t(checked::mul(checked::mul(bytesPerImage(d), uint64_t(d.numberOfImages), "image_descriptor"), count,
+                               "count"));
 }
 }  // namespace
 
 Image::Image(const Device& device, const ImageDescriptor& descriptor)
     : device_(device), descriptor_(descriptor), pixelStride_(roundUpTo4(descriptor.featureChannels)) {
     descriptor_.validate("image_descriptor");
-    storage_ = BufferSlice{device_.backend().newBuffer(bytesPerImage(descriptor_) * descriptor_.numberOfImages), 0};
+    storage_ = BufferSlice{device_.backend().newBuffer(batchBytes(descriptor_, 1)), 0};
 }
 
 Image::Image(const Device& device, const ImageDescriptor& descriptor, BufferSlice storage, int64_t pixelStride,
@@ -58,8 +76,8 @@ Image::Image(const Device& device, const ImageDescriptor& descriptor, BufferSlic
 ImageBatch Image::makeBatch(const Device& device, const ImageDescriptor& descriptor, size_t count) {
     descriptor.validate("image_descriptor");
     if (count == 0) throwValueError("count: an image batch needs at least one image");
-    size_t each = bytesPerImage(descriptor) * descriptor.numberOfImages;
-    auto buffer = device.backend().newBuffer(each * count);
+    size_t each = batchBytes(descriptor, 1);
+    auto buffer = device.backend().newBuffer(batchBytes(descriptor, count));
     ImageBatch batch;
     for (size_t i = 0; i < count; ++i)
         batch.push_back(ImagePtr(new Image(device, descriptor, BufferSlice{buffer, i * each},
@@ -70,26 +88,46 @@ ImageBatch Image::makeBatch(const Device& device, const ImageDescriptor& descrip
 ImagePtr Image::wrap(const Device& device, const ImageDescriptor& descriptor, BufferSlice storage,
                      int64_t pixelStride) {
     descriptor.validate("image_descriptor");
+    if (pixelStride < descriptor.featureChannels)
+        throwValueError("pixel_stride: ", pixelStride, " is below the image's ", descriptor.featureChannels,
+                        " feature channels");
+    uint64_t bytes = checked::floatBytes(
+        checked::product({pixelStride, descriptor.width, descriptor.height, descriptor.numberOfImages}, "storage"),
+        "storage");
+    if (!storage || storage.offset > storage.buffer->length() || storage.buffer->length() - storage.offset < bytes)
+        throwValueError("storage: the image needs ", bytes, " bytes but the buffer provides ",
+                        storage ? storage.buffer->length() - std::min(storage.offset, storage.buffer->length()) : 0);
     return ImagePtr(new Image(device, descriptor, std::move(storage), pixelStride, 0, nullptr));
 }
 
 size_t Image::resourceSize() const { return size_t(imageStride()) * numberOfImages() * sizeof(float); }
 
-void Image::checkAccessible(const char*) const {}
+void Image::checkAccessible(const char* what) const {
+    // A view (sub-image, batch representation) is usable only while its parent is.
+    if (parent_) parent_->checkAccessible(what);
+}
 
 BufferSlice Image::storage(int64_t imageIndex) const {
     checkAccessible("image");
-    return storage_.advancedBy(size_t(imageIndex) * imageStride() * sizeof(float));
+    if (imageIndex < 0 || imageIndex >= numberOfImages())
+        throwValueError("image_index: must be in [0, ", numberOfImages() - 1, "], got ", imageIndex);
+    return storage_.advancedBy(size_t(imageIndex) * size_t(imageStride()) * sizeof(float));
 }
 
 ImageLayout Image::layout(int64_t channelOffset, int64_t channels) const {
+    // The kernels address an image with 32-bit indices (as the Metal shaders do): reject larger
+    // images up front with a clear message instead of wrapping around.
+    if (imageStride() > INT32_MAX)
+        throwValueError("image: a ", width(), "x", height(), "x", featureChannels(), " image holds ", imageStride(),
+                        " floats (channels padded to 4); the kernels support images of at most 2**31 - 1 floats");
     ImageLayout l;
-    l.width = int32_t(width());
-    l.height = int32_t(height());
-    l.pixelStride = int32_t(pixelStride_);
-    l.imageStride = int32_t(imageStride());
-    l.channelOffset = int32_t(channelBase_ + channelOffset);
-    l.channels = int32_t(channels);
+    l.width = checked::toInt32(width(), "image width");
+    l.height = checked::toInt32(height(), "image height");
+    l.pixelStride = checked::toInt32(pixelStride_, "image pixel stride");
+    l.imageStride = checked::toInt32(imageStride(), "image stride");
+    l.channelOffset = checked::toInt32(checked::addSigned(channelBase_, channelOffset, "feature channel offset"),
+                                       "feature channel offset");
+    l.channels = checked::toInt32(channels, "feature channels");
     return l;
 }
 
@@ -98,6 +136,7 @@ void Image::checkUsable(const CommandBuffer& cb, const char* what) const {
         throwValueError(what, ": the image belongs to device '", device_.name(), "' but the command buffer to '",
                         cb.device().name(), "'");
     checkAccessible(what);
+    if (parent_) parent_->checkUsable(cb, what);
 }
 
 bool Image::isFollowedBy(const Image& other) const {
@@ -139,7 +178,7 @@ int64_t Image::channelsForReadWrite(const ImageReadWriteParams& params) const {
     if (offset % 4 != 0) throwValueError("feature_channel_offset: must be a multiple of 4, got ", offset);
     int64_t count = params.numberOfFeatureChannelsToReadWrite < 0 ? featureChannels() - offset
                                                                   : params.numberOfFeatureChannelsToReadWrite;
-    if (count < 1 || offset + count > featureChannels())
+    if (count < 1 || count > featureChannels() - offset)
         throwValueError("number_of_feature_channels: ", count, " channels from offset ", offset,
                         " exceed the image's ", featureChannels(), " feature channels");
     return count;
@@ -185,20 +224,20 @@ void Image::synchronizeOnCommandBuffer(CommandBuffer& cb) { checkUsable(cb, "ima
 // ---- TemporaryImage -------------------------------------------------------------------------
 
 TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor)
-    : Image(cb.device(), descriptor), commandBuffer_(&cb) {
+    : Image(cb.device(), descriptor), commandBufferId_(cb.id()) {
     cb.checkEncodable();
 }
 
 TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor, BufferSlice storage)
     : Image(cb.device(), descriptor, std::move(storage), roundUpTo4(descriptor.featureChannels), 0, nullptr),
-      commandBuffer_(&cb) {}
+      commandBufferId_(cb.id()) {}
 
 ImageBatch TemporaryImage::makeBatch(CommandBuffer& cb, const ImageDescriptor& descriptor, size_t count) {
     cb.checkEncodable();
     descriptor.validate("image_descriptor");
     if (count == 0) throwValueError("count: an image batch needs at least one image");
-    size_t each = bytesPerImage(descriptor) * descriptor.numberOfImages;
-    auto buffer = cb.device().backend().newBuffer(each * count);
+    size_t each = batchBytes(descriptor, 1);
+    auto buffer = cb.device().backend().newBuffer(batchBytes(descriptor, count));
     ImageBatch batch;
     for (size_t i = 0; i < count; ++i)
         batch.push_back(ImagePtr(new TemporaryImage(cb, descriptor, BufferSlice{buffer, i * each})));
@@ -222,7 +261,7 @@ void TemporaryImage::checkAccessible(const char* what) const {
 
 void TemporaryImage::checkUsable(const CommandBuffer& cb, const char* what) const {
     Image::checkUsable(cb, what);
-    if (&cb != commandBuffer_)
+    if (cb.id() != commandBufferId_)
         throwValueError(what, ": a temporary image is valid only on the command buffer it was created for");
 }
 

@@ -34,6 +34,10 @@ struct ImageDescriptor {
                                 int64_t featureChannels, int64_t numberOfImages = 1, uint32_t usage = 3);
     // Throws ValueError naming `what` when a dimension is not positive or the format unsupported.
     void validate(const char* what) const;
+
+    // Serialization (docs/serialization.md); deserialize throws SerializationError.
+    std::vector<uint8_t> serialize() const;
+    static ImageDescriptor deserialize(const uint8_t* data, size_t size);
 };
 
 // MPSImageReadWriteParams
@@ -145,7 +149,7 @@ private:
     TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor, BufferSlice storage);
     void checkAccessible(const char* what) const override;
 
-    const CommandBuffer* commandBuffer_;
+    uint64_t commandBufferId_;  // CommandBuffer::id(): unique, never reused (unlike an address)
     int64_t readCount_ = 1;
 };
 

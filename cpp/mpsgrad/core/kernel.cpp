@@ -16,7 +16,11 @@ void checkChannelOffset(int64_t value, const char* what) {
 Region clipToImage(const Region& clip, const Image& destination) {
     auto clampAxis = [](int64_t origin, uint64_t size, int64_t extent, int64_t& outOrigin, uint64_t& outSize) {
         int64_t begin = std::max<int64_t>(0, origin);
-        int64_t end = size > uint64_t(INT64_MAX / 2) ? extent : std::min<int64_t>(extent, origin + int64_t(size));
+        // origin + size, saturated: a huge size (RECT_NO_CLIP) reaches the image's end.
+        int64_t sum = 0;
+        bool saturated = size > uint64_t(INT64_MAX) || __builtin_add_overflow(origin, int64_t(size), &sum);
+        int64_t end = saturated ? extent : std::min<int64_t>(extent, sum);
+        begin = std::min(begin, extent);
         outOrigin = begin;
         outSize = end > begin ? uint64_t(end - begin) : 0;
     };
@@ -58,9 +62,6 @@ std::shared_ptr<ImageAllocator> allocatorOr(const std::shared_ptr<ImageAllocator
     return allocator ? allocator : ImageAllocator::temporaryAllocator();
 }
 
-uint32_t defaultPaddingMethod() {
-    return PaddingMethod::AlignCentered | PaddingMethod::AddRemainderToTopLeft | PaddingMethod::SizeSame;
-}
 
 // Size and offset along one axis under `method`.
 void paddedAxis(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t method, padding::Axis axis,
@@ -72,6 +73,10 @@ void paddedAxis(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t
 }
 
 }  // namespace
+
+uint32_t defaultPaddingMethod() {
+    return PaddingMethod::AlignCentered | PaddingMethod::AddRemainderToTopLeft | PaddingMethod::SizeSame;
+}
 
 void Kernel::checkCommandBuffer(const CommandBuffer& cb) const {
     if (cb.device() != device_)
@@ -365,6 +370,13 @@ ImageBatch CNNBinaryKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& pri
     for (size_t i = 0; i < primaries.size(); ++i) {
         requireObject(primaries[i], "primary_image", "an Image");
         requireObject(secondaries[i], "secondary_image", "an Image");
+        // The result is allocated with one image per entry (spec §1.2): a multi-image input would
+        // silently lose all images but the first.
+        for (const auto& [image, what] : {std::pair<const Image*, const char*>{primaries[i].get(), "primary_image"},
+                                          {secondaries[i].get(), "secondary_image"}})
+            if (image->numberOfImages() != 1)
+                throwValueError(what, ": the returning encode forms need images with number_of_images == 1, got ",
+                                image->numberOfImages(), " (use batch_representation() or pass destination_image)");
     }
     ImageDescriptor descriptor = destinationImageDescriptor({primaries.front(), secondaries.front()}, {});
     ImageBatch destinations =

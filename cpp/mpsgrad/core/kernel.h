@@ -17,10 +17,15 @@
 #include "core/errors.h"
 #include "core/image.h"
 #include "core/padding.h"
+#include "core/serialization.h"
 #include "core/state.h"
 #include "core/types.h"
 
 namespace mpsgrad {
+
+// The padding method a kernel without a padding policy uses (MPS's default: centred, remainder
+// top-left, same size).
+uint32_t defaultPaddingMethod();
 
 // MPSKernel
 class Kernel : public std::enable_shared_from_this<Kernel> {
@@ -35,7 +40,35 @@ public:
     uint32_t options = KernelOptionsNone;
     std::string label;
 
+    // ---- serialization: -encodeWithCoder: / -initWithCoder:device: (docs/serialization.md) ----
+    // The kernel as a blob: constructor arguments (weights included), then every property.
+    // TypeError for a class that is not serializable. A custom NNPadding / ImageAllocator is
+    // a ValueError unless `allowExternalObjects`: the blob then references it and deserialize()
+    // must be given it back (Python's pickle does this).
+    std::vector<uint8_t> serialize(bool allowExternalObjects = false) const;
+    // -initWithCoder:device: for any serializable kernel class, rebuilt on `device`.
+    // SerializationError (a ValueError) for malformed data.
+    static std::shared_ptr<Kernel> deserialize(const uint8_t* data, size_t size, const Device& device,
+                                               const serial::ExternalObjects& externals = {});
+    static std::shared_ptr<Kernel> deserialize(const std::vector<uint8_t>& data, const Device& device) {
+        return deserialize(data.data(), data.size(), device);
+    }
+    // deserialize(), then SerializationError unless the kernel is a T.
+    template <class T>
+    static std::shared_ptr<T> deserializeAs(const std::vector<uint8_t>& data, const Device& device) {
+        std::shared_ptr<Kernel> kernel = deserialize(data, device);
+        auto typed = std::dynamic_pointer_cast<T>(kernel);
+        if (!typed) throwSerializationError("data: holds a serialized ", kernel->className(), " of another class");
+        return typed;
+    }
+
 protected:
+    // Writes the payload of the concrete class. Default: TypeError (not serializable).
+    virtual void encodeWithCoder(serial::Writer& writer) const;
+    // options, label.
+    void encodeKernelProperties(serial::Writer& writer) const;
+    void decodeKernelProperties(serial::Reader& reader);
+
     // Throws unless `cb` is on this kernel's device and still encodable.
     void checkCommandBuffer(const CommandBuffer& cb) const;
 
@@ -122,6 +155,10 @@ protected:
     // `dispatches` (the same state repeated when isResultStateReusedAcrossBatch).
     virtual void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
                             const StateBatch& states) = 0;
+
+    // Kernel properties, then offset, clip_rect, channel offsets, edge_mode, padding, allocator.
+    void encodeCNNKernelProperties(serial::Writer& writer) const;
+    void decodeCNNKernelProperties(serial::Reader& reader);
 
     // Helpers for subclasses.
     // Channels available in `source` after sourceFeatureChannelOffset and the max count.
@@ -210,6 +247,10 @@ protected:
         throwTypeError(className(), ": this kernel has no primary/secondary forward encode");
     }
 
+    // Kernel properties, then every primary/secondary property, clip_rect, padding, allocator.
+    void encodeBinaryKernelProperties(serial::Writer& writer) const;
+    void decodeBinaryKernelProperties(serial::Reader& reader);
+
     std::vector<BinaryDispatch> resolveBinary(const CommandBuffer& cb, const ImageBatch& primaries,
                                               const ImageBatch& secondaries, const ImageBatch& destinations,
                                               const char* primaryName, const char* secondaryName,
@@ -249,6 +290,10 @@ public:
     ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
 
 protected:
+    // The binary kernel properties, then kernel_offset_x/y.
+    void encodeGradientKernelProperties(serial::Writer& writer) const;
+    void decodeGradientKernelProperties(serial::Reader& reader);
+
     int64_t destinationFeatureChannels(const Image&, const Image&) const override { return 0; }
     // TypeError unless `state` is the gradient state type of this family.
     virtual void checkGradientStateType(const State& state) const = 0;

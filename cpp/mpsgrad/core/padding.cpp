@@ -2,12 +2,21 @@
 
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
 
 std::shared_ptr<NNDefaultPadding> NNDefaultPadding::paddingWithMethod(uint32_t method) {
     padding::sizeStyle(method);  // validates the size bits
+    // Bits MPSNNPaddingMethod does not define (the size field beyond its two defined bits, and
+    // everything above ExcludeEdges) are rejected rather than silently ignored.
+    const uint32_t defined = PaddingMethod::AlignMask | PaddingMethod::AddRemainderToMask | 0x30u |
+                             PaddingMethod::CustomWhitelistForNodeFusion | PaddingMethod::Custom |
+                             PaddingMethod::ExcludeEdges;
+    if (method & ~defined)
+        throwValueError("method: padding method ", method, " sets bits MPSNNPaddingMethod does not define (0x",
+                        std::hex, method & ~defined, ")");
     return std::make_shared<NNDefaultPadding>(method);
 }
 
@@ -47,14 +56,24 @@ int sizeStyle(uint32_t method) {
     }
 }
 
+static void checkArguments(int64_t sourceSize, int64_t stride, int64_t kernelSize, int style) {
+    if (sourceSize < 0) throwValueError("source_size: must be >= 0, got ", sourceSize);
+    if (stride < 1) throwValueError("stride: must be >= 1, got ", stride);
+    if (kernelSize < 1) throwValueError("kernel_size: must be >= 1, got ", kernelSize);
+    if (style < -1 || style > 1) throwValueError("style: must be -1 (valid only), 0 (same) or 1 (full), got ", style);
+}
+
 int64_t destinationSize(int64_t sourceSize, int64_t stride, int64_t kernelSize, int style) {
-    int64_t numerator = sourceSize + style * (kernelSize - 1);
+    checkArguments(sourceSize, stride, kernelSize, style);
+    int64_t numerator = checked::addSigned(sourceSize, int64_t(style) * (kernelSize - 1), "padding size");
     if (numerator <= 0) return 0;
-    return (numerator + stride - 1) / stride;
+    return numerator / stride + (numerator % stride ? 1 : 0);  // ceil without overflowing
 }
 
 int64_t destinationSizeReverse(int64_t sourceSize, int64_t stride, int64_t kernelSize, int style) {
-    return (sourceSize - 1) * stride + 1 + style * (kernelSize - 1);
+    checkArguments(sourceSize, stride, kernelSize, style);
+    int64_t spread = checked::mulSigned(sourceSize - 1, stride, "padding size");
+    return checked::addSigned(spread, 1 + int64_t(style) * (kernelSize - 1), "padding size");
 }
 
 int64_t offset(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t method, Axis axis, bool reverse) {
@@ -62,7 +81,8 @@ int64_t offset(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t 
     int64_t correction = kernelSize >> 1;  // the offset is the window centre, not its left edge
     int64_t dest = reverse ? destinationSizeReverse(sourceSize, stride, kernelSize, style)
                            : destinationSize(sourceSize, stride, kernelSize, style);
-    int64_t readSize = (dest - 1) * stride + kernelSize;
+    int64_t readSize = checked::addSigned(checked::mulSigned(dest - 1, stride, "padding offset"), kernelSize,
+                                          "padding offset");
     int64_t extra = readSize - sourceSize;
     int64_t left;
     switch (method & PaddingMethod::AlignMask) {

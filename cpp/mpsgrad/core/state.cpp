@@ -1,5 +1,6 @@
 #include "core/state.h"
 
+#include <cstdint>
 #include <set>
 
 #include "core/command_buffer.h"
@@ -8,7 +9,7 @@
 namespace mpsgrad {
 
 State::State(const Device& device, const std::vector<size_t>& bufferSizes, bool temporary, const CommandBuffer* cb)
-    : device_(device), temporary_(temporary), readCount_(temporary ? 1 : 0), commandBuffer_(cb) {
+    : device_(device), temporary_(temporary), readCount_(temporary ? 1 : 0), commandBufferId_(cb ? cb->id() : 0) {
     for (size_t bytes : bufferSizes) addBuffer(bytes);
 }
 
@@ -24,6 +25,9 @@ std::shared_ptr<State> State::temporary(CommandBuffer& cb, const std::vector<siz
 }
 
 BufferSlice State::addBuffer(size_t bytes) {
+    if (bytes > size_t(PTRDIFF_MAX))
+        throwValueError("buffer_size: ", bytes, " bytes is larger than any allocation can be (at most ", PTRDIFF_MAX,
+                        ")");
     BufferSlice slice{device_.backend().newBuffer(bytes), 0};
     buffers_.push_back(slice);
     return slice;
@@ -72,7 +76,7 @@ void State::checkUsable(const CommandBuffer& cb, const char* what) const {
         throwValueError(what, ": the state belongs to device '", device_.name(), "' but the command buffer to '",
                         cb.device().name(), "'");
     checkAccessible(what);
-    if (temporary_ && commandBuffer_ != &cb)
+    if (temporary_ && commandBufferId_ != cb.id())
         throwValueError(what, ": a temporary state is valid only on the command buffer it was created for");
 }
 

@@ -17,6 +17,10 @@ namespace mpsgrad {
 
 class CommandBuffer;
 class Kernel;
+namespace serial {
+class Writer;
+class Reader;
+}  // namespace serial
 
 class State : public std::enable_shared_from_this<State> {
 public:
@@ -44,6 +48,14 @@ public:
 
     std::string label;
 
+    // ---- serialization (docs/serialization.md) ----------------------------------------------
+    // Persistent State and CNNConvolutionWeightsAndBiasesState are serializable (label and
+    // buffer contents); a temporary state is a ValueError, gradient states a TypeError.
+    std::vector<uint8_t> serialize() const;
+    // Any serializable state class, rebuilt (persistent) on `device`.
+    static std::shared_ptr<State> deserialize(const uint8_t* data, size_t size, const Device& device);
+    static std::shared_ptr<State> initWithCoder(serial::Reader& reader, const Device& device);
+
     // ---- for kernels ---------------------------------------------------------------------
     // Throws ValueError naming `what` when the state cannot be read (read count 0, device).
     virtual void checkUsable(const CommandBuffer& cb, const char* what) const;
@@ -53,6 +65,9 @@ public:
     virtual const char* className() const { return "State"; }
 
 protected:
+    // Writes the payload of the concrete class (State: label, buffers; others: TypeError).
+    virtual void encodeWithCoder(serial::Writer& writer) const;
+
     State(const Device& device, const std::vector<size_t>& bufferSizes, bool temporary, const CommandBuffer* cb);
     void checkAccessible(const char* what) const;
     // Adds a zero-filled buffer resource and returns it.
@@ -61,7 +76,7 @@ protected:
     Device device_;
     bool temporary_ = false;
     int64_t readCount_ = 0;
-    const CommandBuffer* commandBuffer_ = nullptr;  // temporary states only
+    uint64_t commandBufferId_ = 0;  // CommandBuffer::id() of a temporary state's buffer (never reused)
     std::vector<BufferSlice> buffers_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/checked.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -51,11 +52,11 @@ ArithmeticOperand makeOperand(const Image& image, int64_t channelOffset, int64_t
     axis(offsetY, strideY, height, image.height(), "rows", 'y');
     ArithmeticOperand o{};
     o.image = image.layout(channelOffset, channels);
-    o.offsetX = int32_t(offsetX);
-    o.offsetY = int32_t(offsetY);
-    o.strideX = int32_t(strideX);
-    o.strideY = int32_t(strideY);
-    o.strideChannels = int32_t(strideChannels);
+    o.offsetX = checked::toInt32(offsetX, "offset.x");
+    o.offsetY = checked::toInt32(offsetY, "offset.y");
+    o.strideX = checked::toInt32(strideX, "stride_in_pixels_x");
+    o.strideY = checked::toInt32(strideY, "stride_in_pixels_y");
+    o.strideChannels = checked::toInt32(strideChannels, "stride_in_feature_channels");
     o.strideImages = 1;
     o.edgeMode = edge;
     return o;
@@ -165,7 +166,7 @@ CNNArithmetic::Resolved CNNArithmetic::resolve(const BinaryDispatch& d) const {
     Resolved r{};
     r.channels = C;
     elementwise::setClip(r, d.clip);
-    r.batch = int32_t(d.imageCount);
+    r.batch = checked::toInt32(d.imageCount, "number of images");
     const int64_t shiftX = clipShift(clipRect.origin.x, d.clip.origin.x);
     const int64_t shiftY = clipShift(clipRect.origin.y, d.clip.origin.y);
     r.primary = makeOperand(*d.primary, d.primaryChannelOffset, primaryStrideInFeatureChannels ? C : 1,
@@ -476,13 +477,13 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
             }
         }
         p.destination = dst.layout(destinationFeatureChannelOffset, DC);
-        p.batch = int32_t(count);
-        p.width = int32_t(W);
-        p.height = int32_t(H);
-        p.gradientX = int32_t(primaryOffset.x);
-        p.gradientY = int32_t(primaryOffset.y);
-        p.destinationX = int32_t(clipRect.origin.x);
-        p.destinationY = int32_t(clipRect.origin.y);
+        p.batch = checked::toInt32(count, "number of images");
+        p.width = checked::toInt32(W, "width");
+        p.height = checked::toInt32(H, "height");
+        p.gradientX = checked::toInt32(primaryOffset.x, "primary_offset.x");
+        p.gradientY = checked::toInt32(primaryOffset.y, "primary_offset.y");
+        p.destinationX = checked::toInt32(clipRect.origin.x, "clip_rect.origin.x");
+        p.destinationY = checked::toInt32(clipRect.origin.y, "clip_rect.origin.y");
         p.op = op_;
         p.forSecondary = secondaryFilter_ ? 1 : 0;
         p.primaryScale = primaryScale;

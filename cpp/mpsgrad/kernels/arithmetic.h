@@ -91,8 +91,20 @@ public:
 
     int32_t opCode() const { return op_; }
 
+    // -initWithCoder:device: for the concrete class T (CNNAdd, ..., NNCompare).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device) {
+        auto kernel = std::make_shared<T>(device);
+        static_cast<CNNArithmetic&>(*kernel).decodeWithCoder(reader);
+        return kernel;
+    }
+
 protected:
     CNNArithmetic(const Device& device, int32_t op) : CNNBinaryKernel(device), op_(op) {}
+
+    // Binary kernel properties, then the scales, bias, channel strides and clamp bounds.
+    void encodeWithCoder(serial::Writer& writer) const override;
+    virtual void decodeWithCoder(serial::Reader& reader);
 
     int64_t destinationFeatureChannels(const Image& primary, const Image& secondary) const override;
     StatePtr makeResultState(const Image& primary, const Image& secondary, CommandBuffer* cb) override;
@@ -149,6 +161,9 @@ public:
     float threshold = 0.0f;  // used by Equal / NotEqual only: |x - y| <= threshold
 
 protected:
+    // The arithmetic payload, then comparison_type and threshold.
+    void encodeWithCoder(serial::Writer& writer) const override;
+    void decodeWithCoder(serial::Reader& reader) override;
     StatePtr makeResultState(const Image&, const Image&, CommandBuffer*) override { return nullptr; }
     void encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispatch>& dispatches, const StateBatch& states) override;
 };
@@ -175,9 +190,21 @@ public:
     // filter differentiates (the forward primary, or the secondary for a secondary filter).
     ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
 
+    // -initWithCoder:device: for the concrete class T (CNNAddGradient, ...).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device) {
+        auto kernel = std::make_shared<T>(device, reader.boolean("is_secondary_source_filter"));
+        static_cast<CNNArithmeticGradient&>(*kernel).decodeWithCoder(reader);
+        return kernel;
+    }
+
 protected:
     CNNArithmeticGradient(const Device& device, int32_t op, bool isSecondarySourceFilter)
         : CNNGradientKernel(device), op_(op), secondaryFilter_(isSecondarySourceFilter) {}
+
+    // is_secondary_source_filter, gradient kernel properties, then the arithmetic properties.
+    void encodeWithCoder(serial::Writer& writer) const override;
+    void decodeWithCoder(serial::Reader& reader);
 
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;

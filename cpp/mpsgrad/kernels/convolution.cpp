@@ -1,9 +1,11 @@
 #include "kernels/convolution.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
+#include "core/checked.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -15,7 +17,7 @@ CNNConvolutionDescriptor::CNNConvolutionDescriptor(int64_t kw, int64_t kh, int64
 
 int64_t CNNConvolutionDescriptor::weightsPerOutputChannel() const {
     int64_t g = effectiveGroups();
-    return kernelWidth * kernelHeight * (g > 0 ? inputFeatureChannels / g : 0);
+    return int64_t(checked::product({kernelWidth, kernelHeight, g > 0 ? inputFeatureChannels / g : 0}, "weights"));
 }
 
 void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
@@ -28,6 +30,10 @@ void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
                             " values each (output_feature_channels), got ", v->size());
     foldedScale.resize(n);
     foldedShift.resize(n);
+    for (size_t o = 0; o < n; ++o)
+        if (!(double(variance[o]) + double(epsilon) > 0.0) || !std::isfinite(double(variance[o]) + epsilon))
+            throwValueError("variance: variance[", o, "] + epsilon = ", double(variance[o]) + double(epsilon),
+                            " must be positive and finite (the folded scale divides by its square root)");
     for (size_t o = 0; o < n; ++o) {
         foldedScale[o] = gamma[o] / std::sqrt(variance[o] + epsilon);
         foldedShift[o] = beta[o] - foldedScale[o] * mean[o];
@@ -35,8 +41,9 @@ void CNNConvolutionDescriptor::setBatchNormalizationParametersForInference(
 }
 
 void CNNConvolutionDescriptor::validate() const {
+    // Every size travels to the kernels as a 32-bit int: range-checked here, before any narrowing.
     auto positive = [](int64_t v, const char* name) {
-        if (v < 1) throwValueError(name, ": must be >= 1, got ", v);
+        if (v < 1 || v > INT32_MAX) throwValueError(name, ": must be in [1, 2**31 - 1], got ", v);
     };
     positive(kernelWidth, "kernel_width");
     positive(kernelHeight, "kernel_height");
@@ -62,6 +69,7 @@ void CNNConvolutionDescriptor::validate() const {
                             inputFeatureChannels / groups, " input and ", outputFeatureChannels / groups,
                             " output channels per group");
     }
+    checked::floatBytes(checked::product({weightsPerOutputChannel(), outputFeatureChannels}, "weights"), "weights");
     fusedNeuronDescriptor.validate("fused_neuron_descriptor");
     if (fusedNeuronDescriptor.neuronType == CNNNeuronType::PReLU &&
         int64_t(fusedNeuronDescriptor.data.size()) != outputFeatureChannels)
@@ -104,7 +112,17 @@ ConvolutionWeights loadWeights(const Device& device, CNNConvolutionDataSource& s
     if (!source.load()) throwValueError("data_source: load() returned False");
     struct Purge {
         CNNConvolutionDataSource& s;
-        ~Purge() { s.purge(); }
+        // A destructor must not throw (that would terminate the process): a failing purge is
+        // reported and the kernel keeps the weights it copied.
+        ~Purge() {
+            try {
+                s.purge();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "mpsgrad: warning: the data source's purge() failed: %s\n", e.what());
+            } catch (...) {
+                std::fprintf(stderr, "mpsgrad: warning: the data source's purge() failed\n");
+            }
+        }
     } purgeOnExit{source};
     const float* weights = source.weights();
     if (!weights) throwValueError("data_source: weights() returned no data");
@@ -148,24 +166,59 @@ void reloadFromState(CommandBuffer& cb, ConvolutionWeights& w, const char* kerne
     w.weights = weights;
     w.biases = biases;
     w.hasBias = true;
+    w.reloadCommandBuffer = cb.weak_from_this();
+    w.reloadCommandBufferId = cb.id();
+    w.reloadCompleted = std::make_shared<std::atomic<bool>>(false);
+    cb.addInternalCompletion([done = w.reloadCompleted] { *done = true; });
     state->noteRead();
 }
+
+}  // namespace
+
+void ConvolutionWeights::checkReloadVisible(const CommandBuffer& cb) const {
+    if (!reloadCompleted || *reloadCompleted || cb.id() == reloadCommandBufferId) return;
+    auto reloadBuffer = reloadCommandBuffer.lock();
+    // A committed buffer stays alive until it completes, so an expired one was never committed.
+    if (!reloadBuffer || reloadBuffer->status() == CommandBufferStatus::NotEnqueued)
+        throwValueError("weights: reload_weights_and_biases_with_command_buffer encoded the new weights into a "
+                        "command buffer that was never committed; commit it before encoding this kernel on another "
+                        "command buffer");
+}
+
+namespace {
 
 // The kernel geometry every convolution params struct carries (groups, size, stride, dilation).
 template <class Params>
 void setKernelGeometry(Params& p, const CNNConvolutionDescriptor& d) {
-    p.groups = int32_t(d.effectiveGroups());
-    p.kernelWidth = int32_t(d.kernelWidth);
-    p.kernelHeight = int32_t(d.kernelHeight);
-    p.strideX = int32_t(d.strideInPixelsX);
-    p.strideY = int32_t(d.strideInPixelsY);
-    p.dilationX = int32_t(d.dilationRateX);
-    p.dilationY = int32_t(d.dilationRateY);
+    p.groups = checked::toInt32(d.effectiveGroups(), "groups");
+    p.kernelWidth = checked::toInt32(d.kernelWidth, "kernel_width");
+    p.kernelHeight = checked::toInt32(d.kernelHeight, "kernel_height");
+    p.strideX = checked::toInt32(d.strideInPixelsX, "stride_in_pixels_x");
+    p.strideY = checked::toInt32(d.strideInPixelsY, "stride_in_pixels_y");
+    p.dilationX = checked::toInt32(d.dilationRateX, "dilation_rate_x");
+    p.dilationY = checked::toInt32(d.dilationRateY, "dilation_rate_y");
 }
 
 std::shared_ptr<CNNConvolutionDataSource> requireDataSource(std::shared_ptr<CNNConvolutionDataSource> source) {
     if (!source) throwTypeError("weights: expected a CNNConvolutionDataSource, got None");
     return source;
+}
+
+// How far a clip origin left of / above the destination was moved onto it (0 otherwise).
+int64_t clipShift(int64_t requested, int64_t clipped) { return clipped > requested ? clipped - requested : 0; }
+
+// The offset of the first output pixel actually written: `offset` moved by the clip shift
+// times the stride, so destination pixel clip_rect.origin + p reads offset + stride * p.
+int64_t effectiveOffset(int64_t offset, int64_t requestedClip, int64_t clippedClip, int64_t stride,
+                        const char* what) {
+    return checked::addSigned(offset, checked::mulSigned(clipShift(requestedClip, clippedClip), stride, what), what);
+}
+
+// The source coordinate of the first output pixel's top-left tap.
+int32_t windowOrigin(int64_t offset, int64_t requestedClip, int64_t clippedClip, int64_t stride,
+                     int64_t dilatedKernel, const char* what) {
+    int64_t o = effectiveOffset(offset, requestedClip, clippedClip, stride, what);
+    return checked::toInt32(checked::addSigned(o, -(dilatedKernel >> 1), what), what);
 }
 
 int32_t edgeModeCode(ImageEdgeMode mode, const char* what) {
@@ -257,6 +310,7 @@ void CNNConvolution::reloadWeightsAndBiasesWithCommandBuffer(
 std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolution::exportWeightsAndBiasesWithCommandBuffer(
     CommandBuffer& cb, bool resultStateCanBeTemporary) {
     checkCommandBuffer(cb);
+    weights_.checkReloadVisible(cb);
     auto state = resultStateCanBeTemporary
                      ? CNNConvolutionWeightsAndBiasesState::temporary(cb, weights_.descriptor)
                      : std::make_shared<CNNConvolutionWeightsAndBiasesState>(device_, weights_.descriptor);
@@ -283,6 +337,7 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
                                 const StateBatch& states) {
     const CNNConvolutionDescriptor& d = weights_.descriptor;
     int32_t edge = edgeModeCode(edgeMode, "edge_mode");
+    weights_.checkReloadVisible(cb);
     auto* state = states.empty() ? nullptr : dynamic_cast<CNNConvolutionGradientState*>(states.front().get());
     if (!states.empty() && !state)
         throwTypeError("destination_state: CNNConvolution writes a CNNConvolutionGradientState, got a ",
@@ -295,6 +350,10 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
                             " (feature_channels ", dispatch.source->featureChannels(),
                             ", source_feature_channel_offset ", sourceFeatureChannelOffset, ")");
         checkDestinationChannels(*dispatch.destination, d.outputFeatureChannels);
+        windowOrigin(offset.x, clipRect.origin.x, dispatch.clip.origin.x, d.strideInPixelsX, dilatedKernelWidth(),
+                     "offset.x");  // validated before anything is encoded
+        windowOrigin(offset.y, clipRect.origin.y, dispatch.clip.origin.y, d.strideInPixelsY, dilatedKernelHeight(),
+                     "offset.y");
         if (state) {
             const auto& first = dispatches.front();
             if (dispatch.clip.size.width != first.clip.size.width || dispatch.clip.size.height != first.clip.size.height ||
@@ -310,8 +369,6 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
     const bool fused = d.fusedNeuronDescriptor.neuronType != CNNNeuronType::None;
     ConvolutionParams base{};
     setKernelGeometry(base, d);
-    base.windowLeftX = int32_t(offset.x - (dilatedKernelWidth() >> 1));
-    base.windowTopY = int32_t(offset.y - (dilatedKernelHeight() >> 1));
     base.edgeMode = edge;
     base.hasBias = weights_.hasBias ? 1 : 0;
     base.neuron = d.fusedNeuronDescriptor.params();
@@ -319,7 +376,10 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
     if (state) {
         const auto& first = dispatches.front();
         ForwardSnapshot& s = state->snapshot;
-        s.offset = offset;
+        // The offset of the pixels actually written, so the gradient meets the forward geometry.
+        s.offset = Offset{effectiveOffset(offset.x, clipRect.origin.x, first.clip.origin.x, d.strideInPixelsX, "offset.x"),
+                          effectiveOffset(offset.y, clipRect.origin.y, first.clip.origin.y, d.strideInPixelsY, "offset.y"),
+                          offset.z};
         s.clipRect = first.clip;
         s.edgeMode = edgeMode;
         s.kernelWidth = d.kernelWidth;
@@ -345,14 +405,18 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         state->preactivation = BufferSlice{};
         if (fused) {
             ImageLayout& l = state->preactivationLayout;
-            l.width = int32_t(first.clip.size.width);
-            l.height = int32_t(first.clip.size.height);
-            l.pixelStride = int32_t(d.outputFeatureChannels);
-            l.imageStride = l.width * l.height * l.pixelStride;
+            l.width = checked::toInt32(first.clip.size.width, "clip width");
+            l.height = checked::toInt32(first.clip.size.height, "clip height");
+            l.pixelStride = checked::toInt32(d.outputFeatureChannels, "output_feature_channels");
+            l.imageStride = checked::toInt32(checked::product({l.width, l.height, l.pixelStride}, "preactivation"),
+                                             "preactivation image size");
             l.channelOffset = 0;
-            l.channels = int32_t(d.outputFeatureChannels);
-            state->preactivation =
-                BufferSlice{device_.backend().newBuffer(size_t(l.imageStride) * totalImages * sizeof(float)), 0};
+            l.channels = l.pixelStride;
+            state->preactivation = BufferSlice{
+                device_.backend().newBuffer(checked::floatBytes(checked::product({l.imageStride, totalImages},
+                                                                                 "preactivation"),
+                                                                "preactivation")),
+                0};
         }
     }
 
@@ -377,11 +441,18 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         ConvolutionParams p = base;
         p.source = u.source->layout(u.sourceChannelOffset, d.inputFeatureChannels);
         p.destination = u.destination->layout(destinationFeatureChannelOffset, d.outputFeatureChannels);
-        p.batch = int32_t(count);
-        p.clipX = int32_t(u.clip.origin.x);
-        p.clipY = int32_t(u.clip.origin.y);
-        p.clipWidth = int32_t(u.clip.size.width);
-        p.clipHeight = int32_t(u.clip.size.height);
+        p.batch = checked::toInt32(count, "number of images");
+        p.clipX = checked::toInt32(u.clip.origin.x, "clip_rect.origin.x");
+        p.clipY = checked::toInt32(u.clip.origin.y, "clip_rect.origin.y");
+        p.clipWidth = checked::toInt32(u.clip.size.width, "clip_rect.size.width");
+        p.clipHeight = checked::toInt32(u.clip.size.height, "clip_rect.size.height");
+        // A clip rectangle that started left of / above the destination was moved onto it; the
+        // window moves by the same number of output pixels (times the stride), so destination
+        // pixel clip_rect.origin + p keeps reading offset + stride * p (spec §1.2).
+        p.windowLeftX = windowOrigin(offset.x, clipRect.origin.x, u.clip.origin.x, d.strideInPixelsX,
+                                     dilatedKernelWidth(), "offset.x");
+        p.windowTopY = windowOrigin(offset.y, clipRect.origin.y, u.clip.origin.y, d.strideInPixelsY,
+                                    dilatedKernelHeight(), "offset.y");
         BufferSlice preactivation;
         if (state && fused) {
             p.preactivation = state->preactivationLayout;
@@ -462,8 +533,13 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                                                 const ImageBatch& sourceImages, const StateBatch& states,
                                                 const ImageBatch& destinations) {
     const CNNConvolutionDescriptor& d = weights_.descriptor;
-    const bool wantData = uint32_t(gradientOption) & 1u;
-    const bool wantWeights = uint32_t(gradientOption) & 2u;
+    const uint32_t option = uint32_t(gradientOption);
+    if (option < 1 || option > 3)
+        throwValueError("gradient_option: must be GRADIENT_WITH_DATA (1), GRADIENT_WITH_WEIGHTS_AND_BIAS (2) or ALL "
+                        "(3), got ", option);
+    const bool wantData = option & 1u;
+    const bool wantWeights = option & 2u;
+    if (wantData) weights_.checkReloadVisible(cb);
     const int64_t in = d.inputFeatureChannels, out = d.outputFeatureChannels;
     int32_t xEdge = edgeModeCode(secondaryEdgeMode, "secondary_edge_mode");
 
@@ -484,6 +560,11 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                 throwValueError(what, ": CNNConvolutionGradient needs images with number_of_images == 1, got ",
                                 image->numberOfImages(),
                                 "; pass a batch as a list of single images (Image.batch_representation())");
+        // Single images: the only image a z offset can select is image 0.
+        if (primaryOffset.z != 0 || secondaryOffset.z != 0)
+            throwValueError(primaryOffset.z != 0 ? "primary_offset" : "secondary_offset", ": z = ",
+                            primaryOffset.z != 0 ? primaryOffset.z : secondaryOffset.z,
+                            " selects an image the single-image inputs of CNNConvolutionGradient do not have");
         // The weight and bias gradients are the sums over the batch the state was encoded with;
         // each gradient encode restarts them, so one encode must cover the whole batch.
         if (wantWeights && imagesPerState[states[i].get()] < s.batchSize)
@@ -556,12 +637,20 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.batch = 1;
             setKernelGeometry(p, d);
             int64_t kw = (d.kernelWidth - 1) * d.dilationRateX + 1, kh = (d.kernelHeight - 1) * d.dilationRateY + 1;
-            p.windowLeftX = int32_t(primaryOffset.x * d.strideInPixelsX + kernelOffsetX - (kw >> 1));
-            p.windowTopY = int32_t(primaryOffset.y * d.strideInPixelsY + kernelOffsetY - (kh >> 1));
-            p.clipX = int32_t(clip.origin.x);
-            p.clipY = int32_t(clip.origin.y);
-            p.clipWidth = int32_t(clip.size.width);
-            p.clipHeight = int32_t(clip.size.height);
+            p.windowLeftX = checked::toInt32(
+                checked::addSigned(checked::mulSigned(primaryOffset.x, d.strideInPixelsX, "primary_offset.x"),
+                                   checked::addSigned(kernelOffsetX, -(kw >> 1), "kernel_offset_x"),
+                                   "primary_offset.x"),
+                "primary_offset.x");
+            p.windowTopY = checked::toInt32(
+                checked::addSigned(checked::mulSigned(primaryOffset.y, d.strideInPixelsY, "primary_offset.y"),
+                                   checked::addSigned(kernelOffsetY, -(kh >> 1), "kernel_offset_y"),
+                                   "primary_offset.y"),
+                "primary_offset.y");
+            p.clipX = checked::toInt32(clip.origin.x, "clip_rect.origin.x");
+            p.clipY = checked::toInt32(clip.origin.y, "clip_rect.origin.y");
+            p.clipWidth = checked::toInt32(clip.size.width, "clip_rect.size.width");
+            p.clipHeight = checked::toInt32(clip.size.height, "clip_rect.size.height");
             if (p.clipWidth > 0 && p.clipHeight > 0)
                 backend.convolutionDataGradient(cb, p, gradient, weights_.weights, dst.storage(clip.origin.z));
         }
@@ -571,8 +660,8 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.source = xImage.layout(secondarySourceFeatureChannelOffset, in);
             p.batch = 1;
             setKernelGeometry(p, d);
-            p.windowLeftX = int32_t(secondaryOffset.x);
-            p.windowTopY = int32_t(secondaryOffset.y);
+            p.windowLeftX = checked::toInt32(secondaryOffset.x, "secondary_offset.x");
+            p.windowTopY = checked::toInt32(secondaryOffset.y, "secondary_offset.y");
             p.edgeMode = xEdge;
             p.accumulate = indexInState > 0 ? 1 : 0;
             p.computeWeights = 1;

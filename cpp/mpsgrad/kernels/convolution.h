@@ -4,6 +4,7 @@
 // Weights are OHWI everywhere: weight[o][ky][kx][i], i < inputFeatureChannels / groups.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,10 @@ public:
 
     // ValueError naming the offending property.
     void validate() const;
+
+    // Serialization (docs/serialization.md): every field, including the folded batch norm.
+    std::vector<uint8_t> serialize() const;
+    static CNNConvolutionDescriptor deserialize(const uint8_t* data, size_t size);
 };
 
 class CNNConvolutionGradientState;
@@ -87,6 +92,10 @@ public:
     std::vector<float>& weightValues() { return weights_; }
     std::vector<float>& biasValues() { return biases_; }
 
+    // Serialization (docs/serialization.md): descriptor, weights, biases, label.
+    std::vector<uint8_t> serialize() const;
+    static std::shared_ptr<CNNConvolutionWeightsDataSource> deserialize(const uint8_t* data, size_t size);
+
 private:
     CNNConvolutionDescriptor descriptor_;
     std::vector<float> weights_, biases_;
@@ -110,6 +119,13 @@ public:
     BufferSlice biases() const;
     const CNNConvolutionDescriptor& descriptor() const { return descriptor_; }
 
+    // -initWithCoder:device: (a persistent state with the serialized weights and biases)
+    static std::shared_ptr<CNNConvolutionWeightsAndBiasesState> initWithCoder(serial::Reader& reader,
+                                                                              const Device& device);
+
+protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
+
 private:
     CNNConvolutionWeightsAndBiasesState(const Device& device, const CNNConvolutionDescriptor& descriptor,
                                         bool temporary, const CommandBuffer* cb);
@@ -121,6 +137,15 @@ struct ConvolutionWeights {
     CNNConvolutionDescriptor descriptor;
     BufferSlice weights, biases, neuronData;
     bool hasBias = false;
+    // The command buffer a reload from a state was encoded into, and whether it has completed:
+    // encoding on another buffer before that one is committed would read the fresh, still
+    // zero buffers, so it is an error instead (reloadCompleted null: no reload pending).
+    std::weak_ptr<CommandBuffer> reloadCommandBuffer;
+    uint64_t reloadCommandBufferId = 0;
+    std::shared_ptr<std::atomic<bool>> reloadCompleted;
+
+    // ValueError unless encoding on `cb` sees the weights of every reload encoded so far.
+    void checkReloadVisible(const CommandBuffer& cb) const;
 };
 
 class CNNConvolution;
@@ -190,7 +215,12 @@ public:
 
     const ConvolutionWeights& currentWeights() const { return weights_; }
 
+    // -initWithCoder:device: — the weights the kernel computes with (after any batch-norm
+    // folding and reload) become a CNNConvolutionWeightsDataSource of the new kernel.
+    static std::shared_ptr<CNNConvolution> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     int64_t destinationFeatureChannels(const Image&) const override { return outputFeatureChannels(); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
@@ -227,7 +257,11 @@ public:
     void reloadWeightsAndBiasesWithCommandBuffer(CommandBuffer& cb,
                                                  const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
 
+    // -initWithCoder:device: (weights as for CNNConvolution)
+    static std::shared_ptr<CNNConvolutionGradient> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,

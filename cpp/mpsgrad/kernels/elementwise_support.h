@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/errors.h"
 #include "core/kernel.h"
 
@@ -45,19 +46,21 @@ inline void checkReadRegion(const Image& image, int64_t x, int64_t y, int64_t wi
 // shaders, which keeps them plain (no common base), so the fields are set by name.
 template <typename Params>
 void setClip(Params& p, const Region& clip) {
-    p.clipX = int32_t(clip.origin.x);
-    p.clipY = int32_t(clip.origin.y);
-    p.clipWidth = int32_t(clip.size.width);
-    p.clipHeight = int32_t(clip.size.height);
+    p.clipX = checked::toInt32(clip.origin.x, "clip_rect.origin.x");
+    p.clipY = checked::toInt32(clip.origin.y, "clip_rect.origin.y");
+    p.clipWidth = checked::toInt32(clip.size.width, "clip_rect.size.width");
+    p.clipHeight = checked::toInt32(clip.size.height, "clip_rect.size.height");
 }
 
 // The geometry of a unary forward dispatch (NeuronForwardParams, SoftmaxParams): the source pixel
 // read for the clip origin is `k.offset` moved by the clip shift, so clipping never shifts the data.
 template <typename Params>
 void setUnaryGeometry(Params& p, const CNNKernel& k, const UnaryDispatch& d, int32_t edge) {
-    p.batch = int32_t(d.imageCount);
-    p.sourceX = int32_t(k.offset.x + clipShift(k.clipRect.origin.x, d.clip.origin.x));
-    p.sourceY = int32_t(k.offset.y + clipShift(k.clipRect.origin.y, d.clip.origin.y));
+    p.batch = checked::toInt32(d.imageCount, "number of images");
+    p.sourceX = checked::toInt32(checked::addSigned(k.offset.x, clipShift(k.clipRect.origin.x, d.clip.origin.x), "offset.x"),
+                                 "offset.x");
+    p.sourceY = checked::toInt32(checked::addSigned(k.offset.y, clipShift(k.clipRect.origin.y, d.clip.origin.y), "offset.y"),
+                                 "offset.y");
     setClip(p, d.clip);
     p.edgeMode = edge;
 }
@@ -85,10 +88,12 @@ inline PointwiseGeometry resolvePointwiseGeometry(const CNNBinaryKernel& k, cons
                         " destination_gradient");
     const int64_t shiftX = clipShift(k.clipRect.origin.x, clip.origin.x);
     const int64_t shiftY = clipShift(k.clipRect.origin.y, clip.origin.y);
-    geo.gradientX = k.primaryOffset.x + shiftX;
-    geo.gradientY = k.primaryOffset.y + shiftY;
-    geo.sourceX = k.secondaryOffset.x + shiftX;
-    geo.sourceY = k.secondaryOffset.y + shiftY;
+    geo.gradientX = checked::toInt32(checked::addSigned(k.primaryOffset.x, shiftX, "primary_offset.x"), "primary_offset.x");
+    geo.gradientY = checked::toInt32(checked::addSigned(k.primaryOffset.y, shiftY, "primary_offset.y"), "primary_offset.y");
+    geo.sourceX = checked::toInt32(checked::addSigned(k.secondaryOffset.x, shiftX, "secondary_offset.x"),
+                                   "secondary_offset.x");
+    geo.sourceY = checked::toInt32(checked::addSigned(k.secondaryOffset.y, shiftY, "secondary_offset.y"),
+                                   "secondary_offset.y");
     checkReadRegion(gradient, geo.gradientX, geo.gradientY, int64_t(clip.size.width), int64_t(clip.size.height),
                     "source_gradient", "primary_offset", kernelName);
     if (secondaryName)
@@ -97,8 +102,8 @@ inline PointwiseGeometry resolvePointwiseGeometry(const CNNBinaryKernel& k, cons
     const int64_t gz = k.primaryOffset.z, sz = k.secondaryOffset.z;
     if (gz < 0 || gz >= gradient.numberOfImages() || sz < 0 || sz >= secondary.numberOfImages())
         throwValueError("primary_offset / secondary_offset: z selects an image the inputs do not have");
-    geo.batch = int32_t(std::min<int64_t>(
-        {int64_t(clip.size.depth), gradient.numberOfImages() - gz, secondary.numberOfImages() - sz}));
+    geo.batch = checked::toInt32(std::min<int64_t>(
+        {int64_t(clip.size.depth), gradient.numberOfImages() - gz, secondary.numberOfImages() - sz}), "number of images");
     return geo;
 }
 
@@ -107,8 +112,8 @@ inline PointwiseGeometry resolvePointwiseGeometry(const CNNBinaryKernel& k, cons
 template <typename Params>
 void setGradientGeometry(Params& p, const PointwiseGeometry& geo) {
     p.batch = geo.batch;
-    p.gradientX = int32_t(geo.gradientX);
-    p.gradientY = int32_t(geo.gradientY);
+    p.gradientX = checked::toInt32(geo.gradientX, "primary_offset.x");
+    p.gradientY = checked::toInt32(geo.gradientY, "primary_offset.y");
     setClip(p, geo.clip);
 }
 

@@ -114,6 +114,8 @@ public:
     // -initWithDevice:lossDescriptor:
     CNNLoss(const Device& device, const CNNLossDescriptor& descriptor);
     const char* className() const override { return "CNNLoss"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<CNNLoss> initWithCoder(serial::Reader& reader, const Device& device);
     const CNNLossDescriptor& descriptor() const { return descriptor_; }
 
     // -encodeToCommandBuffer:sourceImage:labels:destinationImage:

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/checked.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -223,8 +224,8 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         p.source = x.layout(secondarySourceFeatureChannelOffset, C);
         p.destination = dst.layout(destinationFeatureChannelOffset, C);
         elementwise::setGradientGeometry(p, geo);
-        p.sourceX = int32_t(geo.sourceX);
-        p.sourceY = int32_t(geo.sourceY);
+        p.sourceX = checked::toInt32(geo.sourceX, "secondary_offset.x");
+        p.sourceY = checked::toInt32(geo.sourceY, "secondary_offset.y");
         p.gradientEdgeMode = gEdge;
         p.sourceEdgeMode = xEdge;
         p.neuronDataOffset = preluDataOffset(descriptor_, secondarySourceFeatureChannelOffset, C, x.featureChannels(),

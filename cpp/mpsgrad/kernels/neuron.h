@@ -45,6 +45,10 @@ public:
     void validate(const char* what) const;
     // The params struct the backend ops take.
     NeuronParams params() const;
+
+    // Serialization (docs/serialization.md): type, a, b, c, data.
+    std::vector<uint8_t> serialize() const;
+    static NNNeuronDescriptor deserialize(const uint8_t* data, size_t size);
 };
 
 // Name of a neuron type ("ReLU", "Sigmoid", ...), for messages.
@@ -103,7 +107,11 @@ public:
     const std::vector<float>& data() const { return descriptor_.data; }
     const NNNeuronDescriptor& neuronDescriptor() const { return descriptor_; }
 
+    // -initWithCoder:device:
+    static std::shared_ptr<CNNNeuron> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
@@ -131,7 +139,11 @@ public:
     const std::vector<float>& data() const { return descriptor_.data; }
     const NNNeuronDescriptor& neuronDescriptor() const { return descriptor_; }
 
+    // -initWithCoder:device:
+    static std::shared_ptr<CNNNeuronGradient> initWithCoder(serial::Reader& reader, const Device& device);
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override;
     void checkGradientStateType(const State& state) const override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;

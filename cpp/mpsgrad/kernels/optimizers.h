@@ -103,6 +103,8 @@ public:
     NNOptimizerStochasticGradientDescent(const Device& device, float momentumScale, bool useNesterovMomentum,
                                          const NNOptimizerDescriptor& descriptor);
     const char* className() const override { return "NNOptimizerStochasticGradientDescent"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNOptimizerStochasticGradientDescent> initWithCoder(serial::Reader& reader, const Device& device);
 
     float momentumScale() const { return momentumScale_; }
     bool useNesterovMomentum() const { return nesterov_; }
@@ -130,6 +132,8 @@ public:
     // -initWithDevice:decay:epsilon:optimizerDescriptor:
     NNOptimizerRMSProp(const Device& device, double decay, float epsilon, const NNOptimizerDescriptor& descriptor);
     const char* className() const override { return "NNOptimizerRMSProp"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNOptimizerRMSProp> initWithCoder(serial::Reader& reader, const Device& device);
 
     double decay() const { return decay_; }
     float epsilon() const { return epsilon_; }
@@ -158,6 +162,8 @@ public:
     NNOptimizerAdam(const Device& device, double beta1, double beta2, float epsilon, uint64_t timeStep,
                     const NNOptimizerDescriptor& descriptor);
     const char* className() const override { return "NNOptimizerAdam"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNOptimizerAdam> initWithCoder(serial::Reader& reader, const Device& device);
 
     double beta1() const { return beta1_; }
     double beta2() const { return beta2_; }

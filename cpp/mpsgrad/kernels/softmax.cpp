@@ -1,5 +1,6 @@
 #include "kernels/softmax.h"
 
+#include "core/checked.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -119,8 +120,8 @@ void CNNSoftMaxGradientBase::encodeGradientImpl(CommandBuffer& cb, const ImageBa
         p.output = y.layout(secondarySourceFeatureChannelOffset, N);
         p.destination = dst.layout(destinationFeatureChannelOffset, N);
         elementwise::setGradientGeometry(p, geo);
-        p.outputX = int32_t(geo.sourceX);
-        p.outputY = int32_t(geo.sourceY);
+        p.outputX = checked::toInt32(geo.sourceX, "secondary_offset.x");
+        p.outputY = checked::toInt32(geo.sourceY, "secondary_offset.y");
         p.gradientEdgeMode = gEdge;
         p.outputEdgeMode = yEdge;
         p.logSoftmax = log_ ? 1 : 0;

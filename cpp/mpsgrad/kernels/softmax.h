@@ -34,7 +34,16 @@ class CNNSoftMaxBase : public CNNKernel {
 public:
     bool isLogSoftmax() const { return log_; }
 
+    // -initWithCoder:device: for CNNSoftMax / CNNLogSoftMax (the CNNKernel properties).
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device) {
+        auto kernel = std::make_shared<T>(device);
+        static_cast<CNNSoftMaxBase&>(*kernel).decodeCNNKernelProperties(reader);
+        return kernel;
+    }
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override { encodeCNNKernelProperties(writer); }
     CNNSoftMaxBase(const Device& device, bool logSoftmax) : CNNKernel(device), log_(logSoftmax) {}
     int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
@@ -64,7 +73,16 @@ class CNNSoftMaxGradientBase : public CNNGradientKernel {
 public:
     bool isLogSoftmax() const { return log_; }
 
+    // -initWithCoder:device: for CNNSoftMaxGradient / CNNLogSoftMaxGradient.
+    template <class T>
+    static std::shared_ptr<T> initWithCoder(serial::Reader& reader, const Device& device) {
+        auto kernel = std::make_shared<T>(device);
+        static_cast<CNNSoftMaxGradientBase&>(*kernel).decodeGradientKernelProperties(reader);
+        return kernel;
+    }
+
 protected:
+    void encodeWithCoder(serial::Writer& writer) const override { encodeGradientKernelProperties(writer); }
     CNNSoftMaxGradientBase(const Device& device, bool logSoftmax) : CNNGradientKernel(device), log_(logSoftmax) {}
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;

@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Address-space check of .metal files with clang's C++-for-OpenCL mode.
+"""Address-space check of .metal files with clang's address_space attributes.
 
 Each file is rewritten (line for line, behind ``#line 1 "file.metal"``) and
-compiled with ``-fsyntax-only`` in C++-for-OpenCL 2021 mode with OpenCL's
-generic address space turned off, against declarations-only MSL headers
-(include/metal_stdlib). Without the generic address space an unqualified
-pointer is a private ("thread") pointer, as in MSL, so clang reports what
-Apple's compiler reports: device/threadgroup/constant pointers passed where a
-thread pointer is expected, device and threadgroup pointers mixed, and writes
-to constant memory.
+compiled as C++17 with ``-fsyntax-only`` against declarations-only MSL headers
+(include/metal_stdlib) in which ``device`` and ``threadgroup`` are clang's
+``__attribute__((address_space(1)))`` and ``(3)``, ``thread`` is the default
+address space and ``constant`` is ``const``. An unqualified pointer is then a
+thread pointer, as in MSL, and clang reports what Apple's compiler reports:
+device or threadgroup pointers passed where a thread pointer is expected,
+device and threadgroup pointers mixed, and writes to constant memory. The file
+must compile cleanly: every diagnostic (error or warning) fails the check.
+
+Not checked: `constant` as an address space of its own (it is only `const`, so
+a constant pointer passed as a `thread const` pointer goes through). Rejected
+although legal MSL: copying a struct from or to device or threadgroup memory
+(clang gives the implicit copy members of a struct no address space); copy the
+members instead. No project kernel copies structs across address spaces.
 
 Rewrites: [[attributes]] are removed; ``constant T x [[function_constant(i)]];``
 gets an initializer; template kernels become plain function templates and
-their ``[[host_name]]`` instantiations explicit instantiations (OpenCL has no
-kernel templates); ``threadgroup T x[N];`` becomes a reference to __local
-storage; vector constructors become ``metal::vmake<floatN>(...)``.
+their ``[[host_name]]`` instantiations explicit instantiations;
+``threadgroup T x[N];`` becomes a reference to threadgroup storage; vector
+constructors become ``metal::vmake<floatN>(...)``; half literals ``1.5h``
+become ``((half)1.5f)``.
 
 Usage:
     msl_aspcheck.py [--clang CLANG] [-I DIR]... FILE.metal...
@@ -37,15 +45,11 @@ import msl2cpp  # noqa: E402  (shared scanning helpers)
 IDENT = msl2cpp.IDENT
 VECTOR = msl2cpp.VECTOR
 CLANG_FLAGS = [
-    "-x", "clcpp", "-cl-std=clc++2021", "-cl-no-stdinc",
-    "-Xclang", "-cl-ext=-__opencl_c_generic_address_space,-__opencl_c_pipes,"
-               "-__opencl_c_device_enqueue,+cl_khr_fp16",
+    "-x", "c++", "-std=c++17", "-nostdinc++",
     "-fsyntax-only", "-ferror-limit=0", "-Wall", "-Wno-unused-variable", "-Wno-unused-function",
     "-Wno-unused-parameter", "-Wno-unused-but-set-variable",
 ]
 MARKER = re.compile(r"//\s*expect-error\b")
-# OpenCL keywords that are ordinary identifiers in MSL.
-OPENCL_KEYWORDS = ("local", "global", "pipe", "read_only", "write_only", "read_write")
 
 
 def rewrite(path, text, display):
@@ -71,7 +75,7 @@ def rewrite(path, text, display):
         elif m.group(1).startswith("[["):
             ed.add(m.start(1), m.end(1), "kernel")
 
-    # threadgroup variables -> references to __local storage
+    # threadgroup variables -> references to threadgroup storage
     for m in re.finditer(r"\bthreadgroup\s+((?:const\s+)?" + IDENT + r"(?:\s*::\s*" + IDENT +
                          r")*(?:\s*<[^;{}()]*>)?)\s+(" + IDENT + r"\s*(?:\[[^\]]*\]\s*)*(?:,\s*" + IDENT +
                          r"\s*(?:\[[^\]]*\]\s*)*)*);", mask):
@@ -87,10 +91,10 @@ def rewrite(path, text, display):
         if not ed.covered(m.start()):
             ed.blank(m.start(), m.end())
 
-    # identifiers that are keywords in OpenCL
-    for m in re.finditer(r"(?<![\w.])\b(" + "|".join(OPENCL_KEYWORDS) + r")\b", mask):
-        if not ed.covered(m.start()):
-            ed.add(m.start(), m.end(), "mtlchk_" + m.group(1))
+    # half literals
+    for m in re.finditer(r"(?<![\w.])((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[hH]\b", mask):
+        lit = m.group(1) if re.search(r"[.eE]", m.group(1)) else m.group(1) + ".0"
+        ed.add(m.start(), m.end(), "((half)%sf)" % lit)
 
     # vector constructors and conversions
     for m in re.finditer(r"\bstatic_cast\s*<\s*(?:metal\s*::\s*)?(" + VECTOR + r")\s*>\s*\(", mask):
@@ -101,15 +105,11 @@ def rewrite(path, text, display):
 
     body = ed.apply()
     return ("#include <metal_stdlib>\n"
-            "namespace metal { template <class T> __local T& mtlchk_local(); }\n"
+            "namespace metal { template <class T> threadgroup T& mtlchk_local(); }\n"
             "#line 1 %s\n" % msl2cpp.c_string(display)) + body
 
 
 DIAG = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+:\d+): (?P<kind>error|warning|note|fatal error): (?P<msg>.*)$")
-IMPLICIT_MEMBER = re.compile(r"\(the implicit (copy|move|default) (constructor|assignment operator)\)|"
-                             r"is implicitly deleted because|implicitly-deleted")
-
-
 def diagnostics(output):
     """Split clang output into groups: a diagnostic and the notes/source lines after it."""
     groups, current = [], None
@@ -126,25 +126,6 @@ def diagnostics(output):
     return groups
 
 
-def is_struct_copy_artifact(group):
-    """True for errors that only say a struct cannot be copied/assigned/default-constructed.
-
-    With the generic address space disabled, clang 16 declares the implicit
-    special members of every class without a usable address space, so any
-    struct copy (even thread to thread) fails. Copying structs between address
-    spaces is legal in MSL, so these errors say nothing about the kernel."""
-    msg = group["msg"]
-    if msg.startswith("call to implicitly-deleted"):
-        return True
-    if not (msg.startswith("no matching constructor for initialization of") or
-            msg.startswith("no viable overloaded '='")):
-        return False
-    # Without candidate notes, clang found only implicit members it could not
-    # use (deleted ones are not listed), or it already listed them for the type.
-    candidates = [n for n in group["notes"] if n.startswith("candidate")]
-    return all(IMPLICIT_MEMBER.search(n) for n in candidates)
-
-
 def check_file(path, args):
     display = os.path.relpath(path, args.display_root) if args.display_root else path
     with open(path, encoding="utf-8") as f:
@@ -155,7 +136,7 @@ def check_file(path, args):
         print("%s:%s: error: %s" % (display, e.line, e), file=sys.stderr)
         return False, ""
     with tempfile.TemporaryDirectory(prefix="mtlemu-asp-") as tmp:
-        src = os.path.join(tmp, os.path.basename(path) + ".clcpp")
+        src = os.path.join(tmp, os.path.basename(path) + ".cpp")
         with open(src, "w", encoding="utf-8") as f:
             f.write(out)
         cmd = [args.clang] + CLANG_FLAGS + ["-I", os.path.join(HERE, "include"),
@@ -164,9 +145,11 @@ def check_file(path, args):
             cmd += ["-I", d]
         cmd.append(src)
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    groups = [g for g in diagnostics(r.stdout) if not is_struct_copy_artifact(g)]
+    groups = diagnostics(r.stdout)  # every diagnostic counts
     output = "".join(line + "\n" for g in groups for line in g["lines"])
     errors = [g for g in groups if g["kind"] in ("error", "fatal error")]
+    if not args.expect_errors and groups:
+        errors = groups  # a warning fails the check too
     if r.returncode != 0 and not diagnostics(r.stdout):
         output = r.stdout  # clang failed without a diagnostic we can parse (bad flags, missing file)
         errors = [None]
@@ -200,7 +183,7 @@ def check_file(path, args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Address-space check of .metal files (clang C++ for OpenCL).")
+    ap = argparse.ArgumentParser(description="Address-space check of .metal files (clang address_space attributes).")
     ap.add_argument("files", nargs="+")
     ap.add_argument("--clang", default=os.environ.get("MTLEMU_CLANG", "clang++-16"))
     ap.add_argument("-I", dest="include_dirs", action="append", default=[])

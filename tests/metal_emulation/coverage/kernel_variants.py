@@ -21,12 +21,16 @@ NEURON_TYPES = tuple(range(16))      # metal/common_params.h: kNeuronCount
 ARITHMETIC_OPS = tuple(range(4))     # metal/arithmetic_params.h: ArithmeticOpCode
 COMPARISONS = tuple(range(6))        # CompareTypeCode
 CLAMP_MODES = tuple(range(3))        # ArithmeticClampStateCode
+POOLING_MODES = tuple(range(3))      # metal/pooling_params.h: PoolingModeCode (max, average, L2)
+UPSAMPLING_MODES = tuple(range(2))   # metal/upsampling_params.h: UpsamplingModeCode
 
 # Values per (file stem, constant name); unlisted constants are bools.
 DOMAINS = {
     ("convolution", "kNeuronType"): NEURON_TYPES,
     ("neuron", "kNeuronType"): NEURON_TYPES,
     ("arithmetic", "kStateMode"): CLAMP_MODES,
+    ("pooling", "kPoolingMode"): POOLING_MODES,
+    ("upsampling", "kUpsamplingMode"): UPSAMPLING_MODES,
 }
 
 
@@ -47,6 +51,13 @@ def _unreachable(kernel, v):
         need_y = (op == 2 and not second) or op == 3
         return ((v["kAlignedPrimary"] and not need_x) or (v["kAlignedSecondary"] and not need_y)
                 or (v["kAlignedState"] and v["kStateMode"] == 0))
+    if kernel == "pooling_gradient":
+        # metal_pooling.cpp encodePoolingGradient: average pooling binds no source, so its
+        # kAlignedSource is always false (max and L2 set it from the source's alignment).
+        return v["kPoolingMode"] == 1 and v["kAlignedSource"] != 0
+    # pooling_forward, upsampling_*, dropout_apply: every mode and every alignment mix is
+    # reachable (each binding's flag depends on its own offset; the encoders share only the
+    # channel count's multiple-of-4 test between bindings).
     return False
 
 

@@ -55,6 +55,13 @@ class Variants(unittest.TestCase):
             per_kernel[name] = per_kernel.get(name, 0) + 1
         self.assertEqual(per_kernel["convolution_forward"], 16 * 16)   # neuron types x 4 aligned flags
         self.assertEqual(per_kernel["compare_forward"], 6 * 8)
+        self.assertEqual(per_kernel["pooling_forward"], 3 * 4)          # max/average/L2 x 2 aligned flags
+        self.assertEqual(per_kernel["pooling_gradient"], 2 * 8 + 4)     # average reads no source
+        self.assertNotIn("pooling_gradient\tkAlignedDestination=0,kAlignedGradient=0,kAlignedSource=1,"
+                         "kPoolingMode=1", keys)
+        self.assertEqual(per_kernel["upsampling_forward"], 2 * 4)
+        self.assertEqual(per_kernel["upsampling_gradient"], 2 * 4)
+        self.assertEqual(per_kernel["dropout_apply"], 4)
 
 
 if __name__ == "__main__":

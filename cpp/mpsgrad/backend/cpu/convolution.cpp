@@ -1,20 +1,21 @@
 // CPU backend: convolution forward, data gradient and weight gradient.
 //
-// Semantics are exactly those written in metal/convolution_params.h. All three ops are
-// organised the same way:
+// Semantics are exactly those written in metal/convolution_params.h. The three dense ops are
+// matrix products on the system BLAS (blas.h: OpenBLAS or Accelerate), organised alike:
 //
-//   1. pack what the op reads into small contiguous scratch panels (an im2col patch of a
-//      block of output pixels, honouring the edge mode, or a block of the incoming gradient);
-//   2. multiply the panels with weights packed once per call in the layout the product needs
-//      (transposed for the forward pass, rotated and I/O-transposed for the data gradient);
-//   3. write the results (bias, neuron, preactivation) only into the channels
+//   1. the pixels are cut into blocks whose size depends on the problem (and the thread
+//      count, never on timing); a block's operand is either read in place (1x1 stride-1
+//      layers whose pixels are evenly spaced in memory) or packed into a small scratch panel
+//      (an im2col patch honouring the edge mode, or a block of the incoming gradient);
+//   2. one single-threaded sgemm per block and group multiplies it with the OHWI weights,
+//      used as they are (no per-call repacking) except by the strided data gradient;
+//   3. an epilogue pass adds the bias and applies the neuron while writing only the channels
 //      [channelOffset, channelOffset + channels) of the destination pixels.
 //
-// The product runs on a register-tiled micro-kernel (MR x NR accumulators, inner loop over NR
-// contiguous floats) that compilers vectorize. Every output element is produced by exactly one
-// thread, and its sum always runs in the same order whatever the thread count or chunking:
-// results are bitwise reproducible. The weight gradient, a reduction over every pixel of the
-// batch, sums fixed pixel blocks in order and partitions the threads over weight entries.
+// Blocks run in parallel on the backend's pool. Every forward / data-gradient output element
+// comes from exactly one sgemm; the weight gradient sums its blocks in a fixed order into one
+// partial sum per chunk of blocks and adds the partials in chunk order. So results are bitwise
+// reproducible run to run for a given thread count.
 #include "cpu_ops.h"
 
 #include <algorithm>
@@ -26,16 +27,14 @@
 #include <vector>
 
 #include "../../../../metal/neuron_math.h"
+#include "blas.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
 namespace {
 
-constexpr int kMR = 4;  // micro-kernel rows
-constexpr int kNR = 8;  // micro-kernel columns (contiguous in B and C)
-
-inline int roundUp(int v, int m) { return (v + m - 1) / m * m; }
 inline int ceilDiv(int v, int m) { return (v + m - 1) / m; }
+inline int64_t ceilDiv64(int64_t v, int64_t m) { return (v + m - 1) / m; }
 inline int clampInt(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 // Mathematical modulo (result in [0, m)) for m > 0.
 inline int positiveMod(int v, int m) {
@@ -74,70 +73,13 @@ void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* nam
         invalid(std::string(name) + " clip rectangle lies outside the image");
 }
 
-// C[i][j] += sum_k A[i*rsA + k*csA] * B[k*ldb + j]  for i < kMR, j < kNR.
-// The sum is formed in registers from zero and then added to C, always in increasing k.
-// GCC and Clang get explicit 4-wide vectors (SSE, NEON; scalar code elsewhere): left to
-// itself GCC vectorizes the k loop of the plain version into slow in-order reductions.
-#if defined(__GNUC__) || defined(__clang__)
-typedef float Vec4 __attribute__((vector_size(16)));
-static_assert(kNR % 4 == 0, "kNR must be a multiple of the vector width");
-
-inline Vec4 loadVec(const float* p) {
-    Vec4 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-inline void storeVec(float* p, Vec4 v) { std::memcpy(p, &v, sizeof v); }
-
-inline void microKernel(int64_t K, const float* A, int64_t rsA, int64_t csA, const float* B,
-                        int64_t ldb, float* C, int64_t ldc) {
-    constexpr int kV = kNR / 4;
-    Vec4 acc[kMR][kV];
-    for (int i = 0; i < kMR; ++i)
-        for (int v = 0; v < kV; ++v) acc[i][v] = Vec4{0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t k = 0; k < K; ++k) {
-        const float* b = B + k * ldb;
-        const float* a = A + k * csA;
-        Vec4 bv[kV];
-        for (int v = 0; v < kV; ++v) bv[v] = loadVec(b + 4 * v);
-        for (int i = 0; i < kMR; ++i) {
-            const float ai = a[i * rsA];
-            const Vec4 av = {ai, ai, ai, ai};
-            for (int v = 0; v < kV; ++v) acc[i][v] += av * bv[v];
-        }
-    }
-    for (int i = 0; i < kMR; ++i)
-        for (int v = 0; v < kV; ++v) {
-            float* c = C + i * ldc + 4 * v;
-            storeVec(c, loadVec(c) + acc[i][v]);
-        }
-}
-#else
-inline void microKernel(int64_t K, const float* A, int64_t rsA, int64_t csA, const float* B,
-                        int64_t ldb, float* C, int64_t ldc) {
-    float acc[kMR][kNR] = {};
-    for (int64_t k = 0; k < K; ++k) {
-        const float* b = B + k * ldb;
-        const float* a = A + k * csA;
-        for (int i = 0; i < kMR; ++i) {
-            const float ai = a[i * rsA];
-            for (int j = 0; j < kNR; ++j) acc[i][j] += ai * b[j];
-        }
-    }
-    for (int i = 0; i < kMR; ++i) {
-        float* c = C + i * ldc;
-        for (int j = 0; j < kNR; ++j) c[j] += acc[i][j];
-    }
-}
-#endif
-
-// C[M][N] += A[M][K] * B[K][N] with A row-major (row stride lda), B row stride ldb, C row
-// stride ldc. M must be a multiple of kMR and N of kNR (callers pad their scratch panels).
-void gemmAdd(int M, int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb,
-             float* C, int64_t ldc) {
-    for (int j = 0; j < N; j += kNR)
-        for (int i = 0; i < M; i += kMR)
-            microKernel(K, A + i * lda, lda, 1, B + j, ldb, C + i * ldc + j, ldc);
+// Rows per block of a product whose packed operand row holds `rowFloats` floats: scratch panels
+// of about 1 MB, between 16 rows (so the BLAS gets a real matrix, not a vector) and 512, and
+// small enough to give each thread two blocks when the problem is that large.
+int blockRows(int64_t rows, int64_t rowFloats) {
+    int64_t mb = std::min<int64_t>(512, (int64_t(1) << 18) / std::max<int64_t>(1, rowFloats));
+    mb = std::min(mb, ceilDiv64(rows, 2 * int64_t(threadCount())));
+    return int(std::max<int64_t>(1, std::min(rows, std::max<int64_t>(16, mb))));
 }
 
 // Copies `count` channels of one source pixel, or zeros when `pixel` is null.
@@ -157,6 +99,20 @@ inline const float* sourcePixel(const float* source, const ImageLayout& s, int n
         sx = clampInt(sx, 0, s.width - 1);
     }
     return source + pixelIndex(s, n, sy, sx);
+}
+
+// One im2col row: the kH x kW taps of the window whose top-left tap reads source pixel
+// (sy0, sx0) of image n, channels [c0, c0 + count) of each, tap after tap.
+inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int n, int sy0,
+                      int sx0, int kW, int kH, int dilationX, int dilationY, int edgeMode, int c0,
+                      int count) {
+    for (int ky = 0; ky < kH; ++ky) {
+        const int sy = sy0 + dilationY * ky;
+        for (int kx = 0; kx < kW; ++kx, dst += count) {
+            const float* px = sourcePixel(source, S, n, sy, sx0 + dilationX * kx, edgeMode);
+            copyChannels(dst, px ? px + c0 : nullptr, count);
+        }
+    }
 }
 
 // Writes pre-neuron values v[0..count) of output channels [o0, o0 + count) for one pixel.
@@ -249,85 +205,74 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
     }
 
     const int kW = p.kernelWidth, kH = p.kernelHeight;
-    const int Kg = kH * kW * Cig;          // reduction length per group
-    const int CogPad = roundUp(Cog, kNR);  // padded columns of the product
-
-    // Transposed weights, per group: Wt[g][k][oo] = W[g*Cog + oo][k] (zero in padding columns).
-    std::vector<float> wt(size_t(G) * Kg * CogPad, 0.0f);
-    for (int g = 0; g < G; ++g)
-        for (int oo = 0; oo < Cog; ++oo) {
-            const float* w = weights + size_t(g * Cog + oo) * Kg;
-            float* dst = wt.data() + size_t(g) * Kg * CogPad + oo;
-            for (int k = 0; k < Kg; ++k) dst[size_t(k) * CogPad] = w[k];
-        }
-
-    // Work item = a block of clip pixels (counted across rows and images, so small images and
-    // fully connected layers still fill a block) x a group x a chunk of output columns. Columns
-    // are only split when there are too few pixel blocks to occupy the threads; every output
-    // element is still summed by one micro-kernel in increasing k, so the split never changes
-    // the bits of the result.
-    const int MB = roundUp(clampInt(16384 / std::max(Kg, 1), kMR, 64), kMR);
+    const int Kg = kH * kW * Cig;  // reduction length per group
     const int64_t clipPixels = int64_t(p.clipWidth) * p.clipHeight;
     const int64_t totalPixels = int64_t(p.batch) * clipPixels;
-    const int64_t pixelBlocks = (totalPixels + MB - 1) / MB;
-    const int64_t wanted = int64_t(threadCount()) * 4;
-    const int colTiles = CogPad / kNR;
-    int colChunks = 1;
-    if (pixelBlocks * G < wanted)
-        colChunks = int(std::min<int64_t>(colTiles, (wanted + pixelBlocks * G - 1) / (pixelBlocks * G)));
-    const int tilesPerChunk = ceilDiv(colTiles, colChunks);
-    colChunks = ceilDiv(colTiles, tilesPerChunk);
-    const int64_t items = pixelBlocks * G * colChunks;
+    // 1x1, stride 1, every read inside the image and clip rows as wide as the source: the clip
+    // pixels of one image are evenly spaced source pixels (and so are those of consecutive
+    // images when the images follow each other without a gap), so the product reads them in place.
+    const bool inPlace = kW == 1 && kH == 1 && p.strideX == 1 && p.strideY == 1 &&
+                         p.windowLeftX == 0 && S.width == p.clipWidth && p.windowTopY >= 0 &&
+                         p.windowTopY + p.clipHeight <= S.height;
+    const bool imagesEven = p.windowTopY == 0 && S.imageStride == clipPixels * S.pixelStride;
+
+    // Work item = a block of clip pixels (counted across rows and images, so small images and
+    // fully connected layers still fill a block) x a group.
+    const int MB = blockRows(totalPixels, Kg);
+    const int64_t items = ceilDiv64(totalPixels, MB) * G;
 
     parallelFor(items, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> patch(size_t(MB) * Kg);
-        std::vector<float> out(size_t(MB) * CogPad);
+        std::vector<float> patch;
+        std::vector<float> out(size_t(MB) * Cog);
         std::vector<int64_t> dstAt(static_cast<size_t>(MB)), preAt(static_cast<size_t>(MB));
         for (int64_t item = begin; item < end; ++item) {
-            const int chunk = int(item % colChunks);
-            const int g = int((item / colChunks) % G);
-            const int64_t q0 = (item / colChunks / G) * MB;
-            const int mb = int(std::min<int64_t>(MB, totalPixels - q0)), mbPad = roundUp(mb, kMR);
-            const int j0 = chunk * tilesPerChunk * kNR;
-            const int j1 = std::min(CogPad, j0 + tilesPerChunk * kNR);
-
-            // im2col patch: patch[m][(ky*kW + kx)*Cig + i], for this group's input channels.
+            const int g = int(item % G);
+            const int64_t q0 = (item / G) * MB;
+            const int mb = int(std::min<int64_t>(MB, totalPixels - q0));
             for (int m = 0; m < mb; ++m) {
                 const int64_t q = q0 + m;
                 const int n = int(q / clipPixels);
                 const int y = int((q % clipPixels) / p.clipWidth), x = int(q % p.clipWidth);
                 dstAt[size_t(m)] = pixelIndex(D, n, p.clipY + y, p.clipX + x);
                 preAt[size_t(m)] = p.writePreactivation ? pixelIndex(p.preactivation, n, y, x) : 0;
-                float* dst = patch.data() + size_t(m) * Kg;
-                for (int ky = 0; ky < kH; ++ky) {
-                    const int sy = p.windowTopY + p.strideY * y + p.dilationY * ky;
-                    for (int kx = 0; kx < kW; ++kx, dst += Cig) {
-                        const int sx = p.windowLeftX + p.strideX * x + p.dilationX * kx;
-                        const float* px = sourcePixel(source, S, n, sy, sx, p.edgeMode);
-                        copyChannels(dst, px ? px + g * Cig : nullptr, Cig);
-                    }
+            }
+
+            const float* A;
+            int lda;
+            const int n0 = int(q0 / clipPixels);
+            if (inPlace && (n0 == int((q0 + mb - 1) / clipPixels) || imagesEven)) {
+                const int y0 = int((q0 % clipPixels) / p.clipWidth), x0 = int(q0 % p.clipWidth);
+                A = source + pixelIndex(S, n0, p.windowTopY + y0, x0) + g * Cig;
+                lda = S.pixelStride;
+            } else {
+                // im2col patch: patch[m][(ky*kW + kx)*Cig + i], for this group's input channels.
+                patch.resize(size_t(MB) * Kg);
+                for (int m = 0; m < mb; ++m) {
+                    const int64_t q = q0 + m;
+                    const int n = int(q / clipPixels);
+                    const int y = int((q % clipPixels) / p.clipWidth), x = int(q % p.clipWidth);
+                    im2colRow(patch.data() + size_t(m) * Kg, source, S, n,
+                              p.windowTopY + p.strideY * y, p.windowLeftX + p.strideX * x, kW, kH,
+                              p.dilationX, p.dilationY, p.edgeMode, g * Cig, Cig);
                 }
+                A = patch.data();
+                lda = Kg;
             }
-            std::fill(patch.begin() + size_t(mb) * Kg, patch.begin() + size_t(mbPad) * Kg, 0.0f);
 
-            // out = bias, then out += patch * Wt over columns [j0, j1).
-            const int o0 = std::min(Cog, j0), o1 = std::min(Cog, j1);
-            for (int m = 0; m < mbPad; ++m) {
-                float* o = out.data() + size_t(m) * CogPad;
-                if (p.hasBias)
-                    std::memcpy(o + o0, biases + g * Cog + o0, sizeof(float) * size_t(o1 - o0));
-                else
-                    std::fill(o + o0, o + o1, 0.0f);
-                std::fill(o + o1, o + j1, 0.0f);
+            // out[m][oo] = sum_k A[m][k] * W[g*Cog + oo][k]: the OHWI weights are B^T as stored.
+            blas::sgemm(false, true, mb, Cog, Kg, 1.0f, A, lda, weights + size_t(g) * Cog * Kg, Kg,
+                        0.0f, out.data(), Cog);
+
+            // Epilogue: value = bias + sum (the order the depthwise path uses), then the neuron.
+            for (int m = 0; m < mb; ++m) {
+                float* v = out.data() + size_t(m) * Cog;
+                if (p.hasBias) {
+                    const float* b = biases + g * Cog;
+                    for (int oo = 0; oo < Cog; ++oo) v[oo] = b[oo] + v[oo];
+                }
+                writeOutputs(p, v, g * Cog, Cog, neuronData, destination + dstAt[size_t(m)],
+                             p.writePreactivation ? preactivation + preAt[size_t(m)] : nullptr);
             }
-            gemmAdd(mbPad, j1 - j0, Kg, patch.data(), Kg, wt.data() + size_t(g) * Kg * CogPad + j0,
-                    CogPad, out.data() + j0, CogPad);
-
-            if (o1 > o0)
-                for (int m = 0; m < mb; ++m)
-                    writeOutputs(p, out.data() + size_t(m) * CogPad + o0, g * Cog + o0, o1 - o0,
-                                 neuronData, destination + dstAt[size_t(m)],
-                                 p.writePreactivation ? preactivation + preAt[size_t(m)] : nullptr);
         }
     });
 }
@@ -390,6 +335,54 @@ void dataGradientDepthwise(const ConvolutionDataGradientParams& p, const float* 
     });
 }
 
+// Stride 1: Z is E itself, so the data gradient is a forward convolution of E (zero outside)
+// with the rotated, I/O-transposed weights Wr[g*Cig + c][ty][tx][oo] = W[g*Cog + oo][kH-1-ty][kW-1-tx][c],
+// and runs on the forward pass's blocks and products.
+void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* gradient,
+                           const float* weights, float* destination) {
+    const int G = p.groups, Cig = p.destination.channels / G, Cog = p.gradient.channels / G;
+    const int kW = p.kernelWidth, kH = p.kernelHeight, taps = kW * kH;
+    // A transpose: 16 output channels at a time, so that each write fills a cache line instead
+    // of touching one float per line (which made the repacking cost a quarter of the product).
+    constexpr int kOB = 16;
+    const int oBlocks = ceilDiv(Cog, kOB);
+    std::vector<float> rotated(size_t(G) * Cig * taps * Cog);
+    parallelFor(int64_t(G) * oBlocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+            const int g = int(item / oBlocks), o0 = int(item % oBlocks) * kOB;
+            const int o1 = std::min(Cog, o0 + kOB);
+            for (int t = 0; t < taps; ++t) {
+                const int rt = taps - 1 - t;  // (kH-1-ty, kW-1-tx) flattened
+                for (int c = 0; c < Cig; ++c) {
+                    float* r = rotated.data() + ((size_t(g) * Cig + size_t(c)) * taps + size_t(rt)) * Cog;
+                    const float* w = weights + (size_t(g) * Cog * taps + size_t(t)) * Cig + size_t(c);
+                    for (int oo = o0; oo < o1; ++oo) r[oo] = w[size_t(oo) * taps * Cig];  // W[g*Cog+oo][t][c]
+                }
+            }
+        }
+    });
+
+    ConvolutionParams f{};
+    f.source = p.gradient;
+    f.destination = p.destination;
+    f.batch = p.batch;
+    f.groups = G;
+    f.kernelWidth = kW;
+    f.kernelHeight = kH;
+    f.strideX = f.strideY = 1;
+    f.dilationX = p.dilationX;
+    f.dilationY = p.dilationY;
+    f.windowLeftX = p.windowLeftX;
+    f.windowTopY = p.windowTopY;
+    f.clipX = p.clipX;
+    f.clipY = p.clipY;
+    f.clipWidth = p.clipWidth;
+    f.clipHeight = p.clipHeight;
+    f.edgeMode = kEdgeZero;
+    f.neuron.type = kNeuronNone;
+    convolutionForward(f, gradient, rotated.data(), nullptr, nullptr, destination, nullptr);
+}
+
 }  // namespace
 
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
@@ -406,7 +399,6 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
     const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, sX = p.strideX, sY = p.strideY;
     const int Kfull = kH * kW * Cig;  // row length of one output channel's OHWI weights
-    const int CigPad = roundUp(Cig, kNR);
 
     // Taps per phase: tapsY[py] lists the ty with (windowTopY + py + dilationY*ty) % sY == 0.
     std::vector<std::vector<int>> tapsY(static_cast<size_t>(sY)), tapsX(static_cast<size_t>(sX));
@@ -421,15 +413,19 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
         dataGradientDepthwise(p, gradient, weights, destination, tapsY, tapsX);
         return;
     }
+    if (sX == 1 && sY == 1) {
+        dataGradientAsForward(p, gradient, weights, destination);
+        return;
+    }
 
-    // Packed weights: for phase (py, px) and group g, a [nTaps*Cog][CigPad] block with
+    // Strided: packed weights, for phase (py, px) and group g, a [nTaps*Cog][Cig] block with
     // row (t, oo), column cc = W[g*Cog + oo][kH-1-ty][kW-1-tx][cc].
     std::vector<size_t> phaseOffset(size_t(sY) * sX);
     size_t total = 0;
     for (int py = 0; py < sY; ++py)
         for (int px = 0; px < sX; ++px) {
             phaseOffset[size_t(py) * sX + px] = total;
-            total += tapsY[py].size() * tapsX[px].size() * size_t(G) * Cog * CigPad;
+            total += tapsY[py].size() * tapsX[px].size() * size_t(G) * Cog * Cig;
         }
     std::vector<float> wp(total, 0.0f);
     for (int py = 0; py < sY; ++py)
@@ -437,14 +433,14 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
             const int nT = int(tapsY[py].size() * tapsX[px].size());
             for (int g = 0; g < G; ++g) {
                 float* block = wp.data() + phaseOffset[size_t(py) * sX + px] +
-                               size_t(g) * nT * Cog * CigPad;
+                               size_t(g) * nT * Cog * Cig;
                 int t = 0;
                 for (int ty : tapsY[py])
                     for (int tx : tapsX[px]) {
                         const int tap = (kH - 1 - ty) * kW + (kW - 1 - tx);
                         for (int oo = 0; oo < Cog; ++oo) {
                             const float* w = weights + size_t(g * Cog + oo) * Kfull + size_t(tap) * Cig;
-                            std::memcpy(block + (size_t(t) * Cog + oo) * CigPad, w,
+                            std::memcpy(block + (size_t(t) * Cog + oo) * Cig, w,
                                         sizeof(float) * size_t(Cig));
                         }
                         ++t;
@@ -453,14 +449,14 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
         }
 
     const int maxTaps = kH * kW;
-    const int MB = roundUp(clampInt(16384 / std::max(maxTaps * Cog, 1), kMR, 64), kMR);
+    const int MB = clampInt((1 << 18) / std::max(maxTaps * Cog, 1), 16, 512);
     const int perPhase = ceilDiv(ceilDiv(p.clipWidth, sX), MB);  // blocks in the largest class
     const int xPhases = std::min(sX, p.clipWidth);
     const int64_t items = int64_t(p.batch) * p.clipHeight * xPhases * perPhase;
 
     parallelFor(items, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> panel(size_t(MB) * maxTaps * Cog);
-        std::vector<float> out(size_t(MB) * CigPad);
+        std::vector<float> out(size_t(MB) * Cig);
         std::vector<int> eyOf(static_cast<size_t>(kH));
         for (int64_t item = begin; item < end; ++item) {
             const int blk = int(item % perPhase);
@@ -472,7 +468,7 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
             const int count = ceilDiv(p.clipWidth - px, sX);  // pixels x = px + sX*xi
             const int xi0 = blk * MB;
             if (xi0 >= count) continue;
-            const int mb = std::min(MB, count - xi0), mbPad = roundUp(mb, kMR);
+            const int mb = std::min(MB, count - xi0);
             const int py = y % sY;
             const std::vector<int>& ty = tapsY[py];
             const std::vector<int>& tx = tapsX[px];
@@ -495,7 +491,7 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
             const int K = (a1 - a0) * nTx * Cog;
 
             for (int g = 0; g < G; ++g) {
-                std::fill(out.begin(), out.begin() + size_t(mbPad) * CigPad, 0.0f);
+                if (K == 0) std::fill(out.begin(), out.begin() + size_t(mb) * Cig, 0.0f);
                 if (K > 0) {
                     for (int m = 0; m < mb; ++m) {
                         const int x = px + sX * (xi0 + m);
@@ -511,16 +507,16 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
                                              Cog);
                             }
                     }
-                    std::fill(panel.begin() + size_t(mb) * K, panel.begin() + size_t(mbPad) * K, 0.0f);
                     // Rows (a, b, oo) of the phase's block, starting at row a0 * nTx * Cog.
                     const float* wblock = wp.data() + phaseOffset[size_t(py) * sX + px] +
-                                          (size_t(g) * nT + size_t(a0) * nTx) * Cog * CigPad;
-                    gemmAdd(mbPad, CigPad, K, panel.data(), K, wblock, CigPad, out.data(), CigPad);
+                                          (size_t(g) * nT + size_t(a0) * nTx) * Cog * Cig;
+                    blas::sgemm(false, false, mb, Cig, K, 1.0f, panel.data(), K, wblock, Cig, 0.0f,
+                                out.data(), Cig);
                 }
                 for (int m = 0; m < mb; ++m) {
                     const int x = px + sX * (xi0 + m);
                     float* dst = destination + pixelIndex(D, n, p.clipY + y, p.clipX + x) + g * Cig;
-                    std::memcpy(dst, out.data() + size_t(m) * CigPad, sizeof(float) * size_t(Cig));
+                    std::memcpy(dst, out.data() + size_t(m) * Cig, sizeof(float) * size_t(Cig));
                 }
             }
         }
@@ -615,99 +611,114 @@ void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const f
         return;
     }
     const int kW = p.kernelWidth, kH = p.kernelHeight;
-    const int Kg = kH * kW * Cig;            // weight row length per output channel
-    const int nW = doW ? Kg : 0;             // columns of P holding patch values
-    const int Ncols = roundUp(nW + (doB ? 1 : 0), kNR);  // + the ones column for biases
-    const int CogPad = roundUp(Cog, kMR);
-
-    // total[g][oo][j]: the running sums (float, one owner per entry).
-    std::vector<float> total(size_t(G) * CogPad * Ncols, 0.0f);
-
+    const int Kg = kH * kW * Cig;  // weight row length per output channel
+    const int C = G * Cog;         // output channels
     const int64_t pixelsPerImage = int64_t(E.width) * E.height;
     const int64_t pixels = int64_t(p.batch) * pixelsPerImage;
-    if (pixels > 0) {
-        // Blocks are packed as micro-kernel panels so that the product streams contiguously:
-        // patches  P[g][column tile][pixel][kNR]   (columns: taps x channels, then the ones column)
-        // gradient E[g][row tile][pixel][kMR]      (rows: the group's output channels)
-        const int colTiles = Ncols / kNR;
-        const int rowTiles = CogPad / kMR;
-        const int64_t rowP = int64_t(G) * Ncols;  // floats per pixel in P
-        // Pixels per block (~1 MB of patches). It depends on the problem only, never on the
-        // thread count, so the order of the reduction is fixed.
-        const int PB = int(std::min<int64_t>(4096, std::max<int64_t>(128, (int64_t(1) << 18) / rowP)));
-        std::vector<float> pblk(size_t(PB) * rowP);
-        std::vector<float> eblk(size_t(PB) * G * CogPad);
-        auto pAt = [&](int g, int j, int64_t m) {
-            return pblk.data() + ((int64_t(g) * colTiles + j / kNR) * PB + m) * kNR + j % kNR;
-        };
-        auto eAt = [&](int g, int oo, int64_t m) {
-            return eblk.data() + ((int64_t(g) * rowTiles + oo / kMR) * PB + m) * kMR + oo % kMR;
-        };
+    const size_t wSize = doW ? size_t(C) * Kg : 0;
 
-        const int colChunk = 8;  // column tiles per work item
-        const int colChunks = ceilDiv(colTiles, colChunk);
-        const int64_t gemmItems = int64_t(G) * rowTiles * colChunks;
+    // The pixels of E are evenly spaced within an image (and across images without gaps). So are
+    // the source pixels a 1x1 stride-1 window reads when it starts at column 0 and stays inside.
+    const bool evenE = E.imageStride == pixelsPerImage * E.pixelStride;
+    const bool inPlaceX = kW == 1 && kH == 1 && p.strideX == 1 && p.strideY == 1 &&
+                          p.windowLeftX == 0 && S.width == E.width && p.windowTopY >= 0 &&
+                          p.windowTopY + E.height <= S.height;
+    const bool evenX = p.windowTopY == 0 && S.imageStride == pixelsPerImage * S.pixelStride;
 
-        for (int64_t base = 0; base < pixels; base += PB) {
-            const int mb = int(std::min<int64_t>(PB, pixels - base));
-            parallelFor(mb, 8, [&](int64_t begin, int64_t end) {
-                std::vector<float> row(static_cast<size_t>(Ncols));
-                for (int64_t m = begin; m < end; ++m) {
-                    const int64_t pix = base + m;
-                    const int n = int(pix / pixelsPerImage);
-                    const int64_t r = pix % pixelsPerImage;
-                    const int j = int(r / E.width), i = int(r % E.width);
-                    const float* e = gradient + pixelIndex(E, n, j, i);
-                    for (int g = 0; g < G; ++g) {
-                        for (int oo = 0; oo < CogPad; ++oo) *eAt(g, oo, m) = oo < Cog ? e[g * Cog + oo] : 0.0f;
-                        // One patch row, then scattered into its column panels.
-                        float* dst = row.data();
-                        if (doW)
-                            for (int ky = 0; ky < kH; ++ky) {
-                                const int sy = p.windowTopY + p.strideY * j + p.dilationY * ky;
-                                for (int kx = 0; kx < kW; ++kx, dst += Cig) {
-                                    const int sx = p.windowLeftX + p.strideX * i + p.dilationX * kx;
-                                    const float* px = sourcePixel(source, S, n, sy, sx, p.edgeMode);
-                                    copyChannels(dst, px ? px + g * Cig : nullptr, Cig);
-                                }
-                            }
-                        if (doB) *dst++ = 1.0f;
-                        std::fill(dst, row.data() + Ncols, 0.0f);
-                        for (int t = 0; t < colTiles; ++t)
-                            std::memcpy(pAt(g, t * kNR, m), row.data() + t * kNR, sizeof(float) * kNR);
+    // Blocks of PB pixels, taken in order, in `chunks` contiguous runs: each chunk sums its
+    // blocks into its own partial sums (the first product overwrites, the next ones add), and
+    // the partials are added in chunk order at the end.
+    const int64_t threads = threadCount();
+    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, (int64_t(1) << 20) / std::max(Kg, 1)));
+    PB = std::max<int64_t>(16, std::min(PB, ceilDiv64(pixels, threads)));
+    const int64_t blocks = ceilDiv64(pixels, PB);
+    const int chunks = int(std::min<int64_t>(blocks, threads));
+    const size_t partSize = wSize + size_t(C);
+    std::vector<float> partial(size_t(chunks) * partSize);
+
+    parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> patch, eblk;
+        for (int64_t c = begin; c < end; ++c) {
+            float* dW = partial.data() + size_t(c) * partSize;
+            float* dB = dW + wSize;
+            std::fill(dB, dB + C, 0.0f);
+            const int64_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;
+            for (int64_t blk = b0; blk < b1; ++blk) {
+                const int64_t q0 = blk * PB;
+                const int mb = int(std::min<int64_t>(PB, pixels - q0));
+                const int n0 = int(q0 / pixelsPerImage);
+                const int j0 = int((q0 % pixelsPerImage) / E.width), i0 = int(q0 % E.width);
+                const bool oneImage = n0 == int((q0 + mb - 1) / pixelsPerImage);
+
+                // The block of E: mb rows of C gradients.
+                const float* eb;
+                int lde;
+                if (oneImage || evenE) {
+                    eb = gradient + pixelIndex(E, n0, j0, i0);
+                    lde = E.pixelStride;
+                } else {
+                    eblk.resize(size_t(PB) * C);
+                    for (int m = 0; m < mb; ++m) {
+                        const int64_t q = q0 + m;
+                        const int n = int(q / pixelsPerImage);
+                        const int j = int((q % pixelsPerImage) / E.width), i = int(q % E.width);
+                        std::memcpy(eblk.data() + size_t(m) * C, gradient + pixelIndex(E, n, j, i),
+                                    sizeof(float) * size_t(C));
                     }
+                    eb = eblk.data();
+                    lde = C;
                 }
-            });
+                if (doB)
+                    for (int m = 0; m < mb; ++m) {
+                        const float* e = eb + int64_t(m) * lde;
+                        for (int o = 0; o < C; ++o) dB[o] += e[o];
+                    }
+                if (!doW) continue;
 
-            parallelFor(gemmItems, 1, [&](int64_t begin, int64_t end) {
-                for (int64_t it = begin; it < end; ++it) {
-                    const int cc = int(it % colChunks);
-                    const int64_t rest = it / colChunks;
-                    const int rt = int(rest % rowTiles), g = int(rest / rowTiles);
-                    const int t1 = std::min(colTiles, (cc + 1) * colChunk);
-                    const float* A = eAt(g, rt * kMR, 0);
-                    float* C = total.data() + (size_t(g) * CogPad + size_t(rt) * kMR) * Ncols;
-                    for (int t = cc * colChunk; t < t1; ++t)
-                        microKernel(mb, A, 1, kMR, pAt(g, t * kNR, 0), kNR, C + t * kNR, Ncols);
+                for (int g = 0; g < G; ++g) {
+                    const float* P;
+                    int ldp;
+                    if (inPlaceX && (oneImage || evenX)) {
+                        P = source + pixelIndex(S, n0, p.windowTopY + j0, i0) + g * Cig;
+                        ldp = S.pixelStride;
+                    } else {
+                        patch.resize(size_t(PB) * Kg);
+                        for (int m = 0; m < mb; ++m) {
+                            const int64_t q = q0 + m;
+                            const int n = int(q / pixelsPerImage);
+                            const int j = int((q % pixelsPerImage) / E.width), i = int(q % E.width);
+                            im2colRow(patch.data() + size_t(m) * Kg, source, S, n,
+                                      p.windowTopY + p.strideY * j, p.windowLeftX + p.strideX * i,
+                                      kW, kH, p.dilationX, p.dilationY, p.edgeMode, g * Cig, Cig);
+                        }
+                        P = patch.data();
+                        ldp = Kg;
+                    }
+                    // dW_g[oo][k] (+)= sum_m E[m][g*Cog + oo] * P[m][k]
+                    blas::sgemm(true, false, Cog, Kg, mb, 1.0f, eb + g * Cog, lde, P, ldp,
+                                blk == b0 ? 0.0f : 1.0f, dW + size_t(g) * Cog * Kg, Kg);
                 }
-            });
+            }
         }
-    }
+    });
 
-    // Write (or add) the results; the partition is over output channels.
+    // Add the partials in chunk order (no chunk: an empty sum) and write or accumulate.
     const bool acc = p.accumulate != 0;
-    parallelFor(int64_t(G) * Cog, 16, [&](int64_t begin, int64_t end) {
+    parallelFor(C, 4, [&](int64_t begin, int64_t end) {
         for (int64_t o = begin; o < end; ++o) {
-            const int g = int(o / Cog), oo = int(o % Cog);
-            const float* t = total.data() + (size_t(g) * CogPad + oo) * Ncols;
             if (doW) {
                 float* w = weightGradient + o * Kg;
-                if (acc)
-                    for (int k = 0; k < Kg; ++k) w[k] += t[k];
-                else
-                    std::memcpy(w, t, sizeof(float) * size_t(Kg));
+                for (int k = 0; k < Kg; ++k) {
+                    float sum = chunks > 0 ? partial[size_t(o) * Kg + k] : 0.0f;
+                    for (int c = 1; c < chunks; ++c) sum += partial[size_t(c) * partSize + size_t(o) * Kg + k];
+                    w[k] = acc ? w[k] + sum : sum;
+                }
             }
-            if (doB) biasGradient[o] = acc ? biasGradient[o] + t[nW] : t[nW];
+            if (doB) {
+                float sum = chunks > 0 ? partial[wSize + size_t(o)] : 0.0f;
+                for (int c = 1; c < chunks; ++c) sum += partial[size_t(c) * partSize + wSize + size_t(o)];
+                biasGradient[o] = acc ? biasGradient[o] + sum : sum;
+            }
         }
     });
 }

@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -11,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/binding_checks.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/parallel.h"
 #include "core/command_buffer.h"
 
 namespace mpsgrad {
@@ -22,16 +26,33 @@ constexpr size_t kAlignment = 64;
 class CpuBuffer final : public Buffer {
 public:
     explicit CpuBuffer(size_t bytes) : length_(bytes) {
+        if (bytes > size_t(PTRDIFF_MAX) - kAlignment) throw std::bad_alloc();  // rounding up would wrap
         size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
         data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
         if (!data_) throw std::bad_alloc();
-        std::memset(data_, 0, rounded == 0 ? kAlignment : rounded);
+        zeroFill(static_cast<char*>(data_), rounded == 0 ? kAlignment : rounded);
     }
     ~CpuBuffer() override { std::free(data_); }
     void* contents() override { return data_; }
     size_t length() const override { return length_; }
 
 private:
+    // Buffers are zero-filled by contract (backend.h). A large fill (a batch of destination
+    // images) is split over the backend's threads: one thread cannot reach the memory bandwidth,
+    // and the fill would otherwise cost about as much as the element-wise op that follows.
+    static void zeroFill(char* p, size_t bytes) {
+        constexpr size_t kPiece = size_t(1) << 18;
+        if (bytes < 4 * kPiece) {
+            std::memset(p, 0, bytes);
+            return;
+        }
+        const int64_t pieces = int64_t((bytes + kPiece - 1) / kPiece);
+        cpu::parallelFor(pieces, 1, [&](int64_t begin, int64_t end) {
+            const size_t from = size_t(begin) * kPiece, to = std::min(bytes, size_t(end) * kPiece);
+            std::memset(p + from, 0, to - from);
+        });
+    }
+
     void* data_;
     size_t length_;
 };
@@ -39,6 +60,7 @@ private:
 using WorkItem = std::function<void()>;
 
 struct Submission {
+    uint64_t id = 0;
     std::vector<WorkItem> work;
     std::function<void(const std::string&)> done;
 };
@@ -46,37 +68,70 @@ struct Submission {
 // The worker thread and its FIFO. The thread owns a reference to this state, so the
 // queue handle may be destroyed on any thread (even the worker itself, when a completion
 // releases the last command buffer) without joining.
+//
+// A thread that waits for a command buffer whose work has not started yet runs it itself
+// (runIfNext), when it is next in line and nothing else of the queue is running: commit order
+// is kept, and the common "commit, then wait" costs no hand-off to another thread (on a busy
+// machine waking the worker can take longer than a small op).
 struct QueueWorker {
     std::mutex mutex;
     std::condition_variable wake;
     std::deque<Submission> pending;
+    uint64_t nextId = 1;
+    bool busy = false;  // a submission of this queue is running (on the worker or a waiter)
     bool started = false;
     bool stopping = false;
+
+    static void execute(Submission& next) {
+        std::string error;
+        for (auto& item : next.work) {
+            try {
+                item();
+            } catch (const std::exception& e) {
+                error = e.what();
+            } catch (...) {
+                error = "unknown error in CPU work item";
+            }
+            if (!error.empty()) break;  // later items may depend on the failed one
+        }
+        next.work.clear();  // release captured resources before completion is reported
+        next.done(error.empty() ? error : "mpsgrad CPU backend: " + error);
+    }
 
     static void run(std::shared_ptr<QueueWorker> self) {
         for (;;) {
             Submission next;
             {
                 std::unique_lock<std::mutex> lock(self->mutex);
-                self->wake.wait(lock, [&] { return self->stopping || !self->pending.empty(); });
+                self->wake.wait(lock, [&] {
+                    return (self->stopping && !self->busy) || (!self->pending.empty() && !self->busy);
+                });
                 if (self->pending.empty()) return;  // stopping, and everything submitted has run
                 next = std::move(self->pending.front());
                 self->pending.pop_front();
+                self->busy = true;
             }
-            std::string error;
-            for (auto& item : next.work) {
-                try {
-                    item();
-                } catch (const std::exception& e) {
-                    error = e.what();
-                } catch (...) {
-                    error = "unknown error in CPU work item";
-                }
-                if (!error.empty()) break;  // later items may depend on the failed one
-            }
-            next.work.clear();  // release captured resources before completion is reported
-            next.done(error.empty() ? error : "mpsgrad CPU backend: " + error);
+            execute(next);
+            std::lock_guard<std::mutex> lock(self->mutex);
+            self->busy = false;
+            self->wake.notify_all();
         }
+    }
+
+    // Runs submission `id` on the calling thread if it is next and the queue is idle.
+    void runIfNext(uint64_t id) {
+        Submission next;
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (busy || pending.empty() || pending.front().id != id) return;
+            next = std::move(pending.front());
+            pending.pop_front();
+            busy = true;
+        }
+        execute(next);
+        std::lock_guard<std::mutex> lock(mutex);
+        busy = false;
+        wake.notify_all();  // the worker takes what was committed meanwhile
     }
 };
 
@@ -92,15 +147,21 @@ public:
 
     std::unique_ptr<BackendCommandBuffer> newCommandBuffer() override;
 
-    void submit(Submission submission) {
+    // Queues the submission and returns its id.
+    uint64_t submit(Submission submission) {
         std::lock_guard<std::mutex> lock(worker_->mutex);
         if (!worker_->started) {
             std::thread(QueueWorker::run, worker_).detach();
             worker_->started = true;
         }
+        submission.id = worker_->nextId++;
+        const uint64_t id = submission.id;
         worker_->pending.push_back(std::move(submission));
         worker_->wake.notify_all();
+        return id;
     }
+
+    void runIfNext(uint64_t id) { worker_->runIfNext(id); }
 
 private:
     std::shared_ptr<QueueWorker> worker_;
@@ -113,15 +174,19 @@ public:
     void add(WorkItem item) { work_.push_back(std::move(item)); }
 
     void commit(std::function<void(const std::string&)> done) override {
-        queue_->submit(Submission{std::move(work_), std::move(done)});
+        id_ = queue_->submit(Submission{0, std::move(work_), std::move(done)});
         work_.clear();
     }
-    // The worker runs the work on its own; the core CommandBuffer waits for `done`.
-    void wait() override {}
+    // Runs the work here if the worker has not started it (see QueueWorker); either way the
+    // core CommandBuffer then waits for `done`.
+    void wait() override {
+        if (id_ != 0) queue_->runIfNext(id_);
+    }
 
 private:
     std::shared_ptr<CpuQueue> queue_;
     std::vector<WorkItem> work_;
+    uint64_t id_ = 0;  // the submission's id once committed
 };
 
 std::unique_ptr<BackendCommandBuffer> CpuQueue::newCommandBuffer() {
@@ -136,6 +201,7 @@ public:
 
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
                     size_t bytes) override {
+        bindings::checkCopyBuffer(source, destination, bytes);
         encode(cb, [source, destination, bytes] {
             // Checked when the work runs: a bad binding fails this command buffer, never the process.
             if (!source || !destination || source.offset + bytes > source.buffer->length() ||
@@ -148,6 +214,7 @@ public:
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {
+        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation);
         encode(cb, [=] {
             cpu::convolutionForward(p, source.floats(), weights.floats(), biases.floats(), neuronData.floats(),
                                     destination.floats(), preactivation.floats());
@@ -157,6 +224,7 @@ public:
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
                                  const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, destination);
         encode(cb, [=] {
             cpu::convolutionDataGradient(p, gradient.floats(), weights.floats(), destination.floats());
         });
@@ -165,6 +233,7 @@ public:
     void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                    const BufferSlice& gradient, const BufferSlice& source,
                                    const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
+        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient);
         encode(cb, [=] {
             cpu::convolutionWeightGradient(p, gradient.floats(), source.floats(), weightGradient.floats(),
                                            biasGradient.floats());
@@ -173,12 +242,14 @@ public:
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
                        const BufferSlice& neuronData, const BufferSlice& destination) override {
+        bindings::checkNeuronForward(p, source, neuronData, destination);
         encode(cb, [=] { cpu::cnnNeuronForward(p, source.floats(), neuronData.floats(), destination.floats()); });
     }
 
     void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                         const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination) override {
+        bindings::checkNeuronGradient(p, gradient, source, neuronData, destination);
         encode(cb, [=] {
             cpu::cnnNeuronGradient(p, gradient.floats(), source.floats(), neuronData.floats(), destination.floats());
         });
@@ -186,12 +257,14 @@ public:
 
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                    const BufferSlice& source, const BufferSlice& aGradient) override {
+        bindings::checkNeuronPReLUWeightGradient(p, gradient, source, aGradient);
         encode(cb, [=] { cpu::cnnNeuronPReLUWeightGradient(p, gradient.floats(), source.floats(), aGradient.floats()); });
     }
 
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {
+        bindings::checkArithmeticForward(p, primary, secondary, destination, clampState);
         encode(cb, [=] {
             cpu::arithmeticForward(p, primary.floats(), secondary.floats(), destination.floats(), clampState.floats());
         });
@@ -199,12 +272,14 @@ public:
 
     void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
                         const BufferSlice& secondary, const BufferSlice& destination) override {
+        bindings::checkCompareForward(p, primary, secondary, destination);
         encode(cb, [=] { cpu::compareForward(p, primary.floats(), secondary.floats(), destination.floats()); });
     }
 
     void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
                             const BufferSlice& destination) override {
+        bindings::checkArithmeticGradient(p, gradient, primary, secondary, clampState, destination);
         encode(cb, [=] {
             cpu::arithmeticGradient(p, gradient.floats(), primary.floats(), secondary.floats(), clampState.floats(),
                                     destination.floats());
@@ -213,11 +288,13 @@ public:
 
     void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
+        bindings::checkSoftmaxForward(p, source, destination);
         encode(cb, [=] { cpu::softmaxForward(p, source.floats(), destination.floats()); });
     }
 
     void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& output, const BufferSlice& destination) override {
+        bindings::checkSoftmaxGradient(p, gradient, output, destination);
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
@@ -225,7 +302,7 @@ public:
     void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
                          const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
                          const BufferSlice& state2, const BufferSlice& result) override {
-        cpu::checkOptimizerBindings(p, gradient, values, state0, state1, state2, result);
+        bindings::checkOptimizerUpdate(p, gradient, values, state0, state1, state2, result);
         encode(cb, [=] {
             cpu::optimizerUpdate(p, gradient.floats(), values.floats(), state0.floats(), state1.floats(),
                                  state2.floats(), result.floats());
@@ -236,7 +313,7 @@ public:
     void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
                       const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
                       const BufferSlice& loss, const BufferSlice& partials) override {
-        cpu::checkLossElementsBindings(p, source, labels, weights, destination, loss, partials);
+        bindings::checkLossElements(p, source, labels, weights, destination, loss, partials);
         encode(cb, [=] {
             cpu::lossElements(p, source.floats(), labels.floats(), weights.floats(), destination.floats(),
                               loss.floats(), partials.floats());
@@ -244,13 +321,37 @@ public:
     }
     void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
                     const BufferSlice& results) override {
-        cpu::checkLossReduceBindings(p, partials, results);
+        bindings::checkLossReduce(p, partials, results);
         encode(cb, [=] { cpu::lossReduce(p, partials.floats(), results.floats()); });
     }
     void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
                            const BufferSlice& destination) override {
-        cpu::checkLossScaleBindings(p, results, destination);
+        bindings::checkLossScaleGradient(p, results, destination);
         encode(cb, [=] { cpu::lossScaleGradient(p, results.floats(), destination.floats()); });
+    }
+
+    // ---- pooling family --------------------------------------------------------------------
+    void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::poolingForward(p, source, destination); });
+    }
+    void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& source, const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::poolingGradient(p, gradient, source, destination); });
+    }
+
+    // ---- upsampling and dropout families ------------------------------------------------------
+    void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                           const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingForward(p, source, destination); });
+    }
+    void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::upsamplingGradient(p, gradient, destination); });
+    }
+    void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                 const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::dropout(p, source, destination); });
     }
 
 private:

@@ -9,12 +9,12 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/pooling_params.h"
+#include "../../../../metal/upsampling_params.h"
+#include "../../../../metal/dropout_params.h"
+#include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
-
-namespace mpsgrad {
-struct BufferSlice;
-}
 
 namespace mpsgrad::cpu {
 
@@ -59,24 +59,29 @@ void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, cons
                      float* destination);
 
 // Optimizers (metal/optimizers_params.h): state0/1/2 may be null where p's rule does not read them.
-// checkOptimizerBindings (at encode time): ValueError unless p is valid and every binding p's rule
-// uses holds p.count floats.
-void checkOptimizerBindings(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
-                            const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
-                            const BufferSlice& result);
+// Bindings are checked by bindings::checkOptimizerUpdate (backend/binding_checks.h).
 void optimizerUpdate(const OptimizerParams& p, const float* gradient, const float* values, float* state0,
                      float* state1, float* state2, float* result);
 
-// Losses (metal/loss_params.h). checkLossBindings (at encode time): ValueError unless every binding
-// the op reads or writes holds its images / floats.
-void checkLossElementsBindings(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
-                               const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
-                               const BufferSlice& partials);
-void checkLossReduceBindings(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
-void checkLossScaleBindings(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
+// Losses (metal/loss_params.h); bindings are checked by bindings::checkLoss* (backend/binding_checks.h).
 void lossElements(const LossElementsParams& p, const float* source, const float* labels, const float* weights,
                   float* destination, float* loss, float* partials);
 void lossReduce(const LossReduceParams& p, const float* partials, float* results);
 void lossScaleGradient(const LossScaleParams& p, const float* results, float* destination);
+
+// ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
+// These ops take the buffer slices and check that every binding holds the images its layout
+// describes (std::invalid_argument otherwise). source may be empty for an average-pooling gradient.
+void poolingForward(const PoolingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                     const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling_params.h; upsampling.cpp), buffer slices as pooling
+void upsamplingForward(const UpsamplingParams& p, const BufferSlice& source, const BufferSlice& destination);
+void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                        const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
+void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
 
 }  // namespace mpsgrad::cpu

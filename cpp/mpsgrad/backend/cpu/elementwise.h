@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -113,6 +114,59 @@ inline float fixedOrderSum(const float* v, int64_t count) {
     for (int j = 0; i < count; ++i, ++j) lanes[j] += v[i];
     return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
            ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// Largest of v[0..count) (count >= 1) over eight lanes in a fixed order, so that it vectorizes
+// (a single running max does not). Like a running max seeded with v[0], NaNs after v[0] are
+// skipped; callers feed the values to exponentials, which turn any NaN into NaN results anyway.
+inline float fixedOrderMax(const float* v, int64_t count) {
+    float lanes[8];
+    for (int j = 0; j < 8; ++j) lanes[j] = v[0];
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        for (int j = 0; j < 8; ++j) lanes[j] = v[i + j] > lanes[j] ? v[i + j] : lanes[j];
+    for (int j = 0; i < count; ++i, ++j) lanes[j] = v[i] > lanes[j] ? v[i] : lanes[j];
+    float m = lanes[0];
+    for (int j = 1; j < 8; ++j) m = lanes[j] > m ? lanes[j] : m;
+    return m;
+}
+
+// Functions whose loops gain from 256-bit vectors get an AVX2 copy next to the baseline one,
+// picked at load time (GCC/Clang function multi-versioning, x86-64 ELF only; elsewhere, e.g.
+// arm64 with NEON, the baseline build already vectorizes). Only AVX2, not FMA: the clones
+// round exactly like the baseline, so results do not depend on the machine.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && defined(__ELF__) && \
+    !defined(__APPLE__)
+#define MPSGRAD_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MPSGRAD_VECTOR_CLONES
+#endif
+
+// e^x in float, written without branches or library calls so that loops over it vectorize
+// (std::exp is a scalar call: it made softmax compute-bound). Cody-Waite reduction
+// x = k ln2 + r with |r| <= ln2/2, Cephes' degree-6 polynomial for e^r (relative error about
+// 1e-7, i.e. 1-2 ulp) and 2^k assembled in the exponent bits. Inputs are clamped to
+// [-87.33, 88], where 2^k stays a normal float: below, the result is ~1.2e-38 instead of a
+// denormal or 0 (softmax only takes e^(x - max) <= 1 and adds it to a sum >= 1); above, about
+// 1.7e38 instead of inf. NaN stays NaN.
+inline float fastExp(float x) {
+    x = x < -87.33654f ? -87.33654f : x;
+    x = x > 88.0f ? 88.0f : x;  // k <= 127
+    // k = round(x / ln2): adding and subtracting 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22).
+    const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693359375f;  // ln2 split in two for an exact reduction
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float er = p * r * r + r + 1.0f;
+    const int32_t bits = (int32_t(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return er * scale;
 }
 
 [[noreturn]] inline void invalid(const char* op, const std::string& what) {

@@ -1,11 +1,22 @@
 #include "parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace mpsgrad::cpu {
 namespace {
@@ -16,8 +27,8 @@ thread_local bool insideParallelRegion = false;
 // caller drain chunk by chunk.
 class Pool {
 public:
-    Pool() {
-        int extra = threadCount() - 1;
+    explicit Pool(int threads) {
+        int extra = threads - 1;
         for (int i = 0; i < extra; ++i) workers_.emplace_back([this] { workerLoop(); });
     }
     ~Pool() {
@@ -96,29 +107,95 @@ private:
     std::exception_ptr error_;
 };
 
-Pool& pool() {
-    static Pool instance;
-    return instance;
+// The current pool. setThreadCount swaps in a new one; a parallelFor already running keeps
+// the old one alive (shared_ptr) until it returns, and the last owner joins its workers.
+std::mutex poolMutex;
+std::shared_ptr<Pool> currentPool;
+std::atomic<int> currentCount{0};
+
+std::shared_ptr<Pool> pool() {
+    std::lock_guard<std::mutex> lock(poolMutex);
+    if (!currentPool) currentPool = std::make_shared<Pool>(threadCount());
+    return currentPool;
+}
+
+// A strictly positive integer, or 0 when `text` is not one.
+int parsePositive(const char* text) {
+    if (!text || !*text) return 0;
+    char* end = nullptr;
+    long v = std::strtol(text, &end, 10);
+    while (end && (*end == ' ' || *end == '\n' || *end == '\t')) ++end;
+    if (!end || *end != '\0' || v < 1 || v > 4096) return 0;
+    return int(v);
+}
+
+// CPUs allowed by a cgroup quota (rounded up), 0 when there is none.
+int cgroupQuotaCpus() {
+    double quota = -1, period = -1;
+    {
+        std::ifstream v2("/sys/fs/cgroup/cpu.max");  // "max 100000" or "200000 100000"
+        std::string q;
+        if (v2 >> q >> period && q != "max") quota = std::atof(q.c_str());
+    }
+    if (quota <= 0) {
+        std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+        if (!(q1 >> quota) || !(p1 >> period)) quota = -1;
+    }
+    if (quota <= 0 || period <= 0) return 0;
+    return std::max(1, int(std::ceil(quota / period)));
 }
 
 }  // namespace
 
+int defaultThreadCount() {
+    if (int fromEnv = parsePositive(std::getenv("MPSGRAD_NUM_THREADS"))) return fromEnv;
+    int count = int(std::thread::hardware_concurrency());
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) count = CPU_COUNT(&set);
+#endif
+    if (int quota = cgroupQuotaCpus()) count = count > 0 ? std::min(count, quota) : quota;
+    return std::max(1, count);
+}
+
 int threadCount() {
-    static const int count = std::max(1u, std::thread::hardware_concurrency());
+    int count = currentCount.load(std::memory_order_relaxed);
+    if (count == 0) {
+        static const int initial = defaultThreadCount();
+        int expected = 0;
+        currentCount.compare_exchange_strong(expected, initial);
+        count = currentCount.load();
+    }
     return count;
+}
+
+void setThreadCount(int count) {
+    if (count < 1)
+        throw std::invalid_argument("thread count must be >= 1, got " + std::to_string(count));
+    std::shared_ptr<Pool> old;
+    {
+        std::lock_guard<std::mutex> lock(poolMutex);
+        currentCount.store(count);
+        old = std::move(currentPool);  // the next parallelFor builds a pool of `count` threads
+    }
+    // `old` is released here, outside the lock (its destructor joins its workers), unless a
+    // running parallelFor still holds it.
 }
 
 void parallelFor(int64_t count, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
     if (count <= 0) return;
     grain = std::max<int64_t>(1, grain);
+    const int threads = threadCount();
     int64_t maxChunks = (count + grain - 1) / grain;
-    int64_t chunks = std::min<int64_t>(maxChunks, int64_t(threadCount()) * 4);
-    if (chunks <= 1 || insideParallelRegion || threadCount() == 1) {
+    int64_t chunks = std::min<int64_t>(maxChunks, int64_t(threads) * 4);
+    if (chunks <= 1 || insideParallelRegion || threads == 1) {
         body(0, count);
         return;
     }
     int64_t per = (count + chunks - 1) / chunks;
-    pool().run(chunks, [&](int64_t c) {
+    std::shared_ptr<Pool> p = pool();
+    p->run(chunks, [&](int64_t c) {
         int64_t begin = c * per;
         int64_t end = std::min(count, begin + per);
         if (begin < end) body(begin, end);

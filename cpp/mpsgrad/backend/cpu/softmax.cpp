@@ -3,7 +3,8 @@
 // Semantics are exactly those written in metal/softmax_params.h. Rows of the clip rectangle
 // are split across threads; each pixel's channel reduction (max, sum of exponentials, dot
 // product) runs over its contiguous channels in a fixed order (elementwise::fixedOrderSum), so
-// results are bitwise reproducible and the sums vectorize.
+// results are bitwise reproducible and the sums vectorize. Exponentials use
+// elementwise::fastExp, which vectorizes (std::exp does not).
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -18,10 +19,10 @@ namespace {
 using namespace elementwise;
 
 // Y = softmax(X) or log-softmax(X) of one pixel of N channels; scratch holds N floats.
-inline void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* scratch) {
-    float m = x[0];
-    for (int64_t k = 1; k < N; ++k) m = x[k] > m ? x[k] : m;
-    for (int64_t k = 0; k < N; ++k) scratch[k] = std::exp(x[k] - m);
+MPSGRAD_VECTOR_CLONES
+void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* scratch) {
+    const float m = fixedOrderMax(x, N);
+    for (int64_t k = 0; k < N; ++k) scratch[k] = fastExp(x[k] - m);
     const float sum = fixedOrderSum(scratch, N);
     if (logSoftmax) {
         const float logSum = std::log(sum);
@@ -32,11 +33,12 @@ inline void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, f
 }
 
 // dX of one pixel; scratch holds N floats.
-inline void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, bool logSoftmax,
+MPSGRAD_VECTOR_CLONES
+void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, bool logSoftmax,
                                  float* scratch) {
     if (logSoftmax) {
         const float sumG = fixedOrderSum(g, N);
-        for (int64_t k = 0; k < N; ++k) d[k] = g[k] - std::exp(y[k]) * sumG;
+        for (int64_t k = 0; k < N; ++k) d[k] = g[k] - fastExp(y[k]) * sumG;
     } else {
         for (int64_t k = 0; k < N; ++k) scratch[k] = g[k] * y[k];
         const float dot = fixedOrderSum(scratch, N);

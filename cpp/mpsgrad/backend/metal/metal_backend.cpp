@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 
+#include "backend/binding_checks.h"
 #include "backend/metal/metal_command.h"
 #include "backend/metal/metal_context.h"
 #include "backend/metal/metal_device.h"
@@ -52,6 +53,7 @@ public:
 
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
                     size_t bytes) override {
+        bindings::checkCopyBuffer(source, destination, bytes);
         AutoreleaseScope pool;
         encodeCopyBuffer(ctx_, cb, source, destination, bytes);
     }
@@ -59,6 +61,7 @@ public:
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {
+        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation);
         AutoreleaseScope pool;
         encodeConvolutionForward(ctx_, cb, p, source, weights, biases, neuronData, destination, preactivation);
     }
@@ -66,6 +69,7 @@ public:
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
                                  const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, destination);
         AutoreleaseScope pool;
         encodeConvolutionDataGradient(ctx_, cb, p, gradient, weights, destination);
     }
@@ -73,12 +77,14 @@ public:
     void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                    const BufferSlice& gradient, const BufferSlice& source,
                                    const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
+        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient);
         AutoreleaseScope pool;
         encodeConvolutionWeightGradient(ctx_, cb, p, gradient, source, weightGradient, biasGradient);
     }
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
                        const BufferSlice& neuronData, const BufferSlice& destination) override {
+        bindings::checkNeuronForward(p, source, neuronData, destination);
         AutoreleaseScope pool;
         encodeNeuronForward(ctx_, cb, p, source, neuronData, destination);
     }
@@ -86,12 +92,14 @@ public:
     void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                         const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination) override {
+        bindings::checkNeuronGradient(p, gradient, source, neuronData, destination);
         AutoreleaseScope pool;
         encodeNeuronGradient(ctx_, cb, p, gradient, source, neuronData, destination);
     }
 
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                    const BufferSlice& source, const BufferSlice& aGradient) override {
+        bindings::checkNeuronPReLUWeightGradient(p, gradient, source, aGradient);
         AutoreleaseScope pool;
         encodeNeuronPReLUWeightGradient(ctx_, cb, p, gradient, source, aGradient);
     }
@@ -99,27 +107,32 @@ public:
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {
+        bindings::checkArithmeticForward(p, primary, secondary, destination, clampState);
         AutoreleaseScope pool;
         encodeArithmeticForward(ctx_, cb, p, primary, secondary, destination, clampState);
     }
     void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
                         const BufferSlice& secondary, const BufferSlice& destination) override {
+        bindings::checkCompareForward(p, primary, secondary, destination);
         AutoreleaseScope pool;
         encodeCompareForward(ctx_, cb, p, primary, secondary, destination);
     }
     void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
                             const BufferSlice& destination) override {
+        bindings::checkArithmeticGradient(p, gradient, primary, secondary, clampState, destination);
         AutoreleaseScope pool;
         encodeArithmeticGradient(ctx_, cb, p, gradient, primary, secondary, clampState, destination);
     }
     void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
+        bindings::checkSoftmaxForward(p, source, destination);
         AutoreleaseScope pool;
         encodeSoftmaxForward(ctx_, cb, p, source, destination);
     }
     void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& output, const BufferSlice& destination) override {
+        bindings::checkSoftmaxGradient(p, gradient, output, destination);
         AutoreleaseScope pool;
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
@@ -127,6 +140,7 @@ public:
     void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
                          const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
                          const BufferSlice& state2, const BufferSlice& result) override {
+        bindings::checkOptimizerUpdate(p, gradient, values, state0, state1, state2, result);
         AutoreleaseScope pool;
         encodeOptimizerUpdate(ctx_, cb, p, gradient, values, state0, state1, state2, result);
     }
@@ -134,18 +148,50 @@ public:
     void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
                       const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
                       const BufferSlice& loss, const BufferSlice& partials) override {
+        bindings::checkLossElements(p, source, labels, weights, destination, loss, partials);
         AutoreleaseScope pool;
         encodeLossElements(ctx_, cb, p, source, labels, weights, destination, loss, partials);
     }
     void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
                     const BufferSlice& results) override {
+        bindings::checkLossReduce(p, partials, results);
         AutoreleaseScope pool;
         encodeLossReduce(ctx_, cb, p, partials, results);
     }
     void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
                            const BufferSlice& destination) override {
+        bindings::checkLossScaleGradient(p, results, destination);
         AutoreleaseScope pool;
         encodeLossScaleGradient(ctx_, cb, p, results, destination);
+    }
+
+    // ---- pooling family
+    void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
+                        const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingForward(ctx_, cb, p, source, destination);
+    }
+    void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& source, const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodePoolingGradient(ctx_, cb, p, gradient, source, destination);
+    }
+
+    // ---- upsampling and dropout families
+    void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
+                           const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeUpsamplingForward(ctx_, cb, p, source, destination);
+    }
+    void upsamplingGradient(CommandBuffer& cb, const UpsamplingGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeUpsamplingGradient(ctx_, cb, p, gradient, destination);
+    }
+    void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
+                 const BufferSlice& destination) override {
+        AutoreleaseScope pool;
+        encodeDropout(ctx_, cb, p, source, destination);
     }
 
 private:

@@ -12,6 +12,9 @@
 #include "metal/optimizers_params.h"
 #include "metal/loss_params.h"
 #include "metal/utility_params.h"
+#include "metal/pooling_params.h"
+#include "metal/upsampling_params.h"
+#include "metal/dropout_params.h"
 
 namespace mpsgrad {
 class CommandBuffer;
@@ -93,5 +96,21 @@ void encodeCopyFloats(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& s
                       const BufferSlice& destination, size_t count);
 void encodeCopyChannels(MetalContext& ctx, CommandBuffer& cb, ChannelCopyParams p, const BufferSlice& source,
                         const BufferSlice& destination);
+
+// ---- pooling family (metal/pooling.metal; metal_pooling.cpp)
+void encodePoolingForward(MetalContext& ctx, CommandBuffer& cb, PoolingParams p, const BufferSlice& source,
+                          const BufferSlice& destination);
+void encodePoolingGradient(MetalContext& ctx, CommandBuffer& cb, PoolingGradientParams p, const BufferSlice& gradient,
+                           const BufferSlice& source, const BufferSlice& destination);
+
+// ---- upsampling family (metal/upsampling.metal; metal_upsampling.cpp)
+void encodeUpsamplingForward(MetalContext& ctx, CommandBuffer& cb, UpsamplingParams p, const BufferSlice& source,
+                             const BufferSlice& destination);
+void encodeUpsamplingGradient(MetalContext& ctx, CommandBuffer& cb, UpsamplingGradientParams p,
+                              const BufferSlice& gradient, const BufferSlice& destination);
+
+// ---- dropout family (metal/dropout.metal; metal_dropout.cpp)
+void encodeDropout(MetalContext& ctx, CommandBuffer& cb, DropoutParams p, const BufferSlice& source,
+                   const BufferSlice& destination);
 
 }  // namespace mpsgrad::metal_backend

@@ -57,10 +57,13 @@ std::string executeCommand(Command& c) {
             d.kernel = c.pipeline->kernel;
             for (NSUInteger i = 0; i < kBufferBindings; ++i) {
                 const Binding& b = c.bindings[i];
-                if (b.bytes)
+                if (b.bytes) {
                     d.buffers[i] = b.bytes.get();
-                else if (b.buffer)
+                    d.bufferLengths[i] = b.bytesLength;
+                } else if (b.buffer) {
                     d.buffers[i] = b.buffer->data + b.offset;
+                    d.bufferLengths[i] = b.buffer->length - b.offset;
+                }
                 d.threadgroupLengths[i] = c.threadgroupLengths[i];
             }
             for (int i = 0; i < 3; ++i) {

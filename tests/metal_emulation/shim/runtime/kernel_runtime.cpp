@@ -18,6 +18,9 @@
 //   sees overflows) and filled with 0xFF bytes, which read as NaN.
 #include "mtlemu/kernel_runtime.h"
 
+#include "race_detector.h"
+#include "random_order.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -208,6 +211,7 @@ struct Fiber {
     const char* what = nullptr;
     const char* file = nullptr;
     unsigned line = 0;
+    unsigned memFlags = 0;           // of the threadgroup_barrier it waits at
     SimdCombineFn combine = nullptr;
 #ifdef MTLEMU_ASAN
     void* fakeStack = nullptr;
@@ -261,6 +265,10 @@ struct Worker {
     bool faulted = false;
     std::string error;
     std::uint64_t barriers = 0, simdOps = 0;
+    bool race = false;                       // the race detector watches this dispatch
+    std::uint64_t orderSeed = 0;             // random order: seed of the running threadgroup, 0: off
+    std::uint64_t orderRound = 0;
+    unsigned char laneOrder[kSimdWidth];     // for the simd reduction being released
 
     ~Worker() {
         for (Fiber& f : fibers) f.release();
@@ -426,6 +434,20 @@ inline void setThreadIds(ThreadIds& t, unsigned i, unsigned x, unsigned y, unsig
     t.simdgroup_index_in_threadgroup = i / kSimdWidth;
 }
 
+// ---------------------------------------------------------------- random order
+
+// A permutation of 0..n-1 for the next scheduling decision of the threadgroup: forward, reverse,
+// or shuffled by the threadgroup's seed and a round counter (random_order.h).
+void fillOrder(Worker& w, unsigned* order, unsigned n, bool reverse) {
+    fillPermutation(order, n, reverse, w.orderSeed, w.orderSeed ? ++w.orderRound : 0);
+}
+
+void setLaneOrder(Worker& w) {
+    unsigned order[kSimdWidth];
+    fillOrder(w, order, kSimdWidth, false);
+    for (unsigned i = 0; i < kSimdWidth; ++i) w.laneOrder[i] = static_cast<unsigned char>(order[i]);
+}
+
 // Releases what can be released after every fiber stopped. Returns false and
 // sets an error if nothing can make progress.
 bool releaseWaiters(Worker& w, unsigned n) {
@@ -453,7 +475,12 @@ bool releaseWaiters(Worker& w, unsigned n) {
             }
         }
         if (live == 0 || atSimd != live) continue;
-        if (first->combine) first->combine(&w.lanes[lo], active);
+        if (first->combine) {
+            setLaneOrder(w);
+            first->combine(&w.lanes[lo], active);
+        } else if (w.race) {  // simdgroup_barrier: arg holds its mem_flags
+            race::simdgroupBarrier(s, w.lanes[unsigned(first - &w.fibers[0])].arg);
+        }
         for (unsigned i = lo; i < hi; ++i)
             if (w.fibers[i].state == FiberState::AtSimd) w.fibers[i].state = FiberState::Runnable;
         ++w.simdOps;
@@ -487,6 +514,7 @@ bool releaseWaiters(Worker& w, unsigned n) {
             return false;
         }
         for (unsigned i = 0; i < n; ++i) w.fibers[i].state = FiberState::Runnable;
+        if (w.race) race::threadgroupBarrier(barrier->memFlags);
         ++w.barriers;
         return true;
     }
@@ -505,12 +533,40 @@ bool releaseWaiters(Worker& w, unsigned n) {
     return false;
 }
 
+// The fast path's plain loops, forward or reverse.
+void runInOrder(Worker& w, const KernelInfo& k, const DispatchDesc& d, ThreadIds& ids, const unsigned size[3],
+                bool reverse) {
+    const unsigned n = size[0] * size[1] * size[2];
+    if (!reverse) {
+        unsigned i = 0;
+        for (unsigned z = 0; z < size[2]; ++z)
+            for (unsigned y = 0; y < size[1]; ++y)
+                for (unsigned x = 0; x < size[0]; ++x, ++i) {
+                    setThreadIds(ids, i, x, y, z);
+                    k.entry(d.buffers, w.tgBuffers, ids);
+                }
+    } else {
+        unsigned i = n;
+        for (unsigned z = size[2]; z-- > 0;)
+            for (unsigned y = size[1]; y-- > 0;)
+                for (unsigned x = size[0]; x-- > 0;) {
+                    setThreadIds(ids, --i, x, y, z);
+                    k.entry(d.buffers, w.tgBuffers, ids);
+                }
+    }
+}
+
 bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const unsigned size[3],
               const unsigned groups[3], bool reverse) {
     const KernelInfo& k = *d.kernel;
     const unsigned n = size[0] * size[1] * size[2];
+    const std::uint64_t groupLinear =
+        group[0] + std::uint64_t(groups[0]) * (group[1] + std::uint64_t(groups[1]) * group[2]);
     w.faulted = false;
     w.error.clear();
+    w.orderRound = 0;
+    if (w.orderSeed) w.orderSeed = groupSeed(k.name, groupLinear);
+    if (w.race) race::beginGroup(groupLinear, n);
 
     // Dynamic threadgroup memory ([[threadgroup(i)]] arguments).
     for (unsigned p = 0; p < k.numThreadgroupBuffers; ++p) {
@@ -519,6 +575,9 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
         w.tgBuffers[idx] = allocPoisoned(len, 16);
         w.tgOwned.push_back(w.tgBuffers[idx]);
         w.tgBytes += len;
+        if (w.race)
+            race::addThreadgroupMemory(w.tgBuffers[idx], len, std::string("[[threadgroup(") + std::to_string(idx) +
+                                                              ")]] '" + k.threadgroupBuffers[p].name + "'");
     }
 
     bool ok = true;
@@ -528,22 +587,17 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
         setGroupIds(ids, size, group, groups, d);
         w.currentIds = &ids;
         try {
-            if (!reverse) {
-                unsigned i = 0;
-                for (unsigned z = 0; z < size[2]; ++z)
-                    for (unsigned y = 0; y < size[1]; ++y)
-                        for (unsigned x = 0; x < size[0]; ++x, ++i) {
-                            setThreadIds(ids, i, x, y, z);
-                            k.entry(d.buffers, w.tgBuffers, ids);
-                        }
+            if (!w.race && !w.orderSeed) {
+                runInOrder(w, k, d, ids, size, reverse);
             } else {
-                unsigned i = n;
-                for (unsigned z = size[2]; z-- > 0;)
-                    for (unsigned y = size[1]; y-- > 0;)
-                        for (unsigned x = size[0]; x-- > 0;) {
-                            setThreadIds(ids, --i, x, y, z);
-                            k.entry(d.buffers, w.tgBuffers, ids);
-                        }
+                std::vector<unsigned> order(n);
+                fillOrder(w, order.data(), n, reverse);
+                for (unsigned i : order) {
+                    setThreadIds(ids, i, i % size[0], (i / size[0]) % size[1], i / (size[0] * size[1]));
+                    if (w.race) race::setCurrentThread(i, i / kSimdWidth);
+                    k.entry(d.buffers, w.tgBuffers, ids);
+                }
+                if (w.race) race::clearCurrentThread();
             }
         } catch (KernelFault& e) {
             w.setFault(std::move(e.message));
@@ -562,18 +616,23 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
             f.state = FiberState::Runnable;
             f.what = f.file = nullptr;
             f.line = 0;
+            f.memFlags = 0;
             f.combine = nullptr;
             prepareFiber(f);
         }
+        std::vector<unsigned> order(n);
         for (;;) {
             bool anyLive = false;
+            fillOrder(w, order.data(), n, reverse);
             for (unsigned j = 0; j < n && !w.faulted; ++j) {
-                const unsigned i = reverse ? n - 1 - j : j;
+                const unsigned i = order[j];
                 Fiber& f = w.fibers[i];
                 if (f.state != FiberState::Runnable) continue;
                 w.current = i;
                 w.currentIds = &f.ids;
+                if (w.race) race::setCurrentThread(i, i / kSimdWidth);
                 resumeFiber(w, f);
+                if (w.race) race::clearCurrentThread();
                 w.currentIds = nullptr;
             }
             if (w.faulted) {
@@ -590,6 +649,13 @@ bool runGroup(Worker& w, const DispatchDesc& d, const unsigned group[3], const u
         if (!ok)
             for (unsigned i = 0; i < n; ++i)
                 if (w.fibers[i].state != FiberState::Done) w.fibers[i].abandoned = true;
+    }
+    if (w.race) {
+        std::string racy = race::endGroup();
+        if (!racy.empty() && ok) {
+            w.setFault(std::move(racy));
+            ok = false;
+        }
     }
     w.freeThreadgroupMemory();
     return ok;
@@ -693,6 +759,9 @@ unsigned workerThreads() {
 void setReverseThreadOrder(bool reverse) { gReverse = reverse; }
 bool reverseThreadOrder() { return gReverse; }
 
+void setRaceCheck(bool on) { race::setEnabled(on); }
+bool raceCheck() { return race::enabled(); }
+
 // ===================================================================== dispatch
 
 DispatchResult dispatch(const DispatchDesc& d) {
@@ -724,8 +793,11 @@ DispatchResult dispatch(const DispatchDesc& d) {
     }
     const std::uint64_t total = std::uint64_t(groups[0]) * groups[1] * groups[2];
     const bool reverse = gReverse;
+    const bool racecheck = race::enabled();
+    const bool random = randomOrder();
 
     std::lock_guard<std::mutex> serial(dispatchMutex());
+    if (racecheck) race::beginDispatch(d, groups);
     std::atomic<std::uint64_t> next{0};
     std::atomic<bool> failed{false};
     std::mutex resultMutex;
@@ -736,6 +808,8 @@ DispatchResult dispatch(const DispatchDesc& d) {
         tlsWorker = &w;
         w.desc = &d;
         w.barriers = w.simdOps = 0;
+        w.race = racecheck;
+        w.orderSeed = random ? 1 : 0;
         std::uint64_t threads = 0, groupsRun = 0;
         for (;;) {
             const std::uint64_t g = next.fetch_add(1);
@@ -771,11 +845,13 @@ DispatchResult dispatch(const DispatchDesc& d) {
         tlsWorker = previous;
     };
 
-    const unsigned participants = unsigned(std::min<std::uint64_t>(workerThreads(), total));
+    // The race detector's shadow state is not thread-safe: one worker while it watches.
+    const unsigned participants = racecheck ? 1u : unsigned(std::min<std::uint64_t>(workerThreads(), total));
     if (participants <= 1)
         job();
     else
         pool().run(participants, job);
+    if (racecheck) race::endDispatch();
     return r;
 }
 
@@ -804,7 +880,7 @@ void needFiber(Worker& w, const char* what, const char* file, unsigned line) {
 }
 }  // namespace
 
-void threadgroupBarrier(const char* file, unsigned line) {
+void threadgroupBarrier(const char* file, unsigned line, unsigned memFlags) {
     Worker& w = kernelWorker("threadgroup_barrier", file, line);
     needFiber(w, "threadgroup_barrier", file, line);
     Fiber& f = w.fibers[w.current];
@@ -812,6 +888,7 @@ void threadgroupBarrier(const char* file, unsigned line) {
     f.what = "threadgroup_barrier";
     f.file = file;
     f.line = line;
+    f.memFlags = memFlags;
     f.combine = nullptr;
     yieldToScheduler(w, f, false);
 }
@@ -844,6 +921,7 @@ void* threadgroupStatic(const char* key, std::size_t bytes, std::size_t align, c
     w.tgOwned.push_back(p);
     w.tgStatic.push_back(TgAllocation{key, p});
     w.tgBytes += bytes;
+    if (w.race) race::addThreadgroupMemory(p, bytes, std::string("'") + key + "'");
     return p;
 }
 
@@ -854,6 +932,14 @@ const ThreadIds& currentThread() {
         std::abort();
     }
     return *w->currentIds;
+}
+
+const unsigned char* simdLaneOrder() {
+    static const unsigned char identity[kSimdWidth] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                                       11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                                       22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    Worker* w = tlsWorker;
+    return w && w->orderSeed ? w->laneOrder : identity;
 }
 
 const ConstantValue* functionConstant(unsigned index) {

@@ -42,9 +42,12 @@ kernel void bad_address_spaces(device const float* x [[buffer(0)]],
     y[gid] += first(x);                     // expect-error: device pointer passed as a threadgroup pointer
     float local[4] = {1.0f, 2.0f, 3.0f, 4.0f};
     y[gid] += sum3(local) + first(scratch); // fine: thread array and threadgroup pointer
-    Pair copy = pairs[gid];                 // fine: copies a device struct into thread memory
-    pairs[gid] = copy;                      // fine: and back
-    y[gid] += pairSum(pairs[gid]) + pairSum(copy);
+    // Legal MSL that the check rejects (clang gives a struct's implicit copy members no address
+    // space; docs/metal.md): copying a struct from or to device memory.
+    Pair copy = pairs[gid];                 // expect-error: (legal MSL) device struct into thread memory
+    pairs[gid] = copy;                      // expect-error: (legal MSL) and back
+    Pair byMember = {pairs[gid].a, pairs[gid].b};  // fine: member by member
+    y[gid] += pairSum(byMember) + pairSum(copy);
     thread Pair& alias = pairs[gid];        // expect-error: thread reference to device memory
     (void)t;
     (void)alias;

@@ -132,6 +132,7 @@ struct ConstantValues {
 struct DispatchDesc {
     const KernelInfo* kernel = nullptr;
     void* buffers[kMaxBufferBindings] = {};
+    std::size_t bufferLengths[kMaxBufferBindings] = {};       // bytes from buffers[i] on (0: unknown)
     std::size_t threadgroupLengths[kMaxBufferBindings] = {};  // setThreadgroupMemoryLength:atIndex:
     unsigned grid[3] = {1, 1, 1};           // threads (gridIsThreads) or threadgroups
     unsigned threadsPerThreadgroup[3] = {1, 1, 1};
@@ -153,18 +154,29 @@ void setWorkerThreads(unsigned n);   // 0: default (MTLEMU_WORKERS or hardware t
 unsigned workerThreads();
 void setReverseThreadOrder(bool reverse);  // run threads last to first (exposes missing barriers)
 bool reverseThreadOrder();
+// Seeded random order of the runnable threads of a threadgroup (at every scheduling round) and of the
+// lanes a simd reduction combines. The order is a function of the seed, the kernel, the threadgroup
+// and the round, so one seed gives the same results run to run. MTLEMU_RANDOM_ORDER=<seed> (or
+// "random") turns it on at start-up; the seed is printed on stderr.
+void setRandomOrder(bool on, std::uint64_t seed = 0);
+bool randomOrder();
+// Race detector (race_detector.h): MTLEMU_RACECHECK=1 turns it on at start-up. While it is on,
+// threadgroups run on one worker thread.
+void setRaceCheck(bool on);
+bool raceCheck();
 
 // ------------------------------------------------- called from kernel code
 
 // Reports a fault of the running kernel; the dispatch fails with the message.
 [[noreturn]] void fault(const char* file, unsigned line, const std::string& message);
 
-void threadgroupBarrier(const char* file, unsigned line);
+// memFlags: the barrier's mem_flags bits (mem_device 1, mem_threadgroup 2), for the race detector.
+void threadgroupBarrier(const char* file, unsigned line, unsigned memFlags = 3);
 
 // A simdgroup exchange: every active lane deposits `inSize` bytes of input and
 // an argument; once all active lanes of the simdgroup have arrived, `combine`
 // computes every lane's output, of which `outSize` bytes are copied to `out`.
-// combine == nullptr makes a plain barrier.
+// combine == nullptr makes a plain barrier (simdgroup_barrier; arg: its mem_flags bits).
 struct SimdLane {
     alignas(16) unsigned char in[16];
     alignas(16) unsigned char out[16];
@@ -181,6 +193,10 @@ void simdExchange(SimdCombineFn combine, const void* in, std::size_t inSize, uns
 void* threadgroupStatic(const char* key, std::size_t bytes, std::size_t align, const char* file, unsigned line);
 
 const ThreadIds& currentThread();
+
+// The order in which a simd reduction combines the lanes of the exchange being released: a
+// permutation of 0..31 (the identity unless setRandomOrder is on).
+const unsigned char* simdLaneOrder();
 
 // The value of function constant `index` for the running pipeline, or
 // nullptr if the pipeline has none.

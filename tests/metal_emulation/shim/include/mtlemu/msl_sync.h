@@ -30,11 +30,13 @@ constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags(unsig
 
 // All threads of the threadgroup wait here; the emulation reports threads
 // that returned instead, and threads waiting at different barriers.
-inline void threadgroup_barrier(mem_flags, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
-    ::mtlemu::rt::threadgroupBarrier(file, line);
+// The flags matter to the race detector: mem_none orders no memory access, mem_threadgroup only
+// threadgroup memory, mem_device only device memory.
+inline void threadgroup_barrier(mem_flags f, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    ::mtlemu::rt::threadgroupBarrier(file, line, unsigned(f));
 }
-inline void simdgroup_barrier(mem_flags, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
-    ::mtlemu::rt::simdExchange(nullptr, nullptr, 0, 0, nullptr, 0, "simdgroup_barrier", file, line);
+inline void simdgroup_barrier(mem_flags f, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    ::mtlemu::rt::simdExchange(nullptr, nullptr, 0, unsigned(f), nullptr, 0, "simdgroup_barrier", file, line);
 }
 
 }  // namespace metal
@@ -61,7 +63,8 @@ inline void poison(unsigned char* p) {
 }
 inline bool active(std::uint32_t mask, unsigned lane) { return lane < rt::kSimdWidth && ((mask >> lane) & 1u); }
 
-// Reductions: every active lane receives op over all active lanes, in lane order.
+// Reductions: every active lane receives op over all active lanes, in lane order (or in the
+// runtime's random lane order, rt::setRandomOrder).
 struct Add {
     template <class T>
     static T apply(T a, T b) { return a + b; }
@@ -95,7 +98,9 @@ template <class T, class Op>
 void reduce(SimdLane* lanes, std::uint32_t mask) {
     T acc{};
     bool first = true;
-    for (unsigned i = 0; i < rt::kSimdWidth; ++i) {
+    const unsigned char* order = rt::simdLaneOrder();
+    for (unsigned k = 0; k < rt::kSimdWidth; ++k) {
+        const unsigned i = order[k];
         if (!active(mask, i)) continue;
         const T v = load<T>(lanes[i].in);
         acc = first ? v : Op::apply(acc, v);

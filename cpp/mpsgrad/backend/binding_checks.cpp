@@ -1,0 +1,364 @@
+#include "backend/binding_checks.h"
+
+#include <cstdint>
+#include <string>
+
+#include "core/checked.h"
+#include "core/errors.h"
+
+namespace mpsgrad::bindings {
+namespace {
+
+constexpr int64_t kMaxFloats = INT32_MAX;  // the shaders index bindings with 32-bit ints
+
+// Floats available in `slice` after its offset (0 for a missing binding).
+uint64_t floatsAvailable(const BufferSlice& slice) {
+    if (!slice) return 0;
+    size_t length = slice.buffer->length();
+    return slice.offset > length ? 0 : (length - slice.offset) / sizeof(float);
+}
+
+void requireFloats(const char* op, const char* name, const BufferSlice& slice, int64_t floats) {
+    if (floats <= 0) return;
+    if (!slice) throwValueError(op, ": the ", name, " binding is missing but ", floats, " floats are accessed");
+    if (slice.offset % sizeof(float))
+        throwValueError(op, ": the ", name, " binding's offset ", slice.offset, " is not a multiple of 4 bytes");
+    if (floats > kMaxFloats)
+        throwValueError(op, ": the ", name, " binding spans ", floats,
+                        " floats; the kernels address at most 2**31 - 1 floats per binding");
+    uint64_t available = floatsAvailable(slice);
+    if (uint64_t(floats) > available)
+        throwValueError(op, ": the ", name, " binding needs ", floats, " floats but its buffer holds ", available,
+                        " after offset ", slice.offset, " bytes");
+}
+
+// The floats spanned by `images` images of layout `l` (after checking the layout).
+int64_t layoutExtent(const char* op, const char* name, const ImageLayout& l, int64_t images) {
+    if (l.width < 0 || l.height < 0 || l.pixelStride < 0 || l.imageStride < 0 || l.channelOffset < 0 ||
+        l.channels < 0 || images < 0)
+        throwValueError(op, ": the ", name, " layout has a negative size, stride, offset or image count");
+    if (int64_t(l.channelOffset) + l.channels > l.pixelStride)
+        throwValueError(op, ": the ", name, " layout's channels [", l.channelOffset, ", ",
+                        int64_t(l.channelOffset) + l.channels, ") exceed its pixel stride ", l.pixelStride);
+    const uint64_t pixels = checked::product({l.width, l.height}, op);
+    if (images == 0 || pixels == 0 || l.channels == 0) return 0;
+    const uint64_t imageFloats = checked::mul(pixels, uint64_t(l.pixelStride), op);
+    if (images > 1 && uint64_t(l.imageStride) < imageFloats)
+        throwValueError(op, ": the ", name, " layout's image stride ", l.imageStride, " is below the ", imageFloats,
+                        " floats of one image");
+    uint64_t extent = checked::mul(uint64_t(images - 1), uint64_t(l.imageStride), op);
+    extent = checked::add(extent, checked::mul(pixels - 1, uint64_t(l.pixelStride), op), op);
+    extent = checked::add(extent, uint64_t(l.channelOffset) + uint64_t(l.channels), op);
+    if (extent > uint64_t(INT64_MAX)) throwValueError(op, ": the ", name, " binding's extent overflows");
+    return int64_t(extent);
+}
+
+void requireImage(const char* op, const char* name, const ImageLayout& l, int64_t images, const BufferSlice& slice) {
+    requireFloats(op, name, slice, layoutExtent(op, name, l, images));
+}
+
+void requireBatch(const char* op, int32_t batch) {
+    if (batch < 0) throwValueError(op, ": batch ", batch, " is negative");
+}
+
+// The written rectangle lies inside the destination.
+void requireClip(const char* op, const ImageLayout& d, int32_t x, int32_t y, int32_t w, int32_t h) {
+    if (w < 0 || h < 0) throwValueError(op, ": negative clip size ", w, " x ", h);
+    if (w == 0 || h == 0) return;
+    if (x < 0 || y < 0 || int64_t(x) + w > d.width || int64_t(y) + h > d.height)
+        throwValueError(op, ": the clip rectangle (", x, ", ", y, ", ", w, " x ", h,
+                        ") is not inside the destination (", d.width, " x ", d.height, ")");
+}
+
+void requirePositive(const char* op, const char* name, int64_t v) {
+    if (v < 1) throwValueError(op, ": ", name, " must be >= 1, got ", v);
+}
+
+// OHWI weights of a convolution with `out` output and `in` input channels in `groups` groups.
+int64_t weightCount(const char* op, int64_t out, int64_t in, int32_t groups, int32_t kw, int32_t kh) {
+    requirePositive(op, "groups", groups);
+    requirePositive(op, "kernelWidth", kw);
+    requirePositive(op, "kernelHeight", kh);
+    if (in % groups || out % groups)
+        throwValueError(op, ": groups ", groups, " does not divide ", in, " input and ", out, " output channels");
+    return int64_t(checked::product({out, kh, kw, in / groups}, op));
+}
+
+void requireStrides(const char* op, int32_t sx, int32_t sy, int32_t dx, int32_t dy) {
+    requirePositive(op, "strideX", sx);
+    requirePositive(op, "strideY", sy);
+    requirePositive(op, "dilationX", dx);
+    requirePositive(op, "dilationY", dy);
+}
+
+// PReLU's per-channel data: neuronDataOffset + channels floats.
+void requireNeuronData(const char* op, const NeuronParams& n, int32_t dataOffset, int32_t channels,
+                       const BufferSlice& data) {
+    if (!n.hasChannelData) return;
+    if (dataOffset < 0) throwValueError(op, ": neuronDataOffset ", dataOffset, " is negative");
+    requireFloats(op, "neuron data", data, int64_t(dataOffset) + channels);
+}
+
+// An operand of the arithmetic family, read over `batch` images and `channels` channels.
+void requireOperand(const char* op, const char* name, const ArithmeticOperand& o, int32_t batch, int32_t channels,
+                    const BufferSlice& slice) {
+    for (int32_t s : {o.strideX, o.strideY, o.strideChannels, o.strideImages})
+        if (s != 0 && s != 1) throwValueError(op, ": the ", name, " operand's strides must be 0 or 1, got ", s);
+    const int32_t needed = o.strideChannels ? channels : (channels > 0 ? 1 : 0);
+    if (o.image.channels < needed)
+        throwValueError(op, ": the ", name, " operand has ", o.image.channels, " channels but ", needed,
+                        " are read");
+    requireImage(op, name, o.image, o.strideImages ? batch : (batch > 0 ? 1 : 0), slice);
+}
+
+}  // namespace
+
+void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, size_t bytes) {
+    if (bytes == 0) return;
+    for (const auto* slice : {&source, &destination}) {
+        if (!*slice) throwValueError("copyBuffer: a binding is missing");
+        size_t length = slice->buffer->length();
+        if (slice->offset > length || length - slice->offset < bytes)
+            throwValueError("copyBuffer: a binding holds fewer than the ", bytes, " bytes copied");
+    }
+}
+
+void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
+                             const BufferSlice& biases, const BufferSlice& neuronData,
+                             const BufferSlice& destination, const BufferSlice& preactivation) {
+    const char* op = "convolutionForward";
+    requireBatch(op, p.batch);
+    requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireFloats(op, "weights", weights,
+                  weightCount(op, p.destination.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight));
+    if (p.hasBias) requireFloats(op, "biases", biases, p.destination.channels);
+    requireNeuronData(op, p.neuron, 0, p.destination.channels, neuronData);
+    if (p.writePreactivation) {
+        if (p.preactivation.width < p.clipWidth || p.preactivation.height < p.clipHeight ||
+            p.preactivation.channels < p.destination.channels)
+            throwValueError(op, ": the preactivation layout is smaller than the clip rectangle");
+        requireImage(op, "preactivation", p.preactivation, p.batch, preactivation);
+    }
+}
+
+void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
+                                  const BufferSlice& weights, const BufferSlice& destination) {
+    const char* op = "convolutionDataGradient";
+    requireBatch(op, p.batch);
+    requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireFloats(op, "weights", weights,
+                  weightCount(op, p.gradient.channels, p.destination.channels, p.groups, p.kernelWidth,
+                              p.kernelHeight));
+}
+
+void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BufferSlice& weightGradient,
+                                    const BufferSlice& biasGradient) {
+    const char* op = "convolutionWeightGradient";
+    requireBatch(op, p.batch);
+    requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "source", p.source, p.batch, source);
+    const int64_t count =
+        weightCount(op, p.gradient.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight);
+    if (p.computeWeights) requireFloats(op, "weight gradient", weightGradient, count);
+    if (p.computeBiases) requireFloats(op, "bias gradient", biasGradient, p.gradient.channels);
+}
+
+void checkNeuronForward(const NeuronForwardParams& p, const BufferSlice& source, const BufferSlice& neuronData,
+                        const BufferSlice& destination) {
+    const char* op = "neuronForward";
+    requireBatch(op, p.batch);
+    if (p.source.channels < p.destination.channels)
+        throwValueError(op, ": the source provides fewer channels than the destination writes");
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireNeuronData(op, p.neuron, p.neuronDataOffset, p.destination.channels, neuronData);
+}
+
+void checkNeuronGradient(const NeuronGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                         const BufferSlice& neuronData, const BufferSlice& destination) {
+    const char* op = "neuronGradient";
+    requireBatch(op, p.batch);
+    if (p.gradient.channels < p.destination.channels || p.source.channels < p.destination.channels)
+        throwValueError(op, ": an input provides fewer channels than the destination writes");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireNeuronData(op, p.neuron, p.neuronDataOffset, p.destination.channels, neuronData);
+}
+
+void checkNeuronPReLUWeightGradient(const NeuronGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BufferSlice& aGradient) {
+    const char* op = "neuronPReLUWeightGradient";
+    requireBatch(op, p.batch);
+    if (p.gradient.channels < p.destination.channels || p.source.channels < p.destination.channels)
+        throwValueError(op, ": an input provides fewer channels than the a-gradient covers");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "source", p.source, p.batch, source);
+    if (p.neuronDataOffset < 0) throwValueError(op, ": neuronDataOffset ", p.neuronDataOffset, " is negative");
+    requireFloats(op, "a gradient", aGradient, int64_t(p.neuronDataOffset) + p.destination.channels);
+}
+
+void checkArithmeticForward(const ArithmeticParams& p, const BufferSlice& primary, const BufferSlice& secondary,
+                            const BufferSlice& destination, const BufferSlice& clampState) {
+    const char* op = "arithmeticForward";
+    requireBatch(op, p.batch);
+    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary);
+    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    if (p.stateMode != kArithmeticClampNone) {
+        if (p.clampState.width < p.clipWidth || p.clampState.height < p.clipHeight ||
+            p.clampState.channels < p.destination.channels)
+            throwValueError(op, ": the clamp state layout is smaller than the clip rectangle");
+        requireImage(op, "clamp state", p.clampState, p.batch, clampState);
+    }
+}
+
+void checkCompareForward(const CompareParams& p, const BufferSlice& primary, const BufferSlice& secondary,
+                         const BufferSlice& destination) {
+    const char* op = "compareForward";
+    requireBatch(op, p.batch);
+    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary);
+    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+}
+
+void checkArithmeticGradient(const ArithmeticGradientParams& p, const BufferSlice& gradient,
+                             const BufferSlice& primary, const BufferSlice& secondary,
+                             const BufferSlice& clampState, const BufferSlice& destination) {
+    const char* op = "arithmeticGradient";
+    requireBatch(op, p.batch);
+    if (p.width < 0 || p.height < 0) throwValueError(op, ": negative width or height");
+    const int32_t C = p.gradient.channels;
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    if (primary) requireOperand(op, "primary", p.primary, p.batch, C, primary);
+    if (secondary) requireOperand(op, "secondary", p.secondary, p.batch, C, secondary);
+    const ArithmeticOperand& s = p.forSecondary ? p.secondary : p.primary;
+    for (int32_t v : {s.strideX, s.strideY, s.strideChannels, s.strideImages})
+        if (v != 0 && v != 1) throwValueError(op, ": operand strides must be 0 or 1, got ", v);
+    const int32_t written = s.strideChannels ? C : (C > 0 ? 1 : 0);
+    if (p.destination.channels < written)
+        throwValueError(op, ": the destination has ", p.destination.channels, " channels but ", written,
+                        " are written");
+    requireImage(op, "destination", p.destination, s.strideImages ? p.batch : (p.batch > 0 ? 1 : 0), destination);
+    if (p.clampMode != kArithmeticClampNone) {
+        if (p.clampState.width < p.width || p.clampState.height < p.height || p.clampState.channels < C)
+            throwValueError(op, ": the clamp state layout is smaller than the gradient's extent");
+        requireImage(op, "clamp state", p.clampState, p.batch, clampState);
+    }
+}
+
+void checkSoftmaxForward(const SoftmaxParams& p, const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "softmaxForward";
+    requireBatch(op, p.batch);
+    if (p.source.channels < p.destination.channels)
+        throwValueError(op, ": the source provides fewer channels than the destination writes");
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+}
+
+void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gradient, const BufferSlice& output,
+                          const BufferSlice& destination) {
+    const char* op = "softmaxGradient";
+    requireBatch(op, p.batch);
+    if (p.gradient.channels < p.destination.channels || p.output.channels < p.destination.channels)
+        throwValueError(op, ": an input provides fewer channels than the destination writes");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "output", p.output, p.batch, output);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+}
+
+// ---- optimizers ---------------------------------------------------------------------------------
+
+void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
+                          const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
+                          const BufferSlice& result) {
+    const char* op = "optimizer_update";
+    if (p.count < 0) throwValueError(op, ": count must be >= 0, got ", p.count);
+    if (p.kind < kOptimizerSGD || p.kind > kOptimizerAdam) throwValueError(op, ": unknown kind ", p.kind);
+    requireFloats(op, "gradient", gradient, p.count);
+    requireFloats(op, "values", values, p.count);
+    requireFloats(op, "result", result, p.count);
+    if (p.kind != kOptimizerSGD || p.hasState0 != 0) requireFloats(op, "state0", state0, p.count);
+    if (p.kind == kOptimizerAdam) requireFloats(op, "state1", state1, p.count);
+    if (p.kind == kOptimizerAdam && p.amsgrad != 0) requireFloats(op, "state2", state2, p.count);
+}
+
+// ---- losses -------------------------------------------------------------------------------------
+
+namespace {
+
+void requireSameSize(const char* op, const char* name, const ImageLayout& l, const ImageLayout& source) {
+    if (l.width != source.width || l.height != source.height || l.channels != source.channels)
+        throwValueError(op, ": the ", name, " image (", l.width, " x ", l.height, " x ", l.channels,
+                        ") differs in size from the source (", source.width, " x ", source.height, " x ",
+                        source.channels, ")");
+}
+
+// Partial slots (2 floats each) the pixels of `batch` images of layout l fill, from `offset` on.
+int64_t partialFloats(const char* op, const ImageLayout& l, int32_t batch, int32_t offset) {
+    if (offset < 0) throwValueError(op, ": partialsOffset must be >= 0, got ", offset);
+    const uint64_t pixels = checked::product({int64_t(batch), int64_t(l.width), int64_t(l.height)}, op);
+    const uint64_t floats = checked::mul(checked::add(pixels, uint64_t(offset), op), uint64_t(2), op);
+    if (floats > uint64_t(INT64_MAX)) throwValueError(op, ": the partials binding's extent overflows");
+    return int64_t(floats);
+}
+
+}  // namespace
+
+void checkLossElements(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
+                       const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
+                       const BufferSlice& partials) {
+    const char* op = "loss_elements";
+    if (p.lossType < 0 || p.lossType >= kLossTypeCount) throwValueError(op, ": unknown loss type ", p.lossType);
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireSameSize(op, "labels", p.labels, p.source);
+    requireImage(op, "labels", p.labels, p.batch, labels);
+    requireSameSize(op, "destination", p.destination, p.source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    if (p.hasWeights) {
+        requireSameSize(op, "weights", p.weights, p.source);
+        requireImage(op, "weights", p.weights, p.batch, weights);
+    }
+    if (p.reductionType == kReductionNone) {
+        requireSameSize(op, "loss", p.loss, p.source);
+        requireImage(op, "loss", p.loss, p.batch, loss);
+    } else {
+        requireFloats(op, "partials", partials, partialFloats(op, p.source, p.batch, p.partialsOffset));
+    }
+}
+
+void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results) {
+    const char* op = "loss_reduce";
+    if (p.images < 0 || p.pixelsPerImage < 0)
+        throwValueError(op, ": images ", p.images, " and pixelsPerImage ", p.pixelsPerImage, " must be >= 0");
+    const uint64_t slots = checked::product({int64_t(p.images), int64_t(p.pixelsPerImage)}, op);
+    const uint64_t floats = checked::mul(slots, uint64_t(2), op);
+    if (floats > uint64_t(INT64_MAX)) throwValueError(op, ": the partials binding's extent overflows");
+    requireFloats(op, "partials", partials, int64_t(floats));
+    requireFloats(op, "results", results, 2 * int64_t(p.images));
+}
+
+void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination) {
+    const char* op = "loss_scale_gradient";
+    if (p.resultIndex < 0) throwValueError(op, ": resultIndex must be >= 0, got ", p.resultIndex);
+    requireBatch(op, p.batch);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireFloats(op, "results", results, 2 * (int64_t(p.resultIndex) + p.batch));
+}
+
+}  // namespace mpsgrad::bindings

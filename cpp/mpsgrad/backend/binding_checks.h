@@ -1,0 +1,63 @@
+// Backend-neutral validation of a backend op's bindings: every op of every backend calls the
+// check of its op first, so a C++ caller that builds a params struct by hand gets a ValueError
+// instead of an out-of-bounds read or write.
+//
+// What is checked, per op: every ImageLayout is consistent (non-negative sizes, the channel slice
+// inside the pixel stride, images not overlapping), its extent over the dispatch's batch fits the
+// bound BufferSlice after its offset, the clip rectangle lies inside the destination, and every
+// flat array (weights, biases, PReLU data, gradient outputs) fits its buffer. All arithmetic is
+// overflow-checked; every extent must also stay below 2**31 floats, the indexing range of the
+// Metal shaders.
+#pragma once
+
+#include <cstddef>
+
+#include "backend/backend.h"
+
+namespace mpsgrad::bindings {
+
+void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, size_t bytes);
+
+void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
+                             const BufferSlice& biases, const BufferSlice& neuronData,
+                             const BufferSlice& destination, const BufferSlice& preactivation);
+void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
+                                  const BufferSlice& weights, const BufferSlice& destination);
+void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BufferSlice& weightGradient,
+                                    const BufferSlice& biasGradient);
+
+void checkNeuronForward(const NeuronForwardParams& p, const BufferSlice& source, const BufferSlice& neuronData,
+                        const BufferSlice& destination);
+void checkNeuronGradient(const NeuronGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                         const BufferSlice& neuronData, const BufferSlice& destination);
+void checkNeuronPReLUWeightGradient(const NeuronGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BufferSlice& aGradient);
+
+void checkArithmeticForward(const ArithmeticParams& p, const BufferSlice& primary, const BufferSlice& secondary,
+                            const BufferSlice& destination, const BufferSlice& clampState);
+void checkCompareForward(const CompareParams& p, const BufferSlice& primary, const BufferSlice& secondary,
+                         const BufferSlice& destination);
+void checkArithmeticGradient(const ArithmeticGradientParams& p, const BufferSlice& gradient,
+                             const BufferSlice& primary, const BufferSlice& secondary,
+                             const BufferSlice& clampState, const BufferSlice& destination);
+
+void checkSoftmaxForward(const SoftmaxParams& p, const BufferSlice& source, const BufferSlice& destination);
+void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gradient, const BufferSlice& output,
+                          const BufferSlice& destination);
+
+// Optimizers: gradient, values and result hold p.count floats, and so does every state vector
+// p's rule reads (state0 unless plain SGD without momentum, state1 for Adam, state2 for AMSGrad).
+void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
+                          const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
+                          const BufferSlice& result);
+
+// Losses: every image binding the op reads or writes holds its batch, labels / weights / loss
+// have the source's size, and partials / results hold 2 floats per slot written.
+void checkLossElements(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
+                       const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
+                       const BufferSlice& partials);
+void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
+void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
+
+}  // namespace mpsgrad::bindings

@@ -1,0 +1,508 @@
+// Serialization of the kernel families (-encodeWithCoder: / -initWithCoder:device:) and the one
+// list of serializable classes. The format primitives and the base-class properties are in
+// core/serialization.cpp; docs/serialization.md documents every payload below byte by byte.
+//
+// A new family adds: encodeWithCoder / initWithCoder for its classes (a section here), a line per
+// class in registerBuiltinClasses(), a payload table in docs/serialization.md, and a case in
+// tests/python/test_serialization.py.
+#include <cstring>
+
+#include "core/serialization.h"
+#include "kernels/arithmetic.h"
+#include "kernels/convolution.h"
+#include "kernels/loss.h"
+#include "kernels/optimizers.h"
+#include "kernels/neuron.h"
+#include "kernels/softmax.h"
+
+namespace mpsgrad {
+
+namespace {
+
+// Rethrows the ValueError of a constructor or validate() as SerializationError naming `what`,
+// so malformed data always surfaces as one exception type.
+template <class F>
+auto asSerializationError(serial::Reader& r, const char* what, F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const SerializationError&) {
+        throw;
+    } catch (const ValueError& e) {
+        r.fail(what, e.what());
+    } catch (const TypeError& e) {
+        r.fail(what, e.what());
+    }
+}
+
+}  // namespace
+
+// ---- neuron ---------------------------------------------------------------------------------------
+
+std::vector<uint8_t> NNNeuronDescriptor::serialize() const {
+    serial::Writer w;
+    w.i32(static_cast<int32_t>(neuronType));
+    w.f32(a);
+    w.f32(b);
+    w.f32(c);
+    w.floats(data);
+    return w.finish("NNNeuronDescriptor", 1);
+}
+
+NNNeuronDescriptor NNNeuronDescriptor::deserialize(const uint8_t* bytes, size_t size) {
+    serial::Reader r = serial::openAs(bytes, size, "NNNeuronDescriptor");
+    NNNeuronDescriptor d;
+    int32_t type = r.i32("neuron_type");
+    if (type < 0 || type >= int32_t(CNNNeuronType::Count))
+        r.fail("neuron_type", detail::concat("must be a CNNNeuronType in [0, 15], got ", type));
+    d.neuronType = static_cast<CNNNeuronType>(type);
+    d.a = r.f32("a");
+    d.b = r.f32("b");
+    d.c = r.f32("c");
+    d.data = r.floats("data");
+    r.expectEnd();
+    return d;
+}
+
+namespace {
+
+NNNeuronDescriptor readNeuronDescriptor(serial::Reader& r, const char* what) {
+    auto [p, n] = r.object(what);
+    NNNeuronDescriptor d = NNNeuronDescriptor::deserialize(p, n);
+    asSerializationError(r, what, [&] { d.validate(what); });
+    return d;
+}
+
+}  // namespace
+
+void CNNNeuron::encodeWithCoder(serial::Writer& w) const {
+    w.object(descriptor_.serialize());
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<CNNNeuron> CNNNeuron::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<CNNNeuron>(device, readNeuronDescriptor(r, "neuron_descriptor"));
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void CNNNeuronGradient::encodeWithCoder(serial::Writer& w) const {
+    w.object(descriptor_.serialize());
+    encodeGradientKernelProperties(w);
+}
+
+std::shared_ptr<CNNNeuronGradient> CNNNeuronGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<CNNNeuronGradient>(device, readNeuronDescriptor(r, "neuron_descriptor"));
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+// ---- convolution ----------------------------------------------------------------------------------
+
+std::vector<uint8_t> CNNConvolutionDescriptor::serialize() const {
+    serial::Writer w;
+    for (int64_t v : {kernelWidth, kernelHeight, inputFeatureChannels, outputFeatureChannels, strideInPixelsX,
+                      strideInPixelsY, groups, dilationRateX, dilationRateY})
+        w.i64(v);
+    w.boolean(depthwise);
+    w.object(fusedNeuronDescriptor.serialize());
+    w.floats(foldedScale);
+    w.floats(foldedShift);
+    return w.finish("CNNConvolutionDescriptor", 1);
+}
+
+CNNConvolutionDescriptor CNNConvolutionDescriptor::deserialize(const uint8_t* bytes, size_t size) {
+    serial::Reader r = serial::openAs(bytes, size, "CNNConvolutionDescriptor");
+    CNNConvolutionDescriptor d;
+    using Field = std::pair<int64_t*, const char*>;
+    for (auto [field, name] : std::initializer_list<Field>{{&d.kernelWidth, "kernel_width"}, {&d.kernelHeight, "kernel_height"},
+                               {&d.inputFeatureChannels, "input_feature_channels"},
+                               {&d.outputFeatureChannels, "output_feature_channels"},
+                               {&d.strideInPixelsX, "stride_in_pixels_x"}, {&d.strideInPixelsY, "stride_in_pixels_y"},
+                               {&d.groups, "groups"}, {&d.dilationRateX, "dilation_rate_x"},
+                               {&d.dilationRateY, "dilation_rate_y"}})
+        *field = r.i64(name);
+    d.depthwise = r.boolean("depthwise");
+    auto [p, n] = r.object("fused_neuron_descriptor");
+    d.fusedNeuronDescriptor = NNNeuronDescriptor::deserialize(p, n);
+    d.foldedScale = r.floats("folded_scale");
+    d.foldedShift = r.floats("folded_shift");
+    if (d.foldedScale.size() != d.foldedShift.size())
+        r.fail("folded_shift", detail::concat("has ", d.foldedShift.size(), " values but folded_scale has ",
+                                              d.foldedScale.size()));
+    r.expectEnd();
+    return d;
+}
+
+namespace {
+
+// A descriptor fit for weights: validated, its weight count computed without overflow.
+CNNConvolutionDescriptor readValidDescriptor(serial::Reader& r, size_t& weightCount) {
+    auto [p, n] = r.object("descriptor");
+    CNNConvolutionDescriptor d = CNNConvolutionDescriptor::deserialize(p, n);
+    asSerializationError(r, "descriptor", [&] { d.validate(); });
+    uint64_t count = 0;
+    uint64_t perGroupInput = uint64_t(d.inputFeatureChannels / d.effectiveGroups());
+    if (__builtin_mul_overflow(uint64_t(d.kernelWidth), uint64_t(d.kernelHeight), &count) ||
+        __builtin_mul_overflow(count, perGroupInput, &count) ||
+        __builtin_mul_overflow(count, uint64_t(d.outputFeatureChannels), &count))
+        r.fail("descriptor", "its weight count overflows 64 bits");
+    if (!d.foldedScale.empty() && int64_t(d.foldedScale.size()) != d.outputFeatureChannels)
+        r.fail("descriptor", "folded batch-norm parameters do not match output_feature_channels");
+    weightCount = size_t(count);
+    return d;
+}
+
+// Weights section shared by CNNConvolutionWeightsDataSource and both convolution kernels:
+// descriptor, weights, has_bias, biases, label.
+void writeWeights(serial::Writer& w, const CNNConvolutionDescriptor& descriptor, const float* weights,
+                  size_t weightCount, const float* biases, size_t biasCount, const std::string& label) {
+    w.object(descriptor.serialize());
+    w.floats(weights, weightCount);
+    w.boolean(biasCount > 0);
+    w.floats(biases, biasCount);
+    w.string(label);
+}
+
+std::shared_ptr<CNNConvolutionWeightsDataSource> readWeights(serial::Reader& r) {
+    size_t weightCount = 0;
+    CNNConvolutionDescriptor d = readValidDescriptor(r, weightCount);
+    std::vector<float> weights = r.floats("weights");
+    if (weights.size() != weightCount)
+        r.fail("weights", detail::concat("has ", weights.size(), " values but the descriptor needs ", weightCount));
+    bool hasBias = r.boolean("has_bias");
+    std::vector<float> biases = r.floats("biases");
+    if (biases.size() != (hasBias ? size_t(d.outputFeatureChannels) : 0))
+        r.fail("biases", detail::concat("has ", biases.size(), " values, expected ",
+                                        hasBias ? d.outputFeatureChannels : 0));
+    std::string label = r.string("label");
+    return asSerializationError(r, "weights", [&] {
+        return std::make_shared<CNNConvolutionWeightsDataSource>(d, std::move(weights), std::move(biases),
+                                                                 std::move(label));
+    });
+}
+
+// The kernel's current weights (what it computes with). Batch norm is already folded into them,
+// so the descriptor written drops the folding parameters.
+void writeKernelWeights(serial::Writer& w, const ConvolutionWeights& current,
+                        const std::shared_ptr<CNNConvolutionDataSource>& source) {
+    CNNConvolutionDescriptor d = current.descriptor;
+    d.foldedScale.clear();
+    d.foldedShift.clear();
+    writeWeights(w, d, current.weights.floats(), size_t(d.weightCount()), current.biases.floats(),
+                 current.hasBias ? size_t(d.outputFeatureChannels) : 0, source ? source->label() : std::string());
+}
+
+}  // namespace
+
+std::vector<uint8_t> CNNConvolutionWeightsDataSource::serialize() const {
+    serial::Writer w;
+    writeWeights(w, descriptor_, weights_.data(), weights_.size(), biases_.data(), biases_.size(), label_);
+    return w.finish("CNNConvolutionWeightsDataSource", 1);
+}
+
+std::shared_ptr<CNNConvolutionWeightsDataSource> CNNConvolutionWeightsDataSource::deserialize(const uint8_t* bytes,
+                                                                                             size_t size) {
+    serial::Reader r = serial::openAs(bytes, size, "CNNConvolutionWeightsDataSource");
+    auto source = readWeights(r);
+    r.expectEnd();
+    return source;
+}
+
+void CNNConvolutionWeightsAndBiasesState::encodeWithCoder(serial::Writer& w) const {
+    w.string(label);
+    w.object(descriptor_.serialize());
+    w.floats(weights().floats(), size_t(descriptor_.weightCount()));
+    w.floats(biases().floats(), size_t(descriptor_.outputFeatureChannels));
+}
+
+std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolutionWeightsAndBiasesState::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    std::string label = r.string("label");
+    size_t weightCount = 0;
+    CNNConvolutionDescriptor d = readValidDescriptor(r, weightCount);
+    std::vector<float> weights = r.floats("weights");
+    if (weights.size() != weightCount)
+        r.fail("weights", detail::concat("has ", weights.size(), " values but the descriptor needs ", weightCount));
+    std::vector<float> biases = r.floats("biases");
+    if (biases.size() != size_t(d.outputFeatureChannels))
+        r.fail("biases", detail::concat("has ", biases.size(), " values, expected ", d.outputFeatureChannels));
+    auto state = std::make_shared<CNNConvolutionWeightsAndBiasesState>(device, d);
+    if (!weights.empty()) std::memcpy(state->weights().floats(), weights.data(), weights.size() * sizeof(float));
+    std::memcpy(state->biases().floats(), biases.data(), biases.size() * sizeof(float));
+    state->label = std::move(label);
+    return state;
+}
+
+void CNNConvolution::encodeWithCoder(serial::Writer& w) const {
+    writeKernelWeights(w, weights_, dataSource_);
+    encodeCNNKernelProperties(w);
+    w.u32(static_cast<uint32_t>(accumulatorPrecisionOption));
+}
+
+std::shared_ptr<CNNConvolution> CNNConvolution::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<CNNConvolution>(device, readWeights(r));
+    kernel->decodeCNNKernelProperties(r);
+    kernel->accumulatorPrecisionOption =
+        static_cast<NNConvolutionAccumulatorPrecisionOption>(r.oneOf("accumulator_precision_option", {0, 1}));
+    return kernel;
+}
+
+void CNNConvolutionGradient::encodeWithCoder(serial::Writer& w) const {
+    writeKernelWeights(w, weights_, dataSource_);
+    encodeGradientKernelProperties(w);
+    w.u32(static_cast<uint32_t>(gradientOption));
+}
+
+std::shared_ptr<CNNConvolutionGradient> CNNConvolutionGradient::initWithCoder(serial::Reader& r,
+                                                                              const Device& device) {
+    auto kernel = std::make_shared<CNNConvolutionGradient>(device, readWeights(r));
+    kernel->decodeGradientKernelProperties(r);
+    kernel->gradientOption = static_cast<CNNConvolutionGradientOption>(r.oneOf("gradient_option", {1, 2, 3}));
+    return kernel;
+}
+
+// ---- arithmetic -----------------------------------------------------------------------------------
+
+namespace {
+
+// The properties CNNArithmetic and CNNArithmeticGradient share, in declaration order.
+template <class K>
+void writeArithmeticProperties(serial::Writer& w, const K& k) {
+    w.f32(k.primaryScale);
+    w.f32(k.secondaryScale);
+    w.f32(k.bias);
+    w.i64(k.primaryStrideInFeatureChannels);
+    w.i64(k.secondaryStrideInFeatureChannels);
+    w.f32(k.minimumValue);
+    w.f32(k.maximumValue);
+}
+
+template <class K>
+void readArithmeticProperties(serial::Reader& r, K& k) {
+    k.primaryScale = r.f32("primary_scale");
+    k.secondaryScale = r.f32("secondary_scale");
+    k.bias = r.f32("bias");
+    k.primaryStrideInFeatureChannels = r.i64("primary_stride_in_feature_channels");
+    k.secondaryStrideInFeatureChannels = r.i64("secondary_stride_in_feature_channels");
+    k.minimumValue = r.f32("minimum_value");
+    k.maximumValue = r.f32("maximum_value");
+}
+
+}  // namespace
+
+void CNNArithmetic::encodeWithCoder(serial::Writer& w) const {
+    encodeBinaryKernelProperties(w);
+    writeArithmeticProperties(w, *this);
+}
+
+void CNNArithmetic::decodeWithCoder(serial::Reader& r) {
+    decodeBinaryKernelProperties(r);
+    readArithmeticProperties(r, *this);
+}
+
+void NNCompare::encodeWithCoder(serial::Writer& w) const {
+    CNNArithmetic::encodeWithCoder(w);
+    w.i32(static_cast<int32_t>(comparisonType));
+    w.f32(threshold);
+}
+
+void NNCompare::decodeWithCoder(serial::Reader& r) {
+    CNNArithmetic::decodeWithCoder(r);
+    comparisonType = static_cast<NNComparisonType>(r.oneOf("comparison_type", {0, 1, 2, 3, 4, 5}));
+    threshold = r.f32("threshold");
+}
+
+void CNNArithmeticGradient::encodeWithCoder(serial::Writer& w) const {
+    w.boolean(secondaryFilter_);
+    encodeGradientKernelProperties(w);
+    writeArithmeticProperties(w, *this);
+}
+
+void CNNArithmeticGradient::decodeWithCoder(serial::Reader& r) {
+    decodeGradientKernelProperties(r);
+    readArithmeticProperties(r, *this);
+}
+
+// ---- optimizers -----------------------------------------------------------------------------------
+
+namespace {
+
+// A double as its IEEE-754 bits (the format has no f64 primitive).
+void writeF64(serial::Writer& w, double value) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    w.u64(bits);
+}
+
+double readF64(serial::Reader& r, const char* what) {
+    uint64_t bits = r.u64(what);
+    double value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+// The optimizer descriptor section (MPSNNOptimizerDescriptor): every field, in declaration order.
+void writeOptimizerDescriptor(serial::Writer& w, const NNOptimizer& k) {
+    w.f32(k.learningRate());
+    w.f32(k.gradientRescale());
+    w.boolean(k.applyGradientClipping());
+    w.f32(k.gradientClipMax());
+    w.f32(k.gradientClipMin());
+    w.f32(k.regularizationScale());
+    w.u32(static_cast<uint32_t>(k.regularizationType()));
+}
+
+NNOptimizerDescriptor readOptimizerDescriptor(serial::Reader& r) {
+    NNOptimizerDescriptor d;
+    d.learningRate = r.f32("learning_rate");
+    d.gradientRescale = r.f32("gradient_rescale");
+    d.applyGradientClipping = r.boolean("apply_gradient_clipping");
+    d.gradientClipMax = r.f32("gradient_clip_max");
+    d.gradientClipMin = r.f32("gradient_clip_min");
+    d.regularizationScale = r.f32("regularization_scale");
+    d.regularizationType = static_cast<NNRegularizationType>(r.oneOf("regularization_type", {0, 1, 2}));
+    asSerializationError(r, "optimizer_descriptor", [&] { d.validate(); });
+    return d;
+}
+
+}  // namespace
+
+void NNOptimizerStochasticGradientDescent::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    w.f32(momentumScale_);
+    w.boolean(nesterov_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerStochasticGradientDescent> NNOptimizerStochasticGradientDescent::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    float momentum = r.f32("momentum_scale");
+    bool nesterov = r.boolean("use_nesterov_momentum");
+    auto k = asSerializationError(r, "NNOptimizerStochasticGradientDescent", [&] {
+        return std::make_shared<NNOptimizerStochasticGradientDescent>(device, momentum, nesterov, d);
+    });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNOptimizerRMSProp::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    writeF64(w, decay_);
+    w.f32(epsilon_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerRMSProp> NNOptimizerRMSProp::initWithCoder(serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    double decay = readF64(r, "decay");
+    float epsilon = r.f32("epsilon");
+    auto k = asSerializationError(r, "NNOptimizerRMSProp",
+                                  [&] { return std::make_shared<NNOptimizerRMSProp>(device, decay, epsilon, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNOptimizerAdam::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    writeF64(w, beta1_);
+    writeF64(w, beta2_);
+    w.f32(epsilon_);
+    w.u64(timeStep_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerAdam> NNOptimizerAdam::initWithCoder(serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    double beta1 = readF64(r, "beta1");
+    double beta2 = readF64(r, "beta2");
+    float epsilon = r.f32("epsilon");
+    uint64_t timeStep = r.u64("time_step");
+    auto k = asSerializationError(r, "NNOptimizerAdam", [&] {
+        return std::make_shared<NNOptimizerAdam>(device, beta1, beta2, epsilon, timeStep, d);
+    });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+// ---- loss -----------------------------------------------------------------------------------------
+
+void CNNLoss::encodeWithCoder(serial::Writer& w) const {
+    const CNNLossDescriptor& d = descriptor_;
+    w.u32(static_cast<uint32_t>(d.lossType));
+    w.i32(static_cast<int32_t>(d.reductionType));
+    w.f32(d.weight);
+    w.f32(d.labelSmoothing);
+    w.i64(d.numberOfClasses);
+    w.f32(d.epsilon);
+    w.f32(d.delta);
+    w.boolean(d.reduceAcrossBatch);
+    w.boolean(d.scaleGradientByReduction);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device& device) {
+    CNNLossDescriptor d;
+    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
+    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
+    d.weight = r.f32("weight");
+    d.labelSmoothing = r.f32("label_smoothing");
+    d.numberOfClasses = r.i64("number_of_classes");
+    d.epsilon = r.f32("epsilon");
+    d.delta = r.f32("delta");
+    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
+    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
+    // The constructor validates the descriptor (loss and reduction types included).
+    auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<CNNLoss>(device, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+// ---- the registry: every serializable class, by class tag -----------------------------------------
+
+namespace serial {
+
+namespace {
+
+template <class F>
+void addKernel(const char* tag, F initWithCoder) {
+    Registry<Kernel>::instance().add(tag, [initWithCoder](Reader& r, const Device& device, uint32_t) {
+        return std::shared_ptr<Kernel>(initWithCoder(r, device));
+    });
+}
+
+}  // namespace
+
+void registerBuiltinClasses() {
+    addKernel("CNNNeuron", &CNNNeuron::initWithCoder);
+    addKernel("CNNNeuronGradient", &CNNNeuronGradient::initWithCoder);
+    addKernel("CNNConvolution", &CNNConvolution::initWithCoder);
+    addKernel("CNNConvolutionGradient", &CNNConvolutionGradient::initWithCoder);
+    addKernel("CNNAdd", &CNNArithmetic::initWithCoder<CNNAdd>);
+    addKernel("CNNSubtract", &CNNArithmetic::initWithCoder<CNNSubtract>);
+    addKernel("CNNMultiply", &CNNArithmetic::initWithCoder<CNNMultiply>);
+    addKernel("CNNDivide", &CNNArithmetic::initWithCoder<CNNDivide>);
+    addKernel("NNCompare", &CNNArithmetic::initWithCoder<NNCompare>);
+    addKernel("CNNAddGradient", &CNNArithmeticGradient::initWithCoder<CNNAddGradient>);
+    addKernel("CNNSubtractGradient", &CNNArithmeticGradient::initWithCoder<CNNSubtractGradient>);
+    addKernel("CNNMultiplyGradient", &CNNArithmeticGradient::initWithCoder<CNNMultiplyGradient>);
+    addKernel("CNNDivideGradient", &CNNArithmeticGradient::initWithCoder<CNNDivideGradient>);
+    addKernel("CNNSoftMax", &CNNSoftMaxBase::initWithCoder<CNNSoftMax>);
+    addKernel("CNNLogSoftMax", &CNNSoftMaxBase::initWithCoder<CNNLogSoftMax>);
+    addKernel("CNNSoftMaxGradient", &CNNSoftMaxGradientBase::initWithCoder<CNNSoftMaxGradient>);
+    addKernel("CNNLogSoftMaxGradient",
+                                     &CNNSoftMaxGradientBase::initWithCoder<CNNLogSoftMaxGradient>);
+
+    addKernel("NNOptimizerStochasticGradientDescent", &NNOptimizerStochasticGradientDescent::initWithCoder);
+    addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
+    addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);
+    addKernel("CNNLoss", &CNNLoss::initWithCoder);
+
+    Registry<State>::instance().add("CNNConvolutionWeightsAndBiasesState", [](Reader& r, const Device& device,
+                                                                               uint32_t) {
+        return std::shared_ptr<State>(CNNConvolutionWeightsAndBiasesState::initWithCoder(r, device));
+    });
+}
+
+}  // namespace serial
+}  // namespace mpsgrad

@@ -1,0 +1,613 @@
+"""Property-based fuzz test of mpsgrad's public Python API (issue 8; docs/verification.md,
+"Robustness and fuzzing").
+
+A *case* is a short sequence of generated calls (1 to 4 operations from the registered families)
+on one device and queue, with valid and invalid arguments. Cases run in worker subprocesses, each
+with a timeout. The run fails on:
+  * a signal (crash) or a hang of a worker,
+  * an exception outside ValueError, TypeError, IndexError, MemoryError and mpsgrad's own
+    CommandBufferError,
+  * a call with a definitely invalid argument that is accepted,
+  * a result that differs from the NumPy reference computed in the case.
+
+Everything is derived from (seed, case index), so any failure is reproduced exactly with
+    python3 tests/fuzz/api_fuzz.py --seed SEED --first INDEX --cases 1 --jobs 1
+
+Families register an operation generator with @family("name"); an operation draws its arguments
+from the random generator it is given, may make some of them invalid with Arg.bad(...), runs the
+calls and checks results with check_close(...). Add a family by adding a function.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# the registry and the context an operation runs in
+
+FAMILIES: Dict[str, Callable] = {}
+
+
+def family(name: str):
+    """Registers an operation generator: fn(r: random.Random, ctx: Context) -> None."""
+
+    def register(fn):
+        FAMILIES[name] = fn
+        return fn
+
+    return register
+
+
+class InvalidAccepted(AssertionError):
+    pass
+
+
+class WrongResult(AssertionError):
+    pass
+
+
+@dataclass
+class Context:
+    m: object                 # the mpsgrad module
+    device: object
+    queue: object
+    invalid: List[str] = field(default_factory=list)   # definitely invalid arguments of the current call
+
+    def bad(self, r: random.Random, good, bad_values, p: float = 0.15, what: str = "argument"):
+        """Returns `good`, or with probability p one of `bad_values` (noted as definitely invalid)."""
+        if r.random() < p:
+            value = r.choice(bad_values)
+            self.invalid.append(f"{what}={value!r}")
+            return value
+        return good
+
+    def start_call(self):
+        self.invalid = []
+
+    def expect_rejected_if_invalid(self, label: str):
+        """Called after a call returned normally: it must not have had a definitely invalid argument."""
+        if self.invalid:
+            raise InvalidAccepted(f"{label} accepted invalid argument(s): {', '.join(self.invalid)}")
+
+
+WRONG_TYPES = ["x", 1.5, None, [1], object()]
+HUGE_INTS = [2**31, 2**32, 2**40, 2**62, 2**63, 2**64 - 1, 2**64, -(2**63) - 1]
+
+
+def check_close(actual, expected, what: str, tol: float = 1e-4):
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        raise WrongResult(f"{what}: shape {actual.shape} != reference {expected.shape}")
+    scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
+    err = float(np.max(np.abs(actual - expected))) / scale if expected.size else 0.0
+    if not err <= tol:
+        raise WrongResult(f"{what}: relative error {err:.3g} > {tol}")
+
+
+def random_array(r: random.Random, *shape) -> np.ndarray:
+    gen = np.random.default_rng(r.getrandbits(32))
+    return gen.standard_normal(shape).astype(np.float32)
+
+
+def run(ctx: Context, cb):
+    cb.commit()
+    cb.wait_until_completed()
+
+
+# ---------------------------------------------------------------------------------------------
+# core objects: descriptors, images, read/write, views, states, padding helpers, command buffers
+
+
+@family("core")
+def core_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    op = r.randrange(6)
+    ctx.start_call()
+    if op == 0:  # image creation with possibly invalid sizes, then a read/write round trip
+        w = ctx.bad(r, r.randint(1, 6), [0, -1] + HUGE_INTS + WRONG_TYPES[:2], what="width")
+        h = ctx.bad(r, r.randint(1, 6), [0, -3] + HUGE_INTS, what="height")
+        c = ctx.bad(r, r.randint(1, 9), [0, -4] + HUGE_INTS + ["4"], what="feature_channels")
+        # (2**31 images of a few bytes would be a valid, if huge, allocation: only overflowing counts)
+        n = ctx.bad(r, r.randint(1, 3), [0, -1, 2**62, 2**63, 2**64, -(2**63) - 1], what="number_of_images")
+        image = m.Image(ctx.device, m.ImageDescriptor(w, h, c, n))
+        ctx.expect_rejected_if_invalid("Image")
+        data = random_array(r, h, w, c)
+        index = r.randrange(n)
+        ctx.start_call()
+        bad_index = ctx.bad(r, index, [n, -1, 2**40, 2**64, "0"], what="image_index")
+        image.write_bytes(data, image_index=bad_index)
+        ctx.expect_rejected_if_invalid("write_bytes")
+        check_close(image.read_bytes(image_index=index), data, "read_bytes after write_bytes")
+        chw = image.read_bytes(m.DataLayout.FEATURE_CHANNELS_X_HEIGHT_X_WIDTH, image_index=index)
+        check_close(chw, np.transpose(data, (2, 0, 1)), "read_bytes CHW")
+    elif op == 1:  # channel ranges of read_bytes and sub-images
+        c = r.randint(1, 12)
+        image = m.Image.from_numpy(random_array(r, 3, 3, c), ctx.device)
+        offset = ctx.bad(r, 4 * r.randrange((c + 3) // 4), [2, -4, c + 4, 2**63, 1.0], what="feature_channel_offset")
+        count = ctx.bad(r, None, [0, -1, c + 1, 2**64, "all"], what="number_of_feature_channels")
+        out = image.read_bytes(feature_channel_offset=offset, number_of_feature_channels=count)
+        ctx.expect_rejected_if_invalid("read_bytes")
+        check_close(out, image.to_numpy()[0][:, :, offset:], "read_bytes channel range")
+        ctx.start_call()
+        loc = ctx.bad(r, 0, [1, -4, 2**40], what="location")
+        sub = image.sub_image_with_feature_channel_range(loc, c)
+        ctx.expect_rejected_if_invalid("sub_image_with_feature_channel_range")
+        check_close(sub.to_numpy(), image.to_numpy(), "sub-image view")
+    elif op == 2:  # states and read counts
+        size = ctx.bad(r, 4 * r.randint(0, 8), [-1, 2**64 - 1, 2**63, "8", 1.5], what="buffer_size")
+        state = m.State(ctx.device, size)
+        ctx.expect_rejected_if_invalid("State")
+        ctx.start_call()
+        count = ctx.bad(r, r.randint(0, 3), [-1, -(2**63), 2**64, "1"], what="read_count")
+        state.read_count = count
+        ctx.expect_rejected_if_invalid("State.read_count")
+    elif op == 3:  # padding helpers against the spec's formula
+        s, k = r.randint(1, 20), r.randint(1, 7)
+        stride = ctx.bad(r, r.randint(1, 4), [0, -1, -5], what="stride")
+        style = ctx.bad(r, r.choice([-1, 0, 1]), [2, -2, 99], what="style")
+        got = m.padding_destination_size(s, stride, k, style)
+        ctx.expect_rejected_if_invalid("padding_destination_size")
+        num = s + style * (k - 1)
+        expected = 0 if num <= 0 else -(-num // stride)
+        if got != expected:
+            raise WrongResult(f"padding_destination_size({s}, {stride}, {k}, {style}) = {got}, expected {expected}")
+    elif op == 4:  # command buffer misuse and the failure hook
+        cb = ctx.queue.command_buffer()
+        action = r.randrange(4)
+        try:
+            if action == 0:
+                cb.wait_until_completed()   # never committed
+                raise InvalidAccepted("wait_until_completed before commit accepted")
+            if action == 1:
+                cb.commit()
+                cb.commit()                 # twice
+                raise InvalidAccepted("commit twice accepted")
+            if action == 2:
+                cb.fail_on_commit("fuzz")
+                cb.commit()
+                try:
+                    cb.wait_until_completed()
+                    raise InvalidAccepted("a failed command buffer's wait returned normally")
+                except m.CommandBufferError:
+                    pass
+                if cb.status != m.CommandBufferStatus.ERROR:
+                    raise WrongResult("fail_on_commit: status is not ERROR")
+            if action == 3:
+                seen = []
+                cb.add_completed_handler(lambda done: seen.append(done.status))
+                cb.commit()
+                cb.wait_until_completed()
+                if seen != [m.CommandBufferStatus.COMPLETED]:
+                    raise WrongResult(f"completed handler saw {seen}")
+        except m.CommandBufferError:
+            pass
+    else:  # temporary images: read counts and command buffer identity
+        cb = ctx.queue.command_buffer()
+        t = m.TemporaryImage(cb, m.ImageDescriptor(2, 2, 4))
+        k = m.CNNNeuron(ctx.device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
+        other = ctx.queue.command_buffer()
+        target = cb if r.random() < 0.5 else other
+        if target is other:
+            ctx.invalid.append("temporary image on another command buffer")
+        if r.random() < 0.3:
+            t.read_count = 0
+            ctx.invalid.append("temporary image with read_count 0")
+        k.encode(target, t, destination_image=m.Image(ctx.device, m.ImageDescriptor(2, 2, 4)))
+        ctx.expect_rejected_if_invalid("encode of a temporary image")
+
+
+# ---------------------------------------------------------------------------------------------
+# neurons (forward and gradient)
+
+NEURONS = {
+    "RELU": (lambda x: np.maximum(x, 0), lambda x: (x >= 0).astype(np.float32)),
+    "ABSOLUTE": (np.abs, lambda x: np.where(x >= 0, 1.0, -1.0)),
+    "TANH": (lambda x: np.tanh(x), lambda x: 1 - np.tanh(x) ** 2),  # a = b = 1
+    "SIGMOID": (lambda x: 1 / (1 + np.exp(-x)), lambda x: (1 / (1 + np.exp(-x))) * (1 - 1 / (1 + np.exp(-x)))),
+    "LINEAR": (lambda x: x, lambda x: np.ones_like(x)),  # a = 1, b = 0
+}
+
+
+@family("neuron")
+def neuron_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    name = r.choice(sorted(NEURONS))
+    f, df = NEURONS[name]
+    kind = getattr(m.CNNNeuronType, name)
+    ctx.start_call()
+    descriptor = m.NNNeuronDescriptor(ctx.bad(r, kind, ["relu", 99, -1, 2**64], what="neuron_type"))
+    ctx.expect_rejected_if_invalid("NNNeuronDescriptor")
+    forward = m.CNNNeuron(ctx.device, descriptor)
+    h, w, c = r.randint(1, 6), r.randint(1, 6), r.randint(1, 8)
+    x_arr = random_array(r, h, w, c)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    if r.random() < 0.4:
+        neuron_into_destination(r, ctx, forward, f, x_arr, name)
+        return
+    ctx.start_call()
+    # The returning form runs the padding policy, which sets offset.x/y: only z can be invalid.
+    forward.offset = ctx.bad(r, (0, 0, 0), [(0, 0, 2**32), (0, 0, -1), (1.5, 0), "0,0", (0, 0, 5)],
+                             what="offset")
+    forward.clip_rect = ctx.bad(r, m.RECT_NO_CLIP, [((2**32, 0, 0), (1, 1, 1)), ((0, 0), (-1, 1)),
+                                                    ((0, 0, 0), (0, 0, 0)), ((0.5, 0), (1, 1))], what="clip_rect")
+    forward.destination_feature_channel_offset = ctx.bad(r, 0, [1, -4, 2**40, "0"],
+                                                         what="destination_feature_channel_offset")
+    temporary = r.random() < 0.5
+    cb = ctx.queue.command_buffer()
+    y, state = forward.encode(cb, x, destination_state_is_temporary=temporary)
+    g_arr = random_array(r, h, w, c)
+    g = m.Image.from_numpy(g_arr, ctx.device)
+    gradient = m.CNNNeuronGradient(ctx.device, descriptor)
+    dx = gradient.encode(cb, g, x, state)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("CNNNeuron / CNNNeuronGradient encode")
+    check_close(y.to_numpy()[0], f(x_arr), f"{name} forward")
+    check_close(dx.to_numpy()[0], g_arr * df(x_arr), f"{name} gradient", tol=2e-4)
+
+
+def neuron_into_destination(r, ctx, forward, f, x_arr, name):
+    """The into-destination form: offset used as set, off-image reads are zero (edge mode ZERO)."""
+    m = ctx.m
+    h, w, c = x_arr.shape
+    ox, oy = r.randint(-3, 3), r.randint(-3, 3)
+    ctx.start_call()
+    forward.offset = ctx.bad(r, (ox, oy, 0), [(2**32 + ox, oy, 0), (ox, -(2**31) - 1, 0), (ox, oy, 1)],
+                             what="offset")
+    y = m.Image(ctx.device, m.ImageDescriptor(w, h, c))
+    cb = ctx.queue.command_buffer()
+    forward.encode(cb, m.Image.from_numpy(x_arr, ctx.device), destination_image=y)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("CNNNeuron encode into a destination")
+    padded = np.zeros((h + 6, w + 6, c), np.float32)
+    padded[3:3 + h, 3:3 + w] = x_arr
+    check_close(y.to_numpy()[0], f(padded[3 + oy:3 + oy + h, 3 + ox:3 + ox + w]), f"{name} forward with offset")
+
+
+# ---------------------------------------------------------------------------------------------
+# arithmetic
+
+
+@family("arithmetic")
+def arithmetic_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    ops = {"CNNAdd": np.add, "CNNSubtract": np.subtract, "CNNMultiply": np.multiply}
+    name = r.choice(sorted(ops))
+    kernel = getattr(m, name)(ctx.device)
+    h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 8)
+    a_arr, b_arr = random_array(r, h, w, c), random_array(r, h, w, c)
+    a = m.Image.from_numpy(a_arr, ctx.device)
+    b = m.Image.from_numpy(b_arr, ctx.device)
+    ctx.start_call()
+    kernel.primary_scale = ctx.bad(r, 1.0, ["2", None, [1.0]], what="primary_scale")
+    if r.random() < 0.15:
+        b = m.Image.from_numpy(random_array(r, 2, h, w, c), ctx.device)   # 2 images: returning form rejects it
+        ctx.invalid.append("secondary with 2 images")
+    # The returning form's padding policy sets primary_offset.x/y: only z can be invalid.
+    kernel.primary_offset = ctx.bad(r, (0, 0, 0), [(0, 0, 2**32), (0, 0, 2**40), ("a", 0)], what="primary_offset")
+    cb = ctx.queue.command_buffer()
+    result = kernel.encode(cb, a, b)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid(name)
+    check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward")
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax
+
+
+@family("softmax")
+def softmax_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    log = r.random() < 0.5
+    kernel = (m.CNNLogSoftMax if log else m.CNNSoftMax)(ctx.device)
+    h, w, c = r.randint(1, 4), r.randint(1, 4), r.randint(1, 10)
+    x_arr = random_array(r, h, w, c) * 3
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    ctx.start_call()
+    kernel.source_feature_channel_offset = ctx.bad(r, 0, [2, -4, 2**62, 1.0], what="source_feature_channel_offset")
+    cb = ctx.queue.command_buffer()
+    y = kernel.encode(cb, x)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("softmax encode")
+    shifted = x_arr.astype(np.float64) - x_arr.max(axis=2, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(axis=2, keepdims=True))
+    expected = shifted - lse if log else np.exp(shifted - lse)
+    check_close(y.to_numpy()[0], expected, "log-softmax" if log else "softmax")
+
+
+# ---------------------------------------------------------------------------------------------
+# optimizers: one update of a vector (plain SGD and Adam's first step have NumPy references)
+
+
+@family("optimizers")
+def optimizer_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    n = r.randint(1, 40)
+    g_arr, w_arr = random_array(r, n), random_array(r, n)
+    lr = r.choice([0.0, 0.01, 0.5])
+    ctx.start_call()
+    lr_arg = ctx.bad(r, lr, [-1.0, float("nan"), float("inf"), "0.1"], what="learning_rate")
+    w_len = ctx.bad(r, n, [n + 1, n + 7], what="values length")
+    g, w = m.Vector.from_numpy(g_arr, ctx.device), m.Vector.from_numpy(random_array(r, w_len), ctx.device)
+    if w_len == n:
+        w.numpy()[...] = w_arr
+    cb = ctx.queue.command_buffer()
+    if r.random() < 0.5:
+        momentum = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="momentum_scale")
+        desc = m.NNOptimizerDescriptor(lr_arg) if isinstance(lr_arg, float) else lr_arg
+        opt = m.NNOptimizerStochasticGradientDescent(ctx.device, momentum_scale=momentum, optimizer_descriptor=desc)
+        opt.encode(cb, g, w, None, w)
+        expected = w_arr.astype(np.float64) - lr * g_arr
+        name = "SGD"
+    else:
+        eps = ctx.bad(r, 1e-8, [-1.0, float("nan")], what="epsilon")
+        opt = m.NNOptimizerAdam(ctx.device, lr_arg, epsilon=1e-8) if eps == 1e-8 else \
+            m.NNOptimizerAdam(ctx.device, beta1=0.9, beta2=0.999, epsilon=eps,
+                              optimizer_descriptor=m.NNOptimizerDescriptor(0.1))
+        mom, vel = m.Vector(ctx.device, n), m.Vector(ctx.device, n)
+        opt.encode(cb, g, w, mom, vel, None, w)
+        g64 = g_arr.astype(np.float64)
+        lr_t = lr * np.sqrt(1 - 0.999) / (1 - 0.9)
+        expected = w_arr - lr_t * (0.1 * g64) / (np.sqrt(0.001 * g64 * g64) + 1e-8)
+        name = "Adam"
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid(f"{name} update")
+    check_close(w.to_numpy(), expected, f"{name} step", tol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# loss: mean squared error, SUM reduction (value sum((y - t)^2), gradient 2 (y - t))
+
+
+@family("loss")
+def loss_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 6)
+    y_arr, t_arr = random_array(r, h, w, c), random_array(r, h, w, c)
+    ctx.start_call()
+    d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
+    d.label_smoothing = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="label_smoothing")
+    d.number_of_classes = ctx.bad(r, 1, [0, -3, 2**30], what="number_of_classes")
+    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1), (h + 1, w, c)], what="labels shape")
+    loss = m.CNNLoss(ctx.device, d)
+    labels = m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(
+        t_arr if t_shape == (h, w, c) else random_array(r, *t_shape)))
+    cb = ctx.queue.command_buffer()
+    grad = loss.encode(cb, m.Image.from_numpy(y_arr, ctx.device), labels)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("CNNLoss encode")
+    diff = y_arr.astype(np.float64) - t_arr
+    check_close(grad.to_numpy()[0], 2 * diff, "MSE gradient")
+    check_close(labels.loss_image.to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution (forward, data and weight gradients), stride 1, same size, zero padding
+
+
+def conv_reference(x, wgt, bias, e):
+    """x (H, W, I), wgt (O, k, k, I), e (H, W, O): y, dx, dw, db of a same-size correlation."""
+    k = wgt.shape[1]
+    p = k // 2
+    H, W, _ = x.shape
+    xp = np.pad(x.astype(np.float64), ((p, k - 1 - p), (p, k - 1 - p), (0, 0)))
+    y = np.zeros((H, W, wgt.shape[0]))
+    dxp = np.zeros_like(xp)
+    dw = np.zeros(wgt.shape)
+    for ky in range(k):
+        for kx in range(k):
+            window = xp[ky:ky + H, kx:kx + W, :]
+            y += window @ wgt[:, ky, kx, :].T.astype(np.float64)
+            dxp[ky:ky + H, kx:kx + W, :] += e @ wgt[:, ky, kx, :].astype(np.float64)
+            dw[:, ky, kx, :] = np.einsum("hwo,hwi->oi", e, window)
+    y += bias
+    return y, dxp[p:p + H, p:p + W, :], dw, e.sum(axis=(0, 1))
+
+
+@family("convolution")
+def convolution_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    k = r.choice([1, 3])
+    cin, cout = r.choice([1, 3, 4]), r.choice([1, 4, 5])
+    h, w = r.randint(2, 6), r.randint(2, 6)
+    ctx.start_call()
+    kw = ctx.bad(r, k, [0, -1, 2**31, 2**63, "3"], what="kernel_width")
+    d = m.CNNConvolutionDescriptor(kw, k, cin, cout)
+    d.stride_in_pixels_x = ctx.bad(r, 1, [0, -2, 2**31, 2**64], what="stride_in_pixels_x")
+    wgt = random_array(r, cout, k, k, cin)
+    bias = random_array(r, cout)
+    source = m.CNNConvolutionWeightsDataSource(d, ctx.bad(r, wgt, [wgt[:-1], "w"], what="weights"), bias)
+    conv = m.CNNConvolution(ctx.device, source)
+    grad = m.CNNConvolutionGradient(ctx.device, source)
+    ctx.expect_rejected_if_invalid("CNNConvolution")
+    x_arr = random_array(r, h, w, cin)
+    e_arr = random_array(r, h, w, cout)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    ctx.start_call()
+    grad.gradient_option = ctx.bad(r, m.CNNConvolutionGradientOption.ALL, [0, 3, "ALL"], what="gradient_option")
+    cb = ctx.queue.command_buffer()
+    y, state = conv.encode(cb, x, destination_state_is_temporary=False)
+    e = m.Image.from_numpy(e_arr, ctx.device)
+    dx = grad.encode(cb, e, x, state)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("convolution encode")
+    ref_y, ref_dx, ref_dw, ref_db = conv_reference(x_arr, wgt, bias, e_arr.astype(np.float64))
+    check_close(y.to_numpy()[0], ref_y, "convolution forward")
+    check_close(dx.to_numpy()[0], ref_dx, "convolution data gradient")
+    check_close(np.asarray(state.gradient_for_weights).reshape(ref_dw.shape), ref_dw, "weight gradient")
+    check_close(np.asarray(state.gradient_for_biases), ref_db, "bias gradient")
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker: runs cases [first, first + count) of a seed and reports each outcome as a JSON line
+
+ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError")
+
+
+def run_case(seed: int, index: int, m, devices) -> dict:
+    r = random.Random(f"{seed}:{index}")
+    device = m.Device(r.choice(devices))
+    ctx = Context(m=m, device=device, queue=m.CommandQueue(device))
+    names = sorted(FAMILIES)
+    steps = [r.choice(names) for _ in range(r.randint(1, 4))]
+    outcome = {"case": index, "calls": 0, "rejected": 0, "failure": None, "steps": steps}
+    for step in steps:
+        outcome["calls"] += 1
+        try:
+            FAMILIES[step](r, ctx)
+        except (InvalidAccepted, WrongResult) as e:
+            outcome["failure"] = f"{type(e).__name__} in {step}: {e}"
+            return outcome
+        except (ValueError, TypeError, IndexError, MemoryError, m.CommandBufferError):
+            outcome["rejected"] += 1
+        except BaseException as e:  # noqa: BLE001 - anything else is a wrong exception type
+            outcome["failure"] = f"wrong exception type in {step}: {type(e).__name__}: {e}\n" + traceback.format_exc()
+            return outcome
+    return outcome
+
+
+def worker(seed: int, first: int, count: int, devices) -> None:
+    import warnings
+
+    import mpsgrad as m
+    warnings.simplefilter("ignore")
+    for index in range(first, first + count):
+        print(json.dumps({"start": index}), flush=True)
+        print(json.dumps(run_case(seed, index, m, devices)), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver: chunks of cases in parallel worker subprocesses
+
+
+@dataclass
+class Summary:
+    cases: int = 0
+    calls: int = 0
+    rejected: int = 0
+    crashes: int = 0
+    hangs: int = 0
+    wrong_exception_types: int = 0
+    invalid_accepted: int = 0
+    wrong_results: int = 0
+    failures: List[str] = field(default_factory=list)
+
+
+def _run_chunk(seed, first, count, devices, timeout, summary: Summary):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--seed", str(seed), "--first", str(first),
+           "--cases", str(count), "--devices", ",".join(devices)]
+    started = None
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        lines, rc, hung = proc.stdout.splitlines(), proc.returncode, False
+        stderr = proc.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        lines, rc, hung, stderr = out.splitlines(), None, True, ""
+    done = set()
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "start" in record:
+            started = record["start"]
+            continue
+        done.add(record["case"])
+        summary.cases += 1
+        summary.calls += record["calls"]
+        summary.rejected += record["rejected"]
+        failure = record["failure"]
+        if failure:
+            if failure.startswith("wrong exception"):
+                summary.wrong_exception_types += 1
+            elif failure.startswith("InvalidAccepted"):
+                summary.invalid_accepted += 1
+            else:
+                summary.wrong_results += 1
+            summary.failures.append(f"seed {seed} case {record['case']} {record['steps']}: {failure}")
+    if hung or rc != 0:
+        where = started if started is not None and started not in done else first
+        kind = "hang" if hung else f"crash (exit {rc})"
+        if hung:
+            summary.hangs += 1
+        else:
+            summary.crashes += 1
+        summary.failures.append(f"seed {seed} case {where}: {kind}\n{stderr[-3000:]}")
+        # the cases after the one that died still run
+        rest = first + count - (where + 1)
+        if rest > 0:
+            _run_chunk(seed, where + 1, rest, devices, timeout, summary)
+
+
+def fuzz(seed: int, cases: int, first: int = 0, jobs: int = 2, chunk: int = 250, devices=("cpu",),
+         timeout: float = 300.0) -> Summary:
+    from concurrent.futures import ThreadPoolExecutor
+
+    summaries = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = []
+        for start in range(first, first + cases, chunk):
+            s = Summary()
+            summaries.append(s)
+            futures.append(pool.submit(_run_chunk, seed, start, min(chunk, first + cases - start), list(devices),
+                                       timeout, s))
+        for f in futures:
+            f.result()
+    total = Summary()
+    for s in summaries:
+        for name in ("cases", "calls", "rejected", "crashes", "hangs", "wrong_exception_types", "invalid_accepted",
+                     "wrong_results"):
+            setattr(total, name, getattr(total, name) + getattr(s, name))
+        total.failures += s.failures
+    return total
+
+
+def report(summary: Summary, seed: int, seconds: float) -> str:
+    return (f"mpsgrad API fuzz: seed {seed}, {summary.cases} cases, {summary.calls} calls "
+            f"({summary.rejected} rejected with an allowed exception) in {seconds:.0f} s; "
+            f"crashes {summary.crashes}, hangs {summary.hangs}, wrong exception types "
+            f"{summary.wrong_exception_types}, invalid calls accepted {summary.invalid_accepted}, "
+            f"wrong results {summary.wrong_results}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=None, help="default: a fresh random seed (printed)")
+    parser.add_argument("--cases", type=int, default=2000)
+    parser.add_argument("--first", type=int, default=0, help="index of the first case (to reproduce one)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--devices", default=None, help="comma-separated devices (default: all available)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    if args.devices:
+        devices = args.devices.split(",")
+    else:
+        import mpsgrad as m
+        devices = list(m.Device.available())
+    if args.worker:
+        worker(seed, args.first, args.cases, devices)
+        return 0
+    print(f"mpsgrad API fuzz: seed {seed} (reproduce with --seed {seed}), devices {devices}", flush=True)
+    start = time.monotonic()
+    summary = fuzz(seed, args.cases, args.first, args.jobs, devices=devices)
+    print(report(summary, seed, time.monotonic() - start))
+    for failure in summary.failures[:20]:
+        print("FAILURE:", failure)
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
