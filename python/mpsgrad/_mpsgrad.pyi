@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDivide', 'CNNDivideGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'batch_from_numpy', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -382,7 +382,7 @@ class Offset:
     __hash__: typing.ClassVar[None] = None
     def __eq__(self, arg0: typing.Any) -> bool:
         ...
-    def __init__(self, x: typing.SupportsInt | typing.SupportsIndex = 0, y: typing.SupportsInt | typing.SupportsIndex = 0, z: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, x: typing.SupportsInt = 0, y: typing.SupportsInt = 0, z: typing.SupportsInt = 0) -> None:
         ...
     def __iter__(self) -> collections.abc.Iterator:
         ...
@@ -396,19 +396,19 @@ class Offset:
     def x(self) -> int:
         ...
     @x.setter
-    def x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def y(self) -> int:
         ...
     @y.setter
-    def y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def z(self) -> int:
         ...
     @z.setter
-    def z(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def z(self, arg1: typing.SupportsInt) -> None:
         ...
 class Region:
     """
@@ -481,6 +481,10 @@ class CommandBuffer:
         """
         -[MTLCommandBuffer commit]: submit the encoded work (asynchronous).
         """
+    def fail_on_commit(self, message: str = '') -> None:
+        """
+        Test hook (not in Metal): when committed, the buffer fails with `message` instead of running its work: status ERROR, error set, handlers run, wait_until_completed raises CommandBufferError. See docs/verification.md.
+        """
     def wait_until_completed(self) -> None:
         """
         -[MTLCommandBuffer waitUntilCompleted]; raises CommandBufferError when the work failed.
@@ -522,13 +526,12 @@ class ImageDescriptor:
     """
     MPSImageDescriptor
     """
-    channel_format: ImageFeatureChannelFormat
     @classmethod
     def from_bytes(cls: typing.Any, data: typing.Any) -> typing.Any:
         """
         The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
         """
-    def __init__(self, width: typing.SupportsInt | typing.SupportsIndex = 1, height: typing.SupportsInt | typing.SupportsIndex = 1, feature_channels: typing.SupportsInt | typing.SupportsIndex = 1, number_of_images: typing.SupportsInt | typing.SupportsIndex = 1, channel_format: ImageFeatureChannelFormat = ..., usage: typing.SupportsInt | typing.SupportsIndex = 3) -> None:
+    def __init__(self, width: typing.SupportsInt = 1, height: typing.SupportsInt = 1, feature_channels: typing.SupportsInt = 1, number_of_images: typing.SupportsInt = 1, channel_format: typing.Any = ..., usage: typing.SupportsInt = 3) -> None:
         """
         +[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:numberOfImages:usage:]
         """
@@ -547,34 +550,40 @@ class ImageDescriptor:
         The object as bytes (docs/serialization.md).
         """
     @property
+    def channel_format(self) -> ImageFeatureChannelFormat:
+        ...
+    @channel_format.setter
+    def channel_format(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def feature_channels(self) -> int:
         ...
     @feature_channels.setter
-    def feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def height(self) -> int:
         ...
     @height.setter
-    def height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def number_of_images(self) -> int:
         ...
     @number_of_images.setter
-    def number_of_images(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def number_of_images(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def usage(self) -> int:
         ...
     @usage.setter
-    def usage(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def usage(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def width(self) -> int:
         ...
     @width.setter
-    def width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def width(self, arg1: typing.SupportsInt) -> None:
         ...
 class Image:
     """
@@ -604,7 +613,7 @@ class Image:
         """
     def __dlpack_device__(self):
         ...
-    def __init__(self, device: typing.Any, image_descriptor: ImageDescriptor) -> None:
+    def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
@@ -832,7 +841,7 @@ class Kernel:
         MPSKernel.options (KernelOptions bits)
         """
     @options.setter
-    def options(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def options(self, arg1: typing.SupportsInt) -> None:
         ...
 class NNPadding:
     """
@@ -895,9 +904,6 @@ class CNNKernel(Kernel):
     """
     MPSCNNKernel
     """
-    destination_image_allocator: ImageAllocator
-    edge_mode: ImageEdgeMode
-    padding: NNPadding
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -944,13 +950,25 @@ class CNNKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def destination_image_allocator(self) -> ImageAllocator:
+        ...
+    @destination_image_allocator.setter
+    def destination_image_allocator(self, arg1: typing.Any) -> None:
         ...
     @property
     def dilation_rate_x(self) -> int:
         ...
     @property
     def dilation_rate_y(self) -> int:
+        ...
+    @property
+    def edge_mode(self) -> ImageEdgeMode:
+        ...
+    @edge_mode.setter
+    def edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -973,16 +991,22 @@ class CNNKernel(Kernel):
     def offset(self, arg1: typing.Any) -> None:
         ...
     @property
+    def padding(self) -> NNPadding:
+        ...
+    @padding.setter
+    def padding(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def source_feature_channel_max_count(self) -> int:
         ...
     @source_feature_channel_max_count.setter
-    def source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def source_feature_channel_offset(self) -> int:
         ...
     @source_feature_channel_offset.setter
-    def source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
@@ -994,10 +1018,6 @@ class CNNBinaryKernel(Kernel):
     """
     MPSCNNBinaryKernel
     """
-    destination_image_allocator: ImageAllocator
-    padding: NNPadding
-    primary_edge_mode: ImageEdgeMode
-    secondary_edge_mode: ImageEdgeMode
     def append_batch_barrier(self) -> bool:
         ...
     def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
@@ -1034,7 +1054,13 @@ class CNNBinaryKernel(Kernel):
     def destination_feature_channel_offset(self) -> int:
         ...
     @destination_feature_channel_offset.setter
-    def destination_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def destination_image_allocator(self) -> ImageAllocator:
+        ...
+    @destination_image_allocator.setter
+    def destination_image_allocator(self, arg1: typing.Any) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -1043,10 +1069,22 @@ class CNNBinaryKernel(Kernel):
     def is_state_modified(self) -> bool:
         ...
     @property
+    def padding(self) -> NNPadding:
+        ...
+    @padding.setter
+    def padding(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def primary_dilation_rate_x(self) -> int:
         ...
     @property
     def primary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def primary_edge_mode(self) -> ImageEdgeMode:
+        ...
+    @primary_edge_mode.setter
+    def primary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def primary_kernel_height(self) -> int:
@@ -1064,31 +1102,37 @@ class CNNBinaryKernel(Kernel):
     def primary_source_feature_channel_max_count(self) -> int:
         ...
     @primary_source_feature_channel_max_count.setter
-    def primary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_source_feature_channel_offset(self) -> int:
         ...
     @primary_source_feature_channel_offset.setter
-    def primary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_x(self) -> int:
         ...
     @primary_stride_in_pixels_x.setter
-    def primary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def primary_stride_in_pixels_y(self) -> int:
         ...
     @primary_stride_in_pixels_y.setter
-    def primary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def primary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_dilation_rate_x(self) -> int:
         ...
     @property
     def secondary_dilation_rate_y(self) -> int:
+        ...
+    @property
+    def secondary_edge_mode(self) -> ImageEdgeMode:
+        ...
+    @secondary_edge_mode.setter
+    def secondary_edge_mode(self, arg1: typing.Any) -> None:
         ...
     @property
     def secondary_kernel_height(self) -> int:
@@ -1106,25 +1150,25 @@ class CNNBinaryKernel(Kernel):
     def secondary_source_feature_channel_max_count(self) -> int:
         ...
     @secondary_source_feature_channel_max_count.setter
-    def secondary_source_feature_channel_max_count(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_source_feature_channel_max_count(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_source_feature_channel_offset(self) -> int:
         ...
     @secondary_source_feature_channel_offset.setter
-    def secondary_source_feature_channel_offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_source_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_x(self) -> int:
         ...
     @secondary_stride_in_pixels_x.setter
-    def secondary_stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def secondary_stride_in_pixels_y(self) -> int:
         ...
     @secondary_stride_in_pixels_y.setter
-    def secondary_stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def secondary_stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNGradientKernel(CNNBinaryKernel):
     """
@@ -1144,7 +1188,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetX
         """
     @kernel_offset_x.setter
-    def kernel_offset_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_offset_y(self) -> int:
@@ -1152,7 +1196,7 @@ class CNNGradientKernel(CNNBinaryKernel):
         MPSCNNGradientKernel.kernelOffsetY
         """
     @kernel_offset_y.setter
-    def kernel_offset_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNNeuronType:
     """
@@ -1283,25 +1327,25 @@ class NNNeuronDescriptor:
     def a(self) -> float:
         ...
     @a.setter
-    def a(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def a(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def b(self) -> float:
         ...
     @b.setter
-    def b(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def b(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def c(self) -> float:
         ...
     @c.setter
-    def c(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def c(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def data(self) -> list[float]:
         ...
     @data.setter
-    def data(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+    def data(self, arg1: typing.Any) -> None:
         ...
     @property
     def neuron_type(self) -> CNNNeuronType:
@@ -1507,7 +1551,7 @@ class CNNConvolutionDescriptor:
         """
         The object from to_bytes() data. SerializationError (a ValueError) for malformed data.
         """
-    def __init__(self, kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> None:
+    def __init__(self, kernel_width: typing.SupportsInt = 3, kernel_height: typing.SupportsInt = 3, input_feature_channels: typing.SupportsInt = 0, output_feature_channels: typing.SupportsInt = 0, neuron: typing.Any = None) -> None:
         """
         +[MPSCNNConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]
         """
@@ -1540,13 +1584,13 @@ class CNNConvolutionDescriptor:
     def dilation_rate_x(self) -> int:
         ...
     @dilation_rate_x.setter
-    def dilation_rate_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def dilation_rate_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def dilation_rate_y(self) -> int:
         ...
     @dilation_rate_y.setter
-    def dilation_rate_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def dilation_rate_y(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def fused_neuron_descriptor(self) -> typing.Any:
@@ -1560,13 +1604,13 @@ class CNNConvolutionDescriptor:
     def groups(self) -> int:
         ...
     @groups.setter
-    def groups(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def groups(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def input_feature_channels(self) -> int:
         ...
     @input_feature_channels.setter
-    def input_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def input_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def is_depthwise(self) -> bool:
@@ -1575,31 +1619,31 @@ class CNNConvolutionDescriptor:
     def kernel_height(self) -> int:
         ...
     @kernel_height.setter
-    def kernel_height(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_height(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def kernel_width(self) -> int:
         ...
     @kernel_width.setter
-    def kernel_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def kernel_width(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def output_feature_channels(self) -> int:
         ...
     @output_feature_channels.setter
-    def output_feature_channels(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def output_feature_channels(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_x(self) -> int:
         ...
     @stride_in_pixels_x.setter
-    def stride_in_pixels_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def stride_in_pixels_x(self, arg1: typing.SupportsInt) -> None:
         ...
     @property
     def stride_in_pixels_y(self) -> int:
         ...
     @stride_in_pixels_y.setter
-    def stride_in_pixels_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
 class CNNConvolutionDataSource:
     """
@@ -1695,7 +1739,6 @@ class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
     """
-    accumulator_precision_option: NNConvolutionAccumulatorPrecisionOption
     def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolution initWithDevice:weights:]
@@ -1712,6 +1755,12 @@ class CNNConvolution(CNNKernel):
         """
         -reloadWeightsAndBiasesWithCommandBuffer:state: (decrements a temporary state's read count)
         """
+    @property
+    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
+        ...
+    @accumulator_precision_option.setter
+    def accumulator_precision_option(self, arg1: typing.Any) -> None:
+        ...
     @property
     def channel_multiplier(self) -> int:
         ...
@@ -1789,7 +1838,7 @@ class CNNConvolutionGradient(CNNGradientKernel):
         MPSCNNConvolutionGradient.gradientOption
         """
     @gradient_option.setter
-    def gradient_option(self, arg0: CNNConvolutionGradientOption) -> None:
+    def gradient_option(self, arg1: typing.Any) -> None:
         ...
     @property
     def groups(self) -> int:
@@ -1892,7 +1941,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.bias [0]
         """
     @bias.setter
-    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def maximum_value(self) -> float:
@@ -1900,7 +1949,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.maximumValue [FLT_MAX]
         """
     @maximum_value.setter
-    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -1908,7 +1957,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.minimumValue [-FLT_MAX]
         """
     @minimum_value.setter
-    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -1916,7 +1965,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.primaryScale [1]
         """
     @primary_scale.setter
-    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -1932,7 +1981,7 @@ class CNNArithmetic(CNNBinaryKernel):
         MPSCNNArithmetic.secondaryScale [1]
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -1988,7 +2037,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.comparisonType [EQUAL]
         """
     @comparison_type.setter
-    def comparison_type(self, arg0: NNComparisonType) -> None:
+    def comparison_type(self, arg1: typing.Any) -> None:
         ...
     @property
     def threshold(self) -> float:
@@ -1996,7 +2045,7 @@ class NNCompare(CNNArithmetic):
         MPSNNCompare.threshold [0]
         """
     @threshold.setter
-    def threshold(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def threshold(self, arg1: typing.SupportsFloat) -> None:
         ...
 class CNNArithmeticGradient(CNNGradientKernel):
     """
@@ -2008,7 +2057,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.bias (ignored, as in MPS)
         """
     @bias.setter
-    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def bias(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def is_secondary_source_filter(self) -> bool:
@@ -2021,7 +2070,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.maximumValue (informational: the state's clamp mask is applied)
         """
     @maximum_value.setter
-    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def maximum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def minimum_value(self) -> float:
@@ -2029,7 +2078,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.minimumValue (informational: the state's clamp mask is applied)
         """
     @minimum_value.setter
-    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def minimum_value(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_scale(self) -> float:
@@ -2037,7 +2086,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.primaryScale (the forward pS)
         """
     @primary_scale.setter
-    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def primary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def primary_stride_in_feature_channels(self) -> int:
@@ -2053,7 +2102,7 @@ class CNNArithmeticGradient(CNNGradientKernel):
         MPSCNNArithmeticGradient.secondaryScale (the forward sS)
         """
     @secondary_scale.setter
-    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def secondary_scale(self, arg1: typing.SupportsFloat) -> None:
         ...
     @property
     def secondary_stride_in_feature_channels(self) -> int:
@@ -2134,15 +2183,1012 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
+class VectorDescriptor:
+    """
+    MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart
+    """
+    @staticmethod
+    def vector_bytes_for_length(length: typing.SupportsInt | typing.SupportsIndex, data_type: DataType = ...) -> int:
+        """
+        +vectorBytesForLength:dataType:
+        """
+    def __init__(self, length: typing.SupportsInt | typing.SupportsIndex, vectors: typing.SupportsInt | typing.SupportsIndex = 1, vector_bytes: typing.Any = None, data_type: DataType = ...) -> None:
+        """
+        +vectorDescriptorWithLength:[vectors:vectorBytes:]dataType: (vector_bytes None: length * 4)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def data_type(self) -> DataType:
+        ...
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def vector_bytes(self) -> int:
+        ...
+    @property
+    def vectors(self) -> int:
+        ...
+class Vector:
+    """
+    MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the command buffer that wrote it completed; write it before encoding).
+    """
+    @staticmethod
+    def from_numpy(array: typing.Any, device: typing.Any = None) -> Vector:
+        """
+        A new Vector holding a copy of a (length,) or (vectors, length) array
+        """
+    def __init__(self, device: typing.Any, descriptor: typing.Any) -> None:
+        """
+        -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def numpy(self) -> numpy.ndarray:
+        """
+        Zero-copy writable view: (length,) or (vectors, length)
+        """
+    def to_numpy(self) -> typing.Any:
+        """
+        A copy of the elements
+        """
+    @property
+    def data_type(self) -> DataType:
+        ...
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def resource_size(self) -> int:
+        """
+        -[MPSVector resourceSize]
+        """
+    @property
+    def vector_bytes(self) -> int:
+        ...
+    @property
+    def vectors(self) -> int:
+        ...
+class NNRegularizationType:
+    """
+    MPSNNRegularizationType
+    
+    Members:
+    
+      NONE
+    
+      L1
+    
+      L2
+    """
+    L1: typing.ClassVar[NNRegularizationType]
+    L2: typing.ClassVar[NNRegularizationType]
+    NONE: typing.ClassVar[NNRegularizationType]
+    __members__: typing.ClassVar[dict[str, NNRegularizationType]]
+    @typing.overload
+    def __eq__(self, other: NNRegularizationType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: NNRegularizationType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class NNOptimizerDescriptor:
+    """
+    MPSNNOptimizerDescriptor. Gradient preprocessing per element: g = clamp(g, gradient_clip_min, gradient_clip_max) if apply_gradient_clipping; g = gradient_rescale * g; g += regularization_scale * sign(w) (L1) or * w (L2).
+    """
+    apply_gradient_clipping: bool
+    regularization_type: NNRegularizationType
+    def __init__(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, gradient_rescale: typing.SupportsFloat | typing.SupportsIndex = 1.0, apply_gradient_clipping: bool = False, gradient_clip_max: typing.SupportsFloat | typing.SupportsIndex = 3.4028234663852886e+38, gradient_clip_min: typing.SupportsFloat | typing.SupportsIndex = -3.4028234663852886e+38, regularization_type: NNRegularizationType = ..., regularization_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -initWithLearningRate:gradientRescale:[applyGradientClipping:gradientClipMax:gradientClipMin:]regularizationType:regularizationScale:
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def gradient_clip_max(self) -> float:
+        ...
+    @gradient_clip_max.setter
+    def gradient_clip_max(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def gradient_clip_min(self) -> float:
+        ...
+    @gradient_clip_min.setter
+    def gradient_clip_min(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def gradient_rescale(self) -> float:
+        ...
+    @gradient_rescale.setter
+    def gradient_rescale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def regularization_scale(self) -> float:
+        ...
+    @regularization_scale.setter
+    def regularization_scale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class NNOptimizer(Kernel):
+    """
+    MPSNNOptimizer (abstract): the descriptor's fields, read-only except as noted
+    """
+    def set_learning_rate(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        -setLearningRate:
+        """
+    @property
+    def apply_gradient_clipping(self) -> bool:
+        """
+        MPSNNOptimizer.applyGradientClipping (read/write)
+        """
+    @apply_gradient_clipping.setter
+    def apply_gradient_clipping(self, arg1: bool) -> None:
+        ...
+    @property
+    def gradient_clip_max(self) -> float:
+        ...
+    @property
+    def gradient_clip_min(self) -> float:
+        ...
+    @property
+    def gradient_rescale(self) -> float:
+        ...
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @property
+    def regularization_scale(self) -> float:
+        ...
+    @property
+    def regularization_type(self) -> NNRegularizationType:
+        ...
+class NNOptimizerStochasticGradientDescent(NNOptimizer):
+    """
+    MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, w -= lr*(g + mu*m); no momentum vector: w -= lr*g
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:momentumScale:useNestrovMomentum:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector = None, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:resultValuesVector: (result None: in place)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
+        """
+    @property
+    def momentum_scale(self) -> float:
+        ...
+    @property
+    def use_nesterov_momentum(self) -> bool:
+        ...
+    @property
+    def use_nestrov_momentum(self) -> bool:
+        """
+        MPS's original (misspelled) name of use_nesterov_momentum
+        """
+class NNOptimizerRMSProp(NNOptimizer):
+    """
+    MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:decay:epsilon:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_sum_of_squares_vector: Vector, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputSumOfSquaresVector:resultValuesVector:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_sum_of_squares_vectors: typing.Any, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
+        """
+    @property
+    def decay(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+class NNOptimizerAdam(NNOptimizer):
+    """
+    MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). Every encode advances time_step by one.
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:beta1:beta2:epsilon:timeStep:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector, input_velocity_vector: Vector, maximum_velocity_vector: Vector = None, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:inputVelocityVector:[maximumVelocityVector:]resultValuesVector: (maximum_velocity_vector: AMSGrad)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
+        """
+    @property
+    def beta1(self) -> float:
+        ...
+    @property
+    def beta2(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def time_step(self) -> int:
+        """
+        MPSNNOptimizerAdam.timeStep: updates done so far (read/write)
+        """
+    @time_step.setter
+    def time_step(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNLossType:
+    """
+    MPSCNNLossType
+    
+    Members:
+    
+      MEAN_ABSOLUTE_ERROR
+    
+      MEAN_SQUARED_ERROR
+    
+      SOFTMAX_CROSS_ENTROPY
+    
+      SIGMOID_CROSS_ENTROPY
+    
+      CATEGORICAL_CROSS_ENTROPY
+    
+      HINGE
+    
+      HUBER
+    
+      COSINE_DISTANCE
+    
+      LOG
+    
+      KULLBACK_LEIBLER_DIVERGENCE
+    """
+    CATEGORICAL_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    COSINE_DISTANCE: typing.ClassVar[CNNLossType]
+    HINGE: typing.ClassVar[CNNLossType]
+    HUBER: typing.ClassVar[CNNLossType]
+    KULLBACK_LEIBLER_DIVERGENCE: typing.ClassVar[CNNLossType]
+    LOG: typing.ClassVar[CNNLossType]
+    MEAN_ABSOLUTE_ERROR: typing.ClassVar[CNNLossType]
+    MEAN_SQUARED_ERROR: typing.ClassVar[CNNLossType]
+    SIGMOID_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    SOFTMAX_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    __members__: typing.ClassVar[dict[str, CNNLossType]]
+    @typing.overload
+    def __eq__(self, other: CNNLossType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNLossType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNReductionType:
+    """
+    MPSCNNReductionType
+    
+    Members:
+    
+      NONE
+    
+      SUM
+    
+      MEAN
+    
+      SUM_BY_NON_ZERO_WEIGHTS
+    """
+    MEAN: typing.ClassVar[CNNReductionType]
+    NONE: typing.ClassVar[CNNReductionType]
+    SUM: typing.ClassVar[CNNReductionType]
+    SUM_BY_NON_ZERO_WEIGHTS: typing.ClassVar[CNNReductionType]
+    __members__: typing.ClassVar[dict[str, CNNReductionType]]
+    @typing.overload
+    def __eq__(self, other: CNNReductionType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNReductionType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNLossDataDescriptor:
+    """
+    MPSCNNLossDataDescriptor: labels or weights data (copied) with its layout, size and strides
+    """
+    def __init__(self, data: typing.Any, layout: DataLayout = ..., size: typing.Any = None) -> None:
+        """
+        +cnnLossDataDescriptorWithData:layout:size: (size (width, height, channels); None: from a 3-D array of the layout's shape)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def bytes_per_image(self) -> int:
+        ...
+    @bytes_per_image.setter
+    def bytes_per_image(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def bytes_per_row(self) -> int:
+        ...
+    @bytes_per_row.setter
+    def bytes_per_row(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def layout(self) -> DataLayout:
+        ...
+    @property
+    def size(self) -> tuple[int, int, int]:
+        """
+        (width, height, channels)
+        """
+class CNNLossLabels(State):
+    """
+    MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes
+    """
+    def __init__(self, device: typing.Any, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
+        """
+        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
+        """
+    @property
+    def labels_image(self) -> Image:
+        """
+        MPSCNNLossLabels.labelsImage
+        """
+    @property
+    def loss_image(self) -> Image:
+        """
+        MPSCNNLossLabels.lossImage
+        """
+    @property
+    def weights_image(self) -> Image:
+        """
+        MPSCNNLossLabels.weightsImage
+        """
+class CNNLossDescriptor:
+    """
+    MPSCNNLossDescriptor (+ scale_gradient_by_reduction, mpsgrad, default True)
+    """
+    loss_type: CNNLossType
+    reduction_type: CNNReductionType
+    def __init__(self, loss_type: CNNLossType, reduction_type: CNNReductionType) -> None:
+        """
+        +cnnLossDescriptorWithType:reductionType:
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        Huber [1.0]
+        """
+    @delta.setter
+    def delta(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        Log loss [1e-7]
+        """
+    @epsilon.setter
+    def epsilon(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        """
+        [0.0]
+        """
+    @label_smoothing.setter
+    def label_smoothing(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        """
+        [1]
+        """
+    @number_of_classes.setter
+    def number_of_classes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        one loss value for the whole batch of a batch encode [False]
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg0: bool) -> None:
+        ...
+    @property
+    def scale_gradient_by_reduction(self) -> bool:
+        """
+        the gradient is that of the reduced loss (MEAN / SUM_BY_NON_ZERO_WEIGHTS divide it) [True]
+        """
+    @scale_gradient_by_reduction.setter
+    def scale_gradient_by_reduction(self, arg0: bool) -> None:
+        ...
+    @property
+    def weight(self) -> float:
+        """
+        scalar weight when the labels have no weights [1.0]
+        """
+    @weight.setter
+    def weight(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class CNNLoss(Kernel):
+    """
+    MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSCNNLoss initWithDevice:lossDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
+        """
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
+class PoolingKind:
+    """
+    Which forward pooling kernel a CNNPoolingGradientState comes from
+    
+    Members:
+    
+      MAX
+    
+      AVERAGE
+    
+      L2_NORM
+    
+      DILATED_MAX
+    """
+    AVERAGE: typing.ClassVar[PoolingKind]
+    DILATED_MAX: typing.ClassVar[PoolingKind]
+    L2_NORM: typing.ClassVar[PoolingKind]
+    MAX: typing.ClassVar[PoolingKind]
+    __members__: typing.ClassVar[dict[str, PoolingKind]]
+    @typing.overload
+    def __eq__(self, other: PoolingKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: PoolingKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNPoolingGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the pooling kernels write for their gradients (forward window geometry and the average normalization in force)
+    """
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def zero_pad_size_x(self) -> int:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        ...
+class CNNPooling(CNNKernel):
+    """
+    MPSCNNPooling: the pooling base class. Window of destination pixel clip_rect.origin + (x, y): center offset + stride * (x, y), taps at center - (E >> 1) + dilation * t with E = (k - 1) * dilation + 1.
+    """
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+class CNNPoolingMax(CNNPooling):
+    """
+    MPSCNNPoolingMax: the maximum over the window (first maximum in scan order on ties). Off-image taps read 0 under ImageEdgeMode.ZERO and the nearest pixel under CLAMP.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingMax initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingAverage(CNNPooling):
+    """
+    MPSCNNPoolingAverage: the sum of the in-image taps over N. ZERO edge mode: N = kernel_width * kernel_height. CLAMP (or the padding method's EXCLUDE_EDGES bit): N = the taps inside the image widened by zero_pad_size_x/y on each side; a window with none gives 0.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingAverage initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+    @property
+    def zero_pad_size_x(self) -> int:
+        """
+        MPSCNNPoolingAverage.zeroPadSizeX
+        """
+    @zero_pad_size_x.setter
+    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        """
+        MPSCNNPoolingAverage.zeroPadSizeY
+        """
+    @zero_pad_size_y.setter
+    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNPoolingL2Norm(CNNPooling):
+    """
+    MPSCNNPoolingL2Norm: sqrt of the sum of the squares over the window.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingL2Norm initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNDilatedPoolingMax(CNNPooling):
+    """
+    MPSCNNDilatedPoolingMax: the maximum over dilated taps.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNDilatedPoolingMax initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingGradient(CNNGradientKernel):
+    """
+    MPSCNNPoolingGradient: the pooling gradient base class. primary = dL/dY, secondary = the forward source X (average pooling reads only its size). destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, source_size = forward clip size, secondary_offset = forward offset, clip_rect = the whole dX. Pixels no window reaches get 0.
+    """
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def source_size(self) -> tuple:
+        """
+        MPSCNNPoolingGradient.sourceSize (width, height, depth): the G pixels from primary_offset that contribute
+        """
+    @source_size.setter
+    def source_size(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNPoolingMaxGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingMaxGradient: G goes to the argmax tap of each window, recomputed from X.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNPoolingAverageGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingAverageGradient: G / N to every in-image tap of each window.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingAverageGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+    @property
+    def zero_pad_size_x(self) -> int:
+        """
+        MPSCNNPoolingAverageGradient.zeroPadSizeX (copied from the state by destination_image_descriptor)
+        """
+    @zero_pad_size_x.setter
+    def zero_pad_size_x(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def zero_pad_size_y(self) -> int:
+        """
+        MPSCNNPoolingAverageGradient.zeroPadSizeY
+        """
+    @zero_pad_size_y.setter
+    def zero_pad_size_y(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNPoolingL2NormGradient(CNNPoolingGradient):
+    """
+    MPSCNNPoolingL2NormGradient: dX = sum over windows of G * X / out (0 where out = 0), out recomputed from X.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNPoolingL2NormGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
+        """
+class CNNDilatedPoolingMaxGradient(CNNPoolingGradient):
+    """
+    MPSCNNDilatedPoolingMaxGradient: the max gradient over dilated taps.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        -[MPSCNNDilatedPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
+        """
+class UpsamplingCoordinateMode:
+    """
+    How CNNUpsamplingBilinear maps output to input coordinates when align_corners is False (mpsgrad option)
+    
+    Members:
+    
+      HALF_PIXEL : src = (dst + 0.5) / scale - 0.5, clamped at 0 (PyTorch align_corners=False); the default
+    
+      ASYMMETRIC : src = dst / scale (TensorFlow 1 legacy)
+    """
+    ASYMMETRIC: typing.ClassVar[UpsamplingCoordinateMode]
+    HALF_PIXEL: typing.ClassVar[UpsamplingCoordinateMode]
+    __members__: typing.ClassVar[dict[str, UpsamplingCoordinateMode]]
+    @typing.overload
+    def __eq__(self, other: UpsamplingCoordinateMode) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: UpsamplingCoordinateMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNUpsamplingGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the upsampling kernels write for their gradients (scale factors, corner alignment, coordinate mode and the input extent)
+    """
+    @property
+    def align_corners(self) -> bool:
+        ...
+    @property
+    def coordinate_mode(self) -> UpsamplingCoordinateMode:
+        ...
+    @property
+    def is_bilinear(self) -> bool:
+        ...
+class CNNUpsampling(CNNKernel):
+    """
+    MPSCNNUpsampling: the upsampling base class. The input is the source from `offset` (default (0, 0)) to its edges; the returning encode forms make a destination of the source's size times the scale factors.
+    """
+    @property
+    def align_corners(self) -> bool:
+        ...
+    @property
+    def scale_factor_x(self) -> float:
+        ...
+    @property
+    def scale_factor_y(self) -> float:
+        ...
+class CNNUpsamplingNearest(CNNUpsampling):
+    """
+    MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingNearest initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNUpsamplingBilinear(CNNUpsampling):
+    """
+    MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
+        """
+        -[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]
+        """
+    @property
+    def coordinate_mode(self) -> UpsamplingCoordinateMode:
+        """
+        mpsgrad option: the output-to-input coordinate rule when align_corners is False
+        """
+    @coordinate_mode.setter
+    def coordinate_mode(self, arg0: UpsamplingCoordinateMode) -> None:
+        ...
+class CNNUpsamplingGradient(CNNGradientKernel):
+    """
+    MPSCNNUpsamplingGradient: the upsampling gradient base class. primary = dL/dY; the secondary (the forward source) only sizes the result. Corner alignment and coordinate mode come from the gradient state.
+    """
+    @property
+    def scale_factor_x(self) -> float:
+        ...
+    @property
+    def scale_factor_y(self) -> float:
+        ...
+class CNNUpsamplingNearestGradient(CNNUpsamplingGradient):
+    """
+    MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingNearestGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNUpsamplingBilinearGradient(CNNUpsamplingGradient):
+    """
+    MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.
+    """
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSCNNUpsamplingBilinearGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
+        """
+class CNNDropoutGradientState(NNGradientState):
+    """
+    MPSCNNDropoutGradientState: what CNNDropoutGradient needs to regenerate the forward mask
+    """
+    def mask_data(self) -> numpy.typing.NDArray[numpy.uint8]:
+        """
+        -[MPSCNNDropoutGradientState maskData]: the mask, 1 = kept, as uint8 (images, height, width, channels) of the mask grid (extent 1 along broadcast axes); empty before the forward pass has encoded
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+class CNNDropout(CNNKernel):
+    """
+    MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.
+    """
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+        """
+        -[MPSCNNDropout initWithDevice:keepProbability:seed:maskStrideInPixels:]
+        """
+    @property
+    def encode_count(self) -> int:
+        """
+        mpsgrad: forward encodes so far (the Philox stream of the next encode)
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def mask_stride_in_pixels(self) -> tuple:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+class CNNDropoutGradient(CNNGradientKernel):
+    """
+    MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made gradient_state. source_image is not read.
+    """
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+        """
+        -[MPSCNNDropoutGradient initWithDevice:keepProbability:seed:maskStrideInPixels:]
+        """
+    @property
+    def keep_probability(self) -> float:
+        ...
+    @property
+    def mask_stride_in_pixels(self) -> tuple:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
 class SerializationError(ValueError):
     pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)
     """
+def _is_initialized(object: typing.Any) -> bool:
+    """
+    Internal: whether a bound object's C++ part has been constructed.
+    """
 def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
     """
     An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
+    """
+def blas_info() -> str:
+    """
+    The BLAS the CPU backend's matrix products run on: OpenBLAS (scipy-openblas32) on Linux,
+    Accelerate on macOS, with its build configuration.
+    """
+def get_num_threads() -> int:
+    """
+    Number of threads the CPU backend runs its ops on (see set_num_threads).
     """
 def image_batch_increment_read_count(batch: collections.abc.Sequence[Image], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
@@ -2155,6 +3201,14 @@ def padding_destination_size(source_size: typing.SupportsInt | typing.SupportsIn
 def padding_offset(source_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, kernel_size: typing.SupportsInt | typing.SupportsIndex, method: typing.SupportsInt | typing.SupportsIndex, axis: str = 'x', reverse: bool = False) -> int:
     """
     The window-centre offset the MPSNNPadding arithmetic gives along an axis.
+    """
+def set_num_threads(n: typing.Any) -> None:
+    """
+    Sets the number of threads the CPU backend runs its ops on (work committed from now on).
+    
+    n must be an int >= 1 (ValueError otherwise). The default comes from the environment
+    variable MPSGRAD_NUM_THREADS, else the CPUs available to the process (CPU affinity and
+    cgroup quota). The BLAS calls of the CPU backend run inside these threads.
     """
 def state_batch_increment_read_count(batch: collections.abc.Sequence[State], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
     """

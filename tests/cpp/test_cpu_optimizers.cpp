@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-include "mpsgrad/backend/binding_checks.h"
+#include "mpsgrad/backend/binding_checks.h"
 #include "mpsgrad/backend/cpu/cpu_ops.h"
 #include "mpsgrad/backend/cpu/cpu_backend.h"
 #include "mpsgrad/core/errors.h"
