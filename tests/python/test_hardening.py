@@ -147,7 +147,7 @@ def test_4_exit_with_committed_handler_and_dlpack_image_alive(device):
         q = m.CommandQueue(dev)
         k = m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
         array = np.ones((1, 64, 64, 8), np.float32)
-        x = m.Image.from_dlpack(array)              # zero copy: memory owned by NumPy
+        x = m.Image.from_dlpack(array, dev)         # zero copy on the CPU device: memory owned by NumPy
         for i in range(4):
             cb = q.command_buffer()
             k.encode(cb, x, destination_image=m.Image(dev, m.ImageDescriptor(64, 64, 8)))
