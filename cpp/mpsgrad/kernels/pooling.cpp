@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/elementwise_support.h"
 
@@ -24,13 +25,6 @@ void checkZeroPad(int64_t value, const char* name) {
         throwValueError(name, ": must be an integer in [0, ", kMaxWindowSize, "], got ", value);
 }
 
-// value as int32, ValueError naming it when it does not fit.
-int32_t narrow(int64_t value, const char* name) {
-    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
-        throwValueError(name, ": ", value, " does not fit in 32 bits");
-    return int32_t(value);
-}
-
 int32_t poolingModeOf(PoolingKind kind) {
     switch (kind) {
         case PoolingKind::Average: return kPoolingAverage;
@@ -50,8 +44,8 @@ PoolingWindow makeWindow(PoolingKind kind, int64_t kw, int64_t kh, int64_t sx, i
     w.strideY = int32_t(sy);
     w.dilationX = int32_t(dx);
     w.dilationY = int32_t(dy);
-    w.windowLeftX = narrow(cx - (((kw - 1) * dx + 1) >> 1), "offset.x");
-    w.windowTopY = narrow(cy - (((kh - 1) * dy + 1) >> 1), "offset.y");
+    w.windowLeftX = checked::toInt32(cx - (((kw - 1) * dx + 1) >> 1), "offset.x");
+    w.windowTopY = checked::toInt32(cy - (((kh - 1) * dy + 1) >> 1), "offset.y");
     w.edgeMode = edge;
     w.countMode = countInBand ? kPoolingCountInBand : kPoolingCountAll;
     w.zeroPadX = int32_t(padX);

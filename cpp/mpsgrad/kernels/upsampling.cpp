@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/elementwise_support.h"
 
@@ -16,12 +17,6 @@ constexpr int64_t kMaxScale = int64_t(1) << 16;
 void checkScale(int64_t value, const char* name) {
     if (value < 1 || value > kMaxScale)
         throwValueError(name, ": must be an integer in [1, ", kMaxScale, "], got ", value);
-}
-
-int32_t narrow(int64_t value, const char* name) {
-    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
-        throwValueError(name, ": ", value, " does not fit in 32 bits");
-    return int32_t(value);
 }
 
 int32_t coordinateCode(bool alignCorners, UpsamplingCoordinateMode mode) {
@@ -104,8 +99,8 @@ void CNNUpsampling::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatc
         p.sourceY = int32_t(offset.y);
         p.inputWidth = int32_t(inW);
         p.inputHeight = int32_t(inH);
-        p.outputX = narrow(ox, "clip_rect.origin.x");
-        p.outputY = narrow(oy, "clip_rect.origin.y");
+        p.outputX = checked::toInt32(ox, "clip_rect.origin.x");
+        p.outputY = checked::toInt32(oy, "clip_rect.origin.y");
         p.clipX = int32_t(d.clip.origin.x);
         p.clipY = int32_t(d.clip.origin.y);
         p.clipWidth = int32_t(width);
@@ -215,12 +210,12 @@ void CNNUpsamplingGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
         p.coordinateMode = bilinear_ ? coordinateCode(state.alignCorners, state.coordinateMode) : kUpsamplingHalfPixel;
         p.scaleX = int32_t(scaleX_);
         p.scaleY = int32_t(scaleY_);
-        p.gradientX = narrow(primaryOffset.x, "primary_offset.x");
-        p.gradientY = narrow(primaryOffset.y, "primary_offset.y");
+        p.gradientX = checked::toInt32(primaryOffset.x, "primary_offset.x");
+        p.gradientY = checked::toInt32(primaryOffset.y, "primary_offset.y");
         p.inputWidth = int32_t(state.inputWidth);
         p.inputHeight = int32_t(state.inputHeight);
-        p.inputX = narrow(clip.origin.x - secondaryOffset.x, "secondary_offset.x");
-        p.inputY = narrow(clip.origin.y - secondaryOffset.y, "secondary_offset.y");
+        p.inputX = checked::toInt32(clip.origin.x - secondaryOffset.x, "secondary_offset.x");
+        p.inputY = checked::toInt32(clip.origin.y - secondaryOffset.y, "secondary_offset.y");
         elementwise::setClip(p, clip);
         params.push_back(p);
         clips.push_back(clip);
