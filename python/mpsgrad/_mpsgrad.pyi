@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNPadding', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -2183,6 +2183,878 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
+class CNNNormalizationGammaAndBetaState(State):
+    """
+    MPSCNNNormalizationGammaAndBetaState: gamma and beta buffers
+    """
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationGammaAndBetaState:
+        """
+        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
+        """
+    def __init__(self, device: typing.Any, gamma: typing.Any, beta: typing.Any) -> None:
+        """
+        -initWithGamma:beta: (the values are copied into new buffers on `device`)
+        """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta as a writable (C,) view
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma as a writable (C,) view
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNNormalizationMeanAndVarianceState(State):
+    """
+    MPSCNNNormalizationMeanAndVarianceState: mean and variance buffers
+    """
+    @staticmethod
+    def temporary(command_buffer: CommandBuffer, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> CNNNormalizationMeanAndVarianceState:
+        """
+        +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
+        """
+    def __init__(self, device: typing.Any, mean: typing.Any, variance: typing.Any) -> None:
+        """
+        -initWithMean:variance:
+        """
+    @property
+    def mean(self) -> typing.Any:
+        """
+        -mean as a writable (C,) view
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def variance(self) -> typing.Any:
+        """
+        -variance as a writable (C,) view
+        """
+class CNNBatchNormalizationState(NNGradientState):
+    """
+    MPSCNNBatchNormalizationState, made by CNNBatchNormalization.result_state / temporary_result_state. Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
+    """
+    def reset(self) -> None:
+        """
+        -reset: forget the accumulated statistics and gradients
+        """
+    @property
+    def batch_normalization(self) -> typing.Any:
+        """
+        -batchNormalization: the CNNBatchNormalization that made the state
+        """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: sum over the batch of G' (None until a statistics gradient has been encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: sum over the batch of G'·x̂ (None until a statistics gradient has been encoded)
+        """
+    @property
+    def mean(self) -> typing.Any:
+        """
+        -mean: the batch mean (or the data source's mean after an inference forward)
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def variance(self) -> typing.Any:
+        """
+        -variance: the biased batch variance (or the data source's after an inference forward)
+        """
+class CNNBatchNormalizationDataSource:
+    """
+    @protocol MPSCNNBatchNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma(), beta() (None: no bias), mean(), variance(), load(), purge() (and optionally label(), epsilon(); without epsilon() the kernel uses FLT_MIN) can be passed where a data source is expected. The optional update methods are called by the application.
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+class CNNBatchNormalizationWeightsDataSource(CNNBatchNormalizationDataSource):
+    """
+    A ready-made MPSCNNBatchNormalizationDataSource holding gamma, beta, mean and variance in memory (the methods return writable views: change them, then call the kernel's reload_*_from_data_source()). Its CPU-style update methods apply gamma -= learning_rate·dγ, beta -= learning_rate·dβ and the running average mean = (1-momentum)·mean + momentum·batch_mean, variance likewise (with the batch variance made unbiased, M/(M-1), when unbiased_running_variance, as torch.nn.BatchNorm2d).
+    """
+    unbiased_running_variance: bool
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, mean: typing.Any = None, variance: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        mean defaults to zeros, variance to ones; epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> typing.Any:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def mean(self) -> typing.Any:
+        """
+        -mean (a writable view)
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def update_gamma_and_beta_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithBatchNormalizationState: (CPU style; the command buffer must have completed; decrements a temporary state's read count)
+        """
+    def update_mean_and_variance_with_batch_normalization_state(self, batch_normalization_state: typing.Any) -> bool:
+        """
+        -updateMeanAndVarianceWithBatchNormalizationState: (CPU style; decrements a temporary state's read count)
+        """
+    def variance(self) -> typing.Any:
+        """
+        -variance (a writable view)
+        """
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @learning_rate.setter
+    def learning_rate(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def momentum(self) -> float:
+        ...
+    @momentum.setter
+    def momentum(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class CNNBatchNormalization(CNNKernel):
+    """
+    MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and variance are the batch statistics (training); otherwise the data source's (inference).
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:dataSource:[fusedNeuronDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, batch_normalization_state: typing.Any = None, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (decrements a temporary state's read count)
+        """
+    def reload_mean_and_variance_from_data_source(self) -> None:
+        """
+        -reloadMeanAndVarianceFromDataSource
+        """
+    def reload_mean_and_variance_with_command_buffer(self, command_buffer: CommandBuffer, mean_and_variance_state: typing.Any) -> None:
+        """
+        -reloadMeanAndVarianceWithCommandBuffer:meanAndVarianceState: (decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        MPSCNNBatchNormalization.epsilon (> 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNBatchNormalizationStatistics(CNNKernel):
+    """
+    MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the family encodes with the state (or reset()).
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
+    def encode(self, *args, **kwargs) -> None:
+        """
+        Unavailable (as in MPS): use encode_batch.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState: (the only encode MPS provides)
+        """
+class CNNBatchNormalizationStatisticsGradient(CNNGradientKernel):
+    """
+    MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls on sub-batches add into the state.
+    """
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:fusedNeuronDescriptor:
+        """
+    def encode(self, *args, **kwargs) -> None:
+        """
+        Unavailable (as in MPS): use encode_batch.
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, batch_normalization_state: typing.Any) -> None:
+        """
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:batchNormalizationState: (a temporary state's read count is decremented)
+        """
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+class CNNBatchNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNBatchNormalizationGradient: dX = gamma/sqrt(var+eps)·(G' - dβ/M - x̂·dγ/M) with the state's statistics and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / gradient_states is the CNNBatchNormalizationState.
+    """
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:fusedNeuronDescriptor:
+        """
+    @property
+    def fused_neuron_descriptor(self) -> typing.Any:
+        ...
+    @property
+    def training_statistics(self) -> bool:
+        """
+        mpsgrad extension (spec §2.5): True (default, MPS) differentiates through the batch statistics; False treats mean and variance as constants
+        """
+    @training_statistics.setter
+    def training_statistics(self, arg0: bool) -> None:
+        ...
+class VectorDescriptor:
+    """
+    MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart
+    """
+    @staticmethod
+    def vector_bytes_for_length(length: typing.SupportsInt | typing.SupportsIndex, data_type: DataType = ...) -> int:
+        """
+        +vectorBytesForLength:dataType:
+        """
+    def __init__(self, length: typing.SupportsInt | typing.SupportsIndex, vectors: typing.SupportsInt | typing.SupportsIndex = 1, vector_bytes: typing.Any = None, data_type: DataType = ...) -> None:
+        """
+        +vectorDescriptorWithLength:[vectors:vectorBytes:]dataType: (vector_bytes None: length * 4)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def data_type(self) -> DataType:
+        ...
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def vector_bytes(self) -> int:
+        ...
+    @property
+    def vectors(self) -> int:
+        ...
+class Vector:
+    """
+    MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the command buffer that wrote it completed; write it before encoding).
+    """
+    @staticmethod
+    def from_numpy(array: typing.Any, device: typing.Any = None) -> Vector:
+        """
+        A new Vector holding a copy of a (length,) or (vectors, length) array
+        """
+    def __init__(self, device: typing.Any, descriptor: typing.Any) -> None:
+        """
+        -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def numpy(self) -> numpy.ndarray:
+        """
+        Zero-copy writable view: (length,) or (vectors, length)
+        """
+    def to_numpy(self) -> typing.Any:
+        """
+        A copy of the elements
+        """
+    @property
+    def data_type(self) -> DataType:
+        ...
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def resource_size(self) -> int:
+        """
+        -[MPSVector resourceSize]
+        """
+    @property
+    def vector_bytes(self) -> int:
+        ...
+    @property
+    def vectors(self) -> int:
+        ...
+class NNRegularizationType:
+    """
+    MPSNNRegularizationType
+    
+    Members:
+    
+      NONE
+    
+      L1
+    
+      L2
+    """
+    L1: typing.ClassVar[NNRegularizationType]
+    L2: typing.ClassVar[NNRegularizationType]
+    NONE: typing.ClassVar[NNRegularizationType]
+    __members__: typing.ClassVar[dict[str, NNRegularizationType]]
+    @typing.overload
+    def __eq__(self, other: NNRegularizationType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: NNRegularizationType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class NNOptimizerDescriptor:
+    """
+    MPSNNOptimizerDescriptor. Gradient preprocessing per element: g = clamp(g, gradient_clip_min, gradient_clip_max) if apply_gradient_clipping; g = gradient_rescale * g; g += regularization_scale * sign(w) (L1) or * w (L2).
+    """
+    apply_gradient_clipping: bool
+    regularization_type: NNRegularizationType
+    def __init__(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, gradient_rescale: typing.SupportsFloat | typing.SupportsIndex = 1.0, apply_gradient_clipping: bool = False, gradient_clip_max: typing.SupportsFloat | typing.SupportsIndex = 3.4028234663852886e+38, gradient_clip_min: typing.SupportsFloat | typing.SupportsIndex = -3.4028234663852886e+38, regularization_type: NNRegularizationType = ..., regularization_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -initWithLearningRate:gradientRescale:[applyGradientClipping:gradientClipMax:gradientClipMin:]regularizationType:regularizationScale:
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def gradient_clip_max(self) -> float:
+        ...
+    @gradient_clip_max.setter
+    def gradient_clip_max(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def gradient_clip_min(self) -> float:
+        ...
+    @gradient_clip_min.setter
+    def gradient_clip_min(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def gradient_rescale(self) -> float:
+        ...
+    @gradient_rescale.setter
+    def gradient_rescale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def regularization_scale(self) -> float:
+        ...
+    @regularization_scale.setter
+    def regularization_scale(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class NNOptimizer(Kernel):
+    """
+    MPSNNOptimizer (abstract): the descriptor's fields, read-only except as noted
+    """
+    def set_learning_rate(self, learning_rate: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        -setLearningRate:
+        """
+    @property
+    def apply_gradient_clipping(self) -> bool:
+        """
+        MPSNNOptimizer.applyGradientClipping (read/write)
+        """
+    @apply_gradient_clipping.setter
+    def apply_gradient_clipping(self, arg1: bool) -> None:
+        ...
+    @property
+    def gradient_clip_max(self) -> float:
+        ...
+    @property
+    def gradient_clip_min(self) -> float:
+        ...
+    @property
+    def gradient_rescale(self) -> float:
+        ...
+    @property
+    def learning_rate(self) -> float:
+        ...
+    @property
+    def regularization_scale(self) -> float:
+        ...
+    @property
+    def regularization_type(self) -> NNRegularizationType:
+        ...
+class NNOptimizerStochasticGradientDescent(NNOptimizer):
+    """
+    MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, w -= lr*(g + mu*m); no momentum vector: w -= lr*g
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:momentumScale:useNestrovMomentum:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector = None, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:resultValuesVector: (result None: in place)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
+        """
+    @property
+    def momentum_scale(self) -> float:
+        ...
+    @property
+    def use_nesterov_momentum(self) -> bool:
+        ...
+    @property
+    def use_nestrov_momentum(self) -> bool:
+        """
+        MPS's original (misspelled) name of use_nesterov_momentum
+        """
+class NNOptimizerRMSProp(NNOptimizer):
+    """
+    MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:decay:epsilon:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_sum_of_squares_vector: Vector, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputSumOfSquaresVector:resultValuesVector:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_sum_of_squares_vectors: typing.Any, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
+        """
+    @property
+    def decay(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+class NNOptimizerAdam(NNOptimizer):
+    """
+    MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). Every encode advances time_step by one.
+    """
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
+        """
+        -initWithDevice:learningRate: / -initWithDevice:beta1:beta2:epsilon:timeStep:optimizerDescriptor:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, input_gradient_vector: Vector, input_values_vector: Vector, input_momentum_vector: Vector, input_velocity_vector: Vector, maximum_velocity_vector: Vector = None, result_values_vector: Vector = None) -> None:
+        """
+        -encodeToCommandBuffer:inputGradientVector:inputValuesVector:inputMomentumVector:inputVelocityVector:[maximumVelocityVector:]resultValuesVector: (maximum_velocity_vector: AMSGrad)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
+        """
+        -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
+        """
+    @property
+    def beta1(self) -> float:
+        ...
+    @property
+    def beta2(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def time_step(self) -> int:
+        """
+        MPSNNOptimizerAdam.timeStep: updates done so far (read/write)
+        """
+    @time_step.setter
+    def time_step(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNLossType:
+    """
+    MPSCNNLossType
+    
+    Members:
+    
+      MEAN_ABSOLUTE_ERROR
+    
+      MEAN_SQUARED_ERROR
+    
+      SOFTMAX_CROSS_ENTROPY
+    
+      SIGMOID_CROSS_ENTROPY
+    
+      CATEGORICAL_CROSS_ENTROPY
+    
+      HINGE
+    
+      HUBER
+    
+      COSINE_DISTANCE
+    
+      LOG
+    
+      KULLBACK_LEIBLER_DIVERGENCE
+    """
+    CATEGORICAL_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    COSINE_DISTANCE: typing.ClassVar[CNNLossType]
+    HINGE: typing.ClassVar[CNNLossType]
+    HUBER: typing.ClassVar[CNNLossType]
+    KULLBACK_LEIBLER_DIVERGENCE: typing.ClassVar[CNNLossType]
+    LOG: typing.ClassVar[CNNLossType]
+    MEAN_ABSOLUTE_ERROR: typing.ClassVar[CNNLossType]
+    MEAN_SQUARED_ERROR: typing.ClassVar[CNNLossType]
+    SIGMOID_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    SOFTMAX_CROSS_ENTROPY: typing.ClassVar[CNNLossType]
+    __members__: typing.ClassVar[dict[str, CNNLossType]]
+    @typing.overload
+    def __eq__(self, other: CNNLossType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNLossType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNReductionType:
+    """
+    MPSCNNReductionType
+    
+    Members:
+    
+      NONE
+    
+      SUM
+    
+      MEAN
+    
+      SUM_BY_NON_ZERO_WEIGHTS
+    """
+    MEAN: typing.ClassVar[CNNReductionType]
+    NONE: typing.ClassVar[CNNReductionType]
+    SUM: typing.ClassVar[CNNReductionType]
+    SUM_BY_NON_ZERO_WEIGHTS: typing.ClassVar[CNNReductionType]
+    __members__: typing.ClassVar[dict[str, CNNReductionType]]
+    @typing.overload
+    def __eq__(self, other: CNNReductionType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNReductionType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNLossDataDescriptor:
+    """
+    MPSCNNLossDataDescriptor: labels or weights data (copied) with its layout, size and strides
+    """
+    def __init__(self, data: typing.Any, layout: DataLayout = ..., size: typing.Any = None) -> None:
+        """
+        +cnnLossDataDescriptorWithData:layout:size: (size (width, height, channels); None: from a 3-D array of the layout's shape)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def bytes_per_image(self) -> int:
+        ...
+    @bytes_per_image.setter
+    def bytes_per_image(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def bytes_per_row(self) -> int:
+        ...
+    @bytes_per_row.setter
+    def bytes_per_row(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def layout(self) -> DataLayout:
+        ...
+    @property
+    def size(self) -> tuple[int, int, int]:
+        """
+        (width, height, channels)
+        """
+class CNNLossLabels(State):
+    """
+    MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes
+    """
+    def __init__(self, device: typing.Any, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
+        """
+        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
+        """
+    @property
+    def labels_image(self) -> Image:
+        """
+        MPSCNNLossLabels.labelsImage
+        """
+    @property
+    def loss_image(self) -> Image:
+        """
+        MPSCNNLossLabels.lossImage
+        """
+    @property
+    def weights_image(self) -> Image:
+        """
+        MPSCNNLossLabels.weightsImage
+        """
+class CNNLossDescriptor:
+    """
+    MPSCNNLossDescriptor (+ scale_gradient_by_reduction, mpsgrad, default True)
+    """
+    loss_type: CNNLossType
+    reduction_type: CNNReductionType
+    def __init__(self, loss_type: CNNLossType, reduction_type: CNNReductionType) -> None:
+        """
+        +cnnLossDescriptorWithType:reductionType:
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        Huber [1.0]
+        """
+    @delta.setter
+    def delta(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        Log loss [1e-7]
+        """
+    @epsilon.setter
+    def epsilon(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        """
+        [0.0]
+        """
+    @label_smoothing.setter
+    def label_smoothing(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        """
+        [1]
+        """
+    @number_of_classes.setter
+    def number_of_classes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        one loss value for the whole batch of a batch encode [False]
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg0: bool) -> None:
+        ...
+    @property
+    def scale_gradient_by_reduction(self) -> bool:
+        """
+        the gradient is that of the reduced loss (MEAN / SUM_BY_NON_ZERO_WEIGHTS divide it) [True]
+        """
+    @scale_gradient_by_reduction.setter
+    def scale_gradient_by_reduction(self, arg0: bool) -> None:
+        ...
+    @property
+    def weight(self) -> float:
+        """
+        scalar weight when the labels have no weights [1.0]
+        """
+    @weight.setter
+    def weight(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class CNNLoss(Kernel):
+    """
+    MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSCNNLoss initWithDevice:lossDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
+        """
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from

@@ -29,6 +29,11 @@ void bindNeuron(py::module_& m);
 void bindConvolution(py::module_& m);
 void bindArithmetic(py::module_& m);
 void bindSoftmax(py::module_& m);
+// ---- batch normalization family
+void bindBatchNormalization(py::module_& m);
+// ---- end batch normalization family
+void bindOptimizers(py::module_& m);  // optimizers and Vector (issue 14)
+void bindLoss(py::module_& m);        // losses (issue 14)
 // ---- pooling, upsampling, dropout families (issue 11)
 void bindPooling(py::module_& m);
 void bindUpsampling(py::module_& m);

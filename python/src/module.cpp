@@ -23,6 +23,9 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindConvolution(m);
     bindArithmetic(m);
     bindSoftmax(m);
+    bindBatchNormalization(m);  // batch normalization family
+    bindOptimizers(m);  // issue 14
+    bindLoss(m);        // issue 14
     // ---- pooling, upsampling, dropout families (issue 11)
     bindPooling(m);
     bindUpsampling(m);

@@ -327,6 +327,72 @@ def softmax_ops(r: random.Random, ctx: Context):
 
 
 # ---------------------------------------------------------------------------------------------
+# optimizers: one update of a vector (plain SGD and Adam's first step have NumPy references)
+
+
+@family("optimizers")
+def optimizer_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    n = r.randint(1, 40)
+    g_arr, w_arr = random_array(r, n), random_array(r, n)
+    lr = r.choice([0.0, 0.01, 0.5])
+    ctx.start_call()
+    lr_arg = ctx.bad(r, lr, [-1.0, float("nan"), float("inf"), "0.1"], what="learning_rate")
+    w_len = ctx.bad(r, n, [n + 1, n + 7], what="values length")
+    g, w = m.Vector.from_numpy(g_arr, ctx.device), m.Vector.from_numpy(random_array(r, w_len), ctx.device)
+    if w_len == n:
+        w.numpy()[...] = w_arr
+    cb = ctx.queue.command_buffer()
+    if r.random() < 0.5:
+        momentum = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="momentum_scale")
+        desc = m.NNOptimizerDescriptor(lr_arg) if isinstance(lr_arg, float) else lr_arg
+        opt = m.NNOptimizerStochasticGradientDescent(ctx.device, momentum_scale=momentum, optimizer_descriptor=desc)
+        opt.encode(cb, g, w, None, w)
+        expected = w_arr.astype(np.float64) - lr * g_arr
+        name = "SGD"
+    else:
+        eps = ctx.bad(r, 1e-8, [-1.0, float("nan")], what="epsilon")
+        opt = m.NNOptimizerAdam(ctx.device, lr_arg, epsilon=1e-8) if eps == 1e-8 else \
+            m.NNOptimizerAdam(ctx.device, beta1=0.9, beta2=0.999, epsilon=eps,
+                              optimizer_descriptor=m.NNOptimizerDescriptor(0.1))
+        mom, vel = m.Vector(ctx.device, n), m.Vector(ctx.device, n)
+        opt.encode(cb, g, w, mom, vel, None, w)
+        g64 = g_arr.astype(np.float64)
+        lr_t = lr * np.sqrt(1 - 0.999) / (1 - 0.9)
+        expected = w_arr - lr_t * (0.1 * g64) / (np.sqrt(0.001 * g64 * g64) + 1e-8)
+        name = "Adam"
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid(f"{name} update")
+    check_close(w.to_numpy(), expected, f"{name} step", tol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# loss: mean squared error, SUM reduction (value sum((y - t)^2), gradient 2 (y - t))
+
+
+@family("loss")
+def loss_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 6)
+    y_arr, t_arr = random_array(r, h, w, c), random_array(r, h, w, c)
+    ctx.start_call()
+    d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
+    d.label_smoothing = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="label_smoothing")
+    d.number_of_classes = ctx.bad(r, 1, [0, -3, 2**30], what="number_of_classes")
+    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1), (h + 1, w, c)], what="labels shape")
+    loss = m.CNNLoss(ctx.device, d)
+    labels = m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(
+        t_arr if t_shape == (h, w, c) else random_array(r, *t_shape)))
+    cb = ctx.queue.command_buffer()
+    grad = loss.encode(cb, m.Image.from_numpy(y_arr, ctx.device), labels)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("CNNLoss encode")
+    diff = y_arr.astype(np.float64) - t_arr
+    check_close(grad.to_numpy()[0], 2 * diff, "MSE gradient")
+    check_close(labels.loss_image.to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
+
+
+# ---------------------------------------------------------------------------------------------
 # convolution (forward, data and weight gradients), stride 1, same size, zero padding
 
 
@@ -474,6 +540,66 @@ def dropout_ops(r: random.Random, ctx: Context):
     kept = np.abs(out - scaled) <= 1e-5 * np.maximum(1.0, np.abs(scaled))
     if not np.all(kept | (out == 0)):
         raise WrongResult("dropout: an output is neither 0 nor x / keep_probability")
+# batch normalization: statistics, training forward, statistics gradient, gradient over a batch
+
+
+def batch_norm_reference(x, g, gamma, beta, eps):
+    """x, g (N, H, W, C): Y, dγ, dβ, dX of a training-mode batch norm (biased variance over N·H·W)."""
+    x = x.astype(np.float64)
+    g = g.astype(np.float64)
+    mean = x.mean(axis=(0, 1, 2))
+    var = x.var(axis=(0, 1, 2))
+    inv = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mean) * inv
+    y = xhat * gamma + beta
+    dbeta = g.sum(axis=(0, 1, 2))
+    dgamma = (g * xhat).sum(axis=(0, 1, 2))
+    count = x.shape[0] * x.shape[1] * x.shape[2]
+    dx = gamma * inv * (g - dbeta / count - xhat * dgamma / count)
+    return mean, var, y, dgamma, dbeta, dx
+
+
+@family("batch_normalization")
+def batch_normalization_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    n, h, w, c = r.randint(1, 3), r.randint(1, 5), r.randint(1, 5), r.randint(1, 9)
+    gamma, beta, mean, var = (random_array(r, c) for _ in range(4))
+    var = np.abs(var) + 0.5
+    ctx.start_call()
+    bad_mean = ctx.bad(r, mean, [mean[:-1], np.zeros(c + 1, np.float32), "m", np.zeros((c, 2), np.float32)],
+                       what="mean")
+    source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, bad_mean, var)
+    kernel = m.CNNBatchNormalization(ctx.device, source)
+    eps = r.choice([1e-5, 1e-3, 0.1])
+    kernel.epsilon = ctx.bad(r, eps, [0.0, -1.0, float("nan"), float("inf"), "x", None], what="epsilon")
+    ctx.expect_rejected_if_invalid("CNNBatchNormalization")
+    kernel.destination_image_allocator = m.ImageAllocator.persistent()
+    statistics = m.CNNBatchNormalizationStatistics(ctx.device)
+    tanh = m.NNNeuronDescriptor(m.CNNNeuronType.TANH)
+    ctx.start_call()
+    neuron = ctx.bad(r, None, [tanh], what="statistics gradient fused_neuron_descriptor (forward has none)")
+    statistics_gradient = m.CNNBatchNormalizationStatisticsGradient(ctx.device, neuron)
+    gradient = m.CNNBatchNormalizationGradient(ctx.device)
+    gradient.destination_image_allocator = m.ImageAllocator.persistent()
+    x_arr = (random_array(r, n, h, w, c) * 2 + 1).astype(np.float32)
+    g_arr = random_array(r, n, h, w, c)
+    xs = m.batch_from_numpy(x_arr, ctx.device)
+    gs = m.batch_from_numpy(g_arr, ctx.device)
+    state = kernel.result_state(xs[0])
+    cb = ctx.queue.command_buffer()
+    statistics.encode_batch(cb, xs, state)
+    ys = kernel.encode_batch(cb, xs, state)
+    statistics_gradient.encode_batch(cb, gs, xs, state)
+    dxs = [gradient.encode(cb, gs[i], xs[i], state) for i in range(n)]
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("batch normalization encode")
+    ref_mean, ref_var, ref_y, ref_dgamma, ref_dbeta, ref_dx = batch_norm_reference(x_arr, g_arr, gamma, beta, eps)
+    check_close(state.mean, ref_mean, "batch mean")
+    check_close(state.variance, ref_var, "batch variance")
+    check_close(m.batch_to_numpy(ys), ref_y, "batch normalization training forward", tol=1e-3)
+    check_close(state.gradient_for_gamma, ref_dgamma, "gradient_for_gamma", tol=1e-3)
+    check_close(state.gradient_for_beta, ref_dbeta, "gradient_for_beta", tol=1e-3)
+    check_close(m.batch_to_numpy(dxs), ref_dx, "batch normalization dX", tol=1e-3)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,6 +160,24 @@ def prelu():
     return m.NNNeuronDescriptor.prelu([0.1, 0.2, 0.3, 0.4])
 
 
+def bn_source(seed="bn", c=4):
+    gen = rng(seed)
+    return m.CNNBatchNormalizationWeightsDataSource(
+        randn(gen, c) + 1.0, randn(gen, c), randn(gen, c), gen.random(c).astype(np.float32) + 0.5, epsilon=1e-3,
+        label="bn")
+
+
+def batch_normalization_kernels():
+    tanh = m.NNNeuronDescriptor(m.CNNNeuronType.TANH)
+    return {
+        "CNNBatchNormalization": lambda dev: m.CNNBatchNormalization(dev, bn_source()),
+        "CNNBatchNormalization[prelu]": lambda dev: m.CNNBatchNormalization(dev, bn_source("p"), prelu()),
+        "CNNBatchNormalizationStatistics": lambda dev: m.CNNBatchNormalizationStatistics(dev),
+        "CNNBatchNormalizationStatisticsGradient": lambda dev: m.CNNBatchNormalizationStatisticsGradient(dev, tanh),
+        "CNNBatchNormalizationGradient": lambda dev: m.CNNBatchNormalizationGradient(dev, tanh),
+    }
+
+
 FACTORIES = {
     "CNNNeuron": lambda dev: m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.TANH, a=1.5, b=0.5)),
     "CNNNeuron[prelu]": lambda dev: m.CNNNeuron(dev, prelu()),
@@ -174,11 +192,41 @@ FACTORIES = {
     "CNNLogSoftMaxGradient": lambda dev: m.CNNLogSoftMaxGradient(dev),
     **arithmetic_kernels(),
     **family_kernels(),
+    **batch_normalization_kernels(),
+    "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
+        dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
+    "NNOptimizerStochasticGradientDescent[plain]": lambda dev: m.NNOptimizerStochasticGradientDescent(dev, 0.5),
+    "NNOptimizerRMSProp": lambda dev: m.NNOptimizerRMSProp(
+        dev, decay=0.8, epsilon=1e-6, optimizer_descriptor=optimizer_descriptor()),
+    "NNOptimizerAdam": lambda dev: m.NNOptimizerAdam(
+        dev, beta1=0.85, beta2=0.995, epsilon=1e-7, time_step=7, optimizer_descriptor=optimizer_descriptor()),
+    "CNNLoss": lambda dev: m.CNNLoss(dev, loss_descriptor()),
+    "CNNLoss[cosine]": lambda dev: m.CNNLoss(
+        dev, m.CNNLossDescriptor(m.CNNLossType.COSINE_DISTANCE, m.CNNReductionType.SUM)),
 }
+
+
+def optimizer_descriptor():
+    """Every NNOptimizerDescriptor field off its default."""
+    return m.NNOptimizerDescriptor(0.125, gradient_rescale=0.5, apply_gradient_clipping=True, gradient_clip_max=2.0,
+                                   gradient_clip_min=-1.5, regularization_type=m.NNRegularizationType.L2,
+                                   regularization_scale=0.01)
+
+
+def loss_descriptor():
+    """Every CNNLossDescriptor field off its default."""
+    d = m.CNNLossDescriptor(m.CNNLossType.HUBER, m.CNNReductionType.SUM_BY_NON_ZERO_WEIGHTS)
+    d.weight, d.label_smoothing, d.number_of_classes = 0.5, 0.1, 3
+    d.epsilon, d.delta, d.reduce_across_batch, d.scale_gradient_by_reduction = 1e-5, 0.75, True, False
+    return d
 
 
 def configured(name, dev):
     k = FACTORIES[name](dev)
+    if isinstance(k, (m.NNOptimizer, m.CNNLoss)):  # Kernel properties only
+        k.options = int(m.KernelOptions.VERBOSE)
+        k.label = "optimizer or loss"
+        return k
     if isinstance(k, m.CNNKernel):
         set_cnn_properties(k)
     else:
@@ -189,6 +237,10 @@ def configured(name, dev):
         k.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_DATA
     if isinstance(k, m.NNCompare):
         k.comparison_type, k.threshold = m.NNComparisonType.GREATER_OR_EQUAL, 0.125
+    if isinstance(k, m.CNNBatchNormalization):
+        k.epsilon = 0.25
+    if isinstance(k, m.CNNBatchNormalizationGradient):
+        k.training_statistics = False
     return set_family_properties(k)
 
 
@@ -246,7 +298,7 @@ def assert_same_properties(a, b):
 def test_every_kernel_class_has_a_case():
     """A new kernel family must add its classes here (and to the registry in C++)."""
     abstract = {"Kernel", "CNNKernel", "CNNBinaryKernel", "CNNGradientKernel", "CNNArithmetic", "CNNArithmeticGradient",
-                "CNNPooling", "CNNPoolingGradient", "CNNUpsampling", "CNNUpsamplingGradient"}
+                "CNNPooling", "CNNPoolingGradient", "CNNUpsampling", "CNNUpsamplingGradient", "NNOptimizer"}
     classes = {n for n, c in vars(m._mpsgrad).items() if isinstance(c, type) and issubclass(c, m.Kernel)}
     covered = {name.split("[")[0] for name in FACTORIES}
     assert classes - abstract - covered == set(), "kernel classes without a serialization case"
@@ -418,7 +470,79 @@ def output_cases():
             q, f(dev), k, [image(rng("x"), dev, 7, 9)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
             lambda inputs, y: inputs[0]))(forward)
+    for name, role in (("CNNBatchNormalization", "forward"), ("CNNBatchNormalization[prelu]", "forward"),
+                       ("CNNBatchNormalizationStatistics", "statistics"),
+                       ("CNNBatchNormalizationStatisticsGradient", "statistics_gradient"),
+                       ("CNNBatchNormalizationGradient", "gradient")):
+        cases[name] = (lambda r: lambda q, dev, k: batch_normalization_pass(q, dev, **{r: k}))(role)
     return cases
+
+
+def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_gradient=None, gradient=None):
+    """A training pass of the family with the given kernel in its role; returns Y, dγ, dβ, dX."""
+    tanh = m.NNNeuronDescriptor(m.CNNNeuronType.TANH)
+    forward = forward or m.CNNBatchNormalization(dev, bn_source(), tanh)
+    neuron = forward.fused_neuron_descriptor
+    statistics = statistics or m.CNNBatchNormalizationStatistics(dev)
+    statistics_gradient = statistics_gradient or m.CNNBatchNormalizationStatisticsGradient(dev, neuron)
+    gradient = gradient or m.CNNBatchNormalizationGradient(dev, neuron)
+    def blob(d):  # None: no fused neuron
+        return None if d is None else d.to_bytes()
+
+    if blob(statistics_gradient.fused_neuron_descriptor) != blob(neuron):  # the kernel under test's neuron
+        forward = m.CNNBatchNormalization(dev, bn_source(), statistics_gradient.fused_neuron_descriptor)
+    if blob(gradient.fused_neuron_descriptor) != blob(neuron):
+        forward = m.CNNBatchNormalization(dev, bn_source(), gradient.fused_neuron_descriptor)
+    for k in (forward, gradient):
+        k.destination_image_allocator = m.ImageAllocator.persistent()
+    xs = m.batch_from_numpy(randn(rng("x"), 2, 5, 6, 4), dev)
+    gs = m.batch_from_numpy(randn(rng("g"), 2, 5, 6, 4), dev)
+    state = forward.result_state(xs[0])
+    cb = q.command_buffer()
+    statistics.encode_batch(cb, xs, state)
+    ys = forward.encode_batch(cb, xs, state)
+    statistics_gradient.encode_batch(cb, gs, xs, state)
+    dxs = [gradient.encode(cb, gs[i], xs[i], state) for i in range(len(xs))]
+    cb.commit()
+    cb.wait_until_completed()
+    return [m.batch_to_numpy(ys), np.array(state.gradient_for_gamma), np.array(state.gradient_for_beta),
+            m.batch_to_numpy(dxs)]
+    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
+                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
+        cases[name] = optimizer_steps
+    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
+    return cases
+
+
+def optimizer_steps(q, dev, k):
+    """Three updates of a vector (Adam's time step advances on each); the weights and every state."""
+    gen = rng("optimizer")
+    w = m.Vector.from_numpy(randn(gen, 16), dev)
+    g = m.Vector.from_numpy(randn(gen, 16), dev)
+    states = [m.Vector(dev, 16) for _ in range(2)]
+    cb = q.command_buffer()
+    for _ in range(3):
+        if isinstance(k, m.NNOptimizerAdam):
+            k.encode(cb, g, w, states[0], states[1], None, w)
+        elif isinstance(k, m.NNOptimizerRMSProp):
+            k.encode(cb, g, w, states[0], w)
+        else:
+            k.encode(cb, g, w, states[0] if k.momentum_scale > 0 else None, w)
+    cb.commit()
+    cb.wait_until_completed()
+    return [w.to_numpy()] + [s.to_numpy() for s in states]
+
+
+def loss_outputs(q, dev, k):
+    """The gradient and the loss value of one image."""
+    gen = rng("loss")
+    y, t = randn(gen, 1, 4, 5, 3), randn(gen, 4, 5, 3)
+    labels = m.CNNLossLabels(dev, m.CNNLossDataDescriptor(t))
+    cb = q.command_buffer()
+    out = k.encode(cb, m.Image.from_numpy(y, dev), labels)
+    cb.commit()
+    cb.wait_until_completed()
+    return [out.to_numpy(), labels.loss_image.to_numpy()]
 
 
 def binary_forward(q, dev, k):
@@ -693,6 +817,15 @@ def test_not_serializable(device):
         for obj in (image(rng("x"), device), q, q.command_buffer()):
             with pytest.raises(TypeError, match="cannot pickle"):
                 pickle.dumps(obj, protocol=protocol)
+    # A Vector is GPU data like an Image (save vector.to_numpy()); CNNLossLabels holds images.
+    labels = m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 1), np.float32)))
+    with pytest.raises(TypeError, match="CNNLossLabels is not serializable"):
+        labels.to_bytes()
+    for protocol in PROTOCOLS:
+        with pytest.raises(TypeError, match="cannot pickle"):
+            pickle.dumps(m.Vector(device, 4), protocol=protocol)
+        with pytest.raises(TypeError, match="CNNLossLabels"):
+            pickle.dumps(labels, protocol=protocol)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,12 +11,15 @@
 #include <string>
 
 #include "metal/arithmetic_params.h"
+#include "metal/batch_normalization_params.h"
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
 #include "metal/pooling_params.h"
 #include "metal/upsampling_params.h"
 #include "metal/dropout_params.h"
+#include "metal/loss_params.h"        // losses (issue 14)
+#include "metal/optimizers_params.h"  // optimizers (issue 14)
 
 namespace mpsgrad {
 
@@ -119,6 +122,45 @@ public:
     // output = the forward result Y.
     virtual void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                                  const BufferSlice& output, const BufferSlice& destination) = 0;
+    // ---- batch normalization family (metal/batch_normalization_params.h) ---------------------
+    // The per-channel vectors of one op, C = p.source.channels floats each. Ops read or write only
+    // the ones their formula names; neuronData (PReLU's a) may be empty unless p.neuron.hasChannelData.
+    struct BatchNormalizationVectors {
+        BufferSlice gamma, beta, mean, variance, neuronData, gammaGradient, betaGradient;
+    };
+    // Merges the statistics of source into v.mean / v.variance.
+    virtual void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& source, const BatchNormalizationVectors& v) = 0;
+    virtual void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                           const BufferSlice& source, const BatchNormalizationVectors& v,
+                                           const BufferSlice& destination) = 0;
+    // Writes (or adds to) v.gammaGradient / v.betaGradient.
+    virtual void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                                      const BufferSlice& gradient, const BufferSlice& source,
+                                                      const BatchNormalizationVectors& v) = 0;
+    virtual void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                            const BufferSlice& gradient, const BufferSlice& source,
+                                            const BatchNormalizationVectors& v, const BufferSlice& destination) = 0;
+    // ---- end batch normalization family --------------------------------------------------------
+
+    // ---- optimizers (metal/optimizers_params.h, metal/optimizer_math.h) -----------------
+    // Updates p.count elements: reads gradient and values, updates the state vectors in place
+    // (state0/1/2 may be empty where p's rule does not read them), writes result (may alias values).
+    virtual void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                                 const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                                 const BufferSlice& state2, const BufferSlice& result) = 0;
+
+    // ---- losses (metal/loss_params.h, metal/loss_math.h) --------------------------------
+    // weights may be empty unless p.hasWeights; loss is used only for reduction None, partials
+    // (2 floats per pixel of the batch) for the other reductions.
+    virtual void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                              const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                              const BufferSlice& loss, const BufferSlice& partials) = 0;
+    // results: 2 floats per image (reduced loss, gradient scale).
+    virtual void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                            const BufferSlice& results) = 0;
+    virtual void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                                   const BufferSlice& destination) = 0;
 
     // ---- pooling family (metal/pooling_params.h) ---------------------------------------
     virtual void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,

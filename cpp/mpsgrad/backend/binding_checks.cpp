@@ -111,6 +111,32 @@ void requireOperand(const char* op, const char* name, const ArithmeticOperand& o
     requireImage(op, name, o.image, o.strideImages ? batch : (batch > 0 ? 1 : 0), slice);
 }
 
+// A batch normalization image: the source's size and channel count, over the whole batch.
+void requireBatchNormalizationImage(const char* op, const char* name, const BatchNormalizationParams& p,
+                                    const ImageLayout& l, const BufferSlice& slice) {
+    if (l.width != p.source.width || l.height != p.source.height || l.channels != p.source.channels)
+        throwValueError(op, ": the ", name, " layout differs from the source in size or channel count");
+    requireImage(op, name, l, p.batch, slice);
+}
+
+// The per-channel vectors of a batch normalization op: the affine ones (gamma, beta, PReLU data),
+// the statistics (mean, variance) and the parameter gradients, as the op reads or writes them.
+void requireBatchNormalizationVectors(const char* op, const BatchNormalizationParams& p,
+                                      const Backend::BatchNormalizationVectors& v, bool affine, bool gradients) {
+    const int32_t C = p.source.channels;
+    requireFloats(op, "mean", v.mean, C);
+    requireFloats(op, "variance", v.variance, C);
+    if (affine) {
+        requireFloats(op, "gamma", v.gamma, C);
+        if (v.beta) requireFloats(op, "beta", v.beta, C);
+        requireNeuronData(op, p.neuron, 0, C, v.neuronData);
+    }
+    if (gradients) {
+        requireFloats(op, "gamma gradient", v.gammaGradient, C);
+        requireFloats(op, "beta gradient", v.betaGradient, C);
+    }
+}
+
 }  // namespace
 
 void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, size_t bytes) {
@@ -279,6 +305,125 @@ void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gra
     requireImage(op, "output", p.output, p.batch, output);
     requireImage(op, "destination", p.destination, p.batch, destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+}
+
+void checkBatchNormalizationStatistics(const BatchNormalizationParams& p, const BufferSlice& source,
+                                       const Backend::BatchNormalizationVectors& v) {
+    const char* op = "batchNormalizationStatistics";
+    requireBatch(op, p.batch);
+    if (p.previousCount < 0) throwValueError(op, ": previousCount ", p.previousCount, " is negative");
+    requireImage(op, "source", p.source, p.batch, source);
+    requireBatchNormalizationVectors(op, p, v, false, false);
+}
+
+void checkBatchNormalizationForward(const BatchNormalizationParams& p, const BufferSlice& source,
+                                    const Backend::BatchNormalizationVectors& v, const BufferSlice& destination) {
+    const char* op = "batchNormalizationForward";
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireBatchNormalizationImage(op, "destination", p, p.destination, destination);
+    requireBatchNormalizationVectors(op, p, v, true, false);
+}
+
+void checkBatchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                               const BufferSlice& source,
+                                               const Backend::BatchNormalizationVectors& v) {
+    const char* op = "batchNormalizationStatisticsGradient";
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireBatchNormalizationImage(op, "gradient", p, p.gradient, gradient);
+    requireBatchNormalizationVectors(op, p, v, true, true);
+}
+
+void checkBatchNormalizationGradient(const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                     const BufferSlice& source, const Backend::BatchNormalizationVectors& v,
+                                     const BufferSlice& destination) {
+    const char* op = "batchNormalizationGradient";
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireBatchNormalizationImage(op, "gradient", p, p.gradient, gradient);
+    requireBatchNormalizationImage(op, "destination", p, p.destination, destination);
+    requireBatchNormalizationVectors(op, p, v, true, p.trainingStatistics != 0);
+}
+
+// ---- optimizers ---------------------------------------------------------------------------------
+
+void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
+                          const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
+                          const BufferSlice& result) {
+    const char* op = "optimizer_update";
+    if (p.count < 0) throwValueError(op, ": count must be >= 0, got ", p.count);
+    if (p.kind < kOptimizerSGD || p.kind > kOptimizerAdam) throwValueError(op, ": unknown kind ", p.kind);
+    requireFloats(op, "gradient", gradient, p.count);
+    requireFloats(op, "values", values, p.count);
+    requireFloats(op, "result", result, p.count);
+    if (p.kind != kOptimizerSGD || p.hasState0 != 0) requireFloats(op, "state0", state0, p.count);
+    if (p.kind == kOptimizerAdam) requireFloats(op, "state1", state1, p.count);
+    if (p.kind == kOptimizerAdam && p.amsgrad != 0) requireFloats(op, "state2", state2, p.count);
+}
+
+// ---- losses -------------------------------------------------------------------------------------
+
+namespace {
+
+void requireSameSize(const char* op, const char* name, const ImageLayout& l, const ImageLayout& source) {
+    if (l.width != source.width || l.height != source.height || l.channels != source.channels)
+        throwValueError(op, ": the ", name, " image (", l.width, " x ", l.height, " x ", l.channels,
+                        ") differs in size from the source (", source.width, " x ", source.height, " x ",
+                        source.channels, ")");
+}
+
+// Partial slots (2 floats each) the pixels of `batch` images of layout l fill, from `offset` on.
+int64_t partialFloats(const char* op, const ImageLayout& l, int32_t batch, int32_t offset) {
+    if (offset < 0) throwValueError(op, ": partialsOffset must be >= 0, got ", offset);
+    const uint64_t pixels = checked::product({int64_t(batch), int64_t(l.width), int64_t(l.height)}, op);
+    const uint64_t floats = checked::mul(checked::add(pixels, uint64_t(offset), op), uint64_t(2), op);
+    if (floats > uint64_t(INT64_MAX)) throwValueError(op, ": the partials binding's extent overflows");
+    return int64_t(floats);
+}
+
+}  // namespace
+
+void checkLossElements(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
+                       const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
+                       const BufferSlice& partials) {
+    const char* op = "loss_elements";
+    if (p.lossType < 0 || p.lossType >= kLossTypeCount) throwValueError(op, ": unknown loss type ", p.lossType);
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireSameSize(op, "labels", p.labels, p.source);
+    requireImage(op, "labels", p.labels, p.batch, labels);
+    requireSameSize(op, "destination", p.destination, p.source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    if (p.hasWeights) {
+        requireSameSize(op, "weights", p.weights, p.source);
+        requireImage(op, "weights", p.weights, p.batch, weights);
+    }
+    if (p.reductionType == kReductionNone) {
+        requireSameSize(op, "loss", p.loss, p.source);
+        requireImage(op, "loss", p.loss, p.batch, loss);
+    } else {
+        requireFloats(op, "partials", partials, partialFloats(op, p.source, p.batch, p.partialsOffset));
+    }
+}
+
+void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results) {
+    const char* op = "loss_reduce";
+    if (p.images < 0 || p.pixelsPerImage < 0)
+        throwValueError(op, ": images ", p.images, " and pixelsPerImage ", p.pixelsPerImage, " must be >= 0");
+    const uint64_t slots = checked::product({int64_t(p.images), int64_t(p.pixelsPerImage)}, op);
+    const uint64_t floats = checked::mul(slots, uint64_t(2), op);
+    if (floats > uint64_t(INT64_MAX)) throwValueError(op, ": the partials binding's extent overflows");
+    requireFloats(op, "partials", partials, int64_t(floats));
+    requireFloats(op, "results", results, 2 * int64_t(p.images));
+}
+
+void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination) {
+    const char* op = "loss_scale_gradient";
+    if (p.resultIndex < 0) throwValueError(op, ": resultIndex must be >= 0, got ", p.resultIndex);
+    requireBatch(op, p.batch);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireFloats(op, "results", results, 2 * (int64_t(p.resultIndex) + p.batch));
 }
 
 }  // namespace mpsgrad::bindings

@@ -46,4 +46,30 @@ void checkSoftmaxForward(const SoftmaxParams& p, const BufferSlice& source, cons
 void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gradient, const BufferSlice& output,
                           const BufferSlice& destination);
 
+// The batch normalization family: whole images of p.source's size and channels; per-channel
+// vectors of p.source.channels floats (beta may be missing: zeros).
+void checkBatchNormalizationStatistics(const BatchNormalizationParams& p, const BufferSlice& source,
+                                       const Backend::BatchNormalizationVectors& v);
+void checkBatchNormalizationForward(const BatchNormalizationParams& p, const BufferSlice& source,
+                                    const Backend::BatchNormalizationVectors& v, const BufferSlice& destination);
+void checkBatchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                               const BufferSlice& source,
+                                               const Backend::BatchNormalizationVectors& v);
+void checkBatchNormalizationGradient(const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                     const BufferSlice& source, const Backend::BatchNormalizationVectors& v,
+                                     const BufferSlice& destination);
+// Optimizers: gradient, values and result hold p.count floats, and so does every state vector
+// p's rule reads (state0 unless plain SGD without momentum, state1 for Adam, state2 for AMSGrad).
+void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,
+                          const BufferSlice& state0, const BufferSlice& state1, const BufferSlice& state2,
+                          const BufferSlice& result);
+
+// Losses: every image binding the op reads or writes holds its batch, labels / weights / loss
+// have the source's size, and partials / results hold 2 floats per slot written.
+void checkLossElements(const LossElementsParams& p, const BufferSlice& source, const BufferSlice& labels,
+                       const BufferSlice& weights, const BufferSlice& destination, const BufferSlice& loss,
+                       const BufferSlice& partials);
+void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
+void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
+
 }  // namespace mpsgrad::bindings

@@ -11,7 +11,10 @@
 #include "core/serialization.h"
 #include "kernels/arithmetic.h"
 #include "kernels/convolution.h"
+#include "kernels/batch_normalization.h"
 #include "kernels/dropout.h"
+#include "kernels/loss.h"
+#include "kernels/optimizers.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
 #include "kernels/softmax.h"
@@ -525,6 +528,224 @@ std::shared_ptr<CNNDropoutGradient> CNNDropoutGradient::initWithCoder(serial::Re
     return kernel;
 }
 
+// ---- batch normalization -------------------------------------------------------------------------
+
+namespace {
+
+// Reads a fused neuron descriptor that must fit `channels` channels (PReLU data).
+NNNeuronDescriptor readFusedNeuron(serial::Reader& r) { return readNeuronDescriptor(r, "fused_neuron_descriptor"); }
+
+}  // namespace
+
+// The values the kernel computes with (after any reload), as the convolution writes its weights:
+// gamma, beta, mean, variance (C each), the data source's label, the fused neuron, epsilon; then
+// the CNNKernel properties. The decoded data source carries epsilon (its variance is checked with it).
+void CNNBatchNormalization::encodeWithCoder(serial::Writer& w) const {
+    const size_t C = size_t(weights_.channels);
+    for (const BufferSlice* v : {&weights_.gamma, &weights_.beta, &weights_.mean, &weights_.variance})
+        w.floats(v->floats(), C);
+    w.string(dataSource_ ? dataSource_->label() : std::string());
+    w.object(neuron_.serialize());
+    w.f32(epsilon_);
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<CNNBatchNormalization> CNNBatchNormalization::initWithCoder(serial::Reader& r,
+                                                                            const Device& device) {
+    std::vector<float> gamma = r.floats("gamma");
+    std::vector<float> beta = r.floats("beta");
+    std::vector<float> mean = r.floats("mean");
+    std::vector<float> variance = r.floats("variance");
+    std::string label = r.string("label");
+    NNNeuronDescriptor neuron = readFusedNeuron(r);
+    const float epsilon = r.f32("epsilon");
+    auto source = asSerializationError(r, "data_source", [&] {
+        return std::make_shared<CNNBatchNormalizationWeightsDataSource>(
+            std::move(gamma), std::move(beta), std::move(mean), std::move(variance), epsilon, std::move(label));
+    });
+    auto kernel = asSerializationError(r, "data_source", [&] {
+        return std::make_shared<CNNBatchNormalization>(device, source, neuron);
+    });
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void CNNBatchNormalizationStatistics::encodeWithCoder(serial::Writer& w) const { encodeCNNKernelProperties(w); }
+
+std::shared_ptr<CNNBatchNormalizationStatistics> CNNBatchNormalizationStatistics::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<CNNBatchNormalizationStatistics>(device);
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void CNNBatchNormalizationStatisticsGradient::encodeWithCoder(serial::Writer& w) const {
+    w.object(neuron_.serialize());
+    encodeGradientKernelProperties(w);
+}
+
+std::shared_ptr<CNNBatchNormalizationStatisticsGradient> CNNBatchNormalizationStatisticsGradient::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    NNNeuronDescriptor neuron = readFusedNeuron(r);
+    auto kernel = asSerializationError(r, "fused_neuron_descriptor", [&] {
+        return std::make_shared<CNNBatchNormalizationStatisticsGradient>(device, neuron);
+    });
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+void CNNBatchNormalizationGradient::encodeWithCoder(serial::Writer& w) const {
+    w.object(neuron_.serialize());
+    encodeGradientKernelProperties(w);
+    w.boolean(trainingStatistics);
+}
+
+std::shared_ptr<CNNBatchNormalizationGradient> CNNBatchNormalizationGradient::initWithCoder(serial::Reader& r,
+                                                                                          const Device& device) {
+    NNNeuronDescriptor neuron = readFusedNeuron(r);
+    auto kernel = asSerializationError(r, "fused_neuron_descriptor", [&] {
+        return std::make_shared<CNNBatchNormalizationGradient>(device, neuron);
+    });
+    kernel->decodeGradientKernelProperties(r);
+    kernel->trainingStatistics = r.boolean("training_statistics");
+    return kernel;
+}
+
+// ---- optimizers -----------------------------------------------------------------------------------
+
+namespace {
+
+// A double as its IEEE-754 bits (the format has no f64 primitive).
+void writeF64(serial::Writer& w, double value) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    w.u64(bits);
+}
+
+double readF64(serial::Reader& r, const char* what) {
+    uint64_t bits = r.u64(what);
+    double value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+// The optimizer descriptor section (MPSNNOptimizerDescriptor): every field, in declaration order.
+void writeOptimizerDescriptor(serial::Writer& w, const NNOptimizer& k) {
+    w.f32(k.learningRate());
+    w.f32(k.gradientRescale());
+    w.boolean(k.applyGradientClipping());
+    w.f32(k.gradientClipMax());
+    w.f32(k.gradientClipMin());
+    w.f32(k.regularizationScale());
+    w.u32(static_cast<uint32_t>(k.regularizationType()));
+}
+
+NNOptimizerDescriptor readOptimizerDescriptor(serial::Reader& r) {
+    NNOptimizerDescriptor d;
+    d.learningRate = r.f32("learning_rate");
+    d.gradientRescale = r.f32("gradient_rescale");
+    d.applyGradientClipping = r.boolean("apply_gradient_clipping");
+    d.gradientClipMax = r.f32("gradient_clip_max");
+    d.gradientClipMin = r.f32("gradient_clip_min");
+    d.regularizationScale = r.f32("regularization_scale");
+    d.regularizationType = static_cast<NNRegularizationType>(r.oneOf("regularization_type", {0, 1, 2}));
+    asSerializationError(r, "optimizer_descriptor", [&] { d.validate(); });
+    return d;
+}
+
+}  // namespace
+
+void NNOptimizerStochasticGradientDescent::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    w.f32(momentumScale_);
+    w.boolean(nesterov_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerStochasticGradientDescent> NNOptimizerStochasticGradientDescent::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    float momentum = r.f32("momentum_scale");
+    bool nesterov = r.boolean("use_nesterov_momentum");
+    auto k = asSerializationError(r, "NNOptimizerStochasticGradientDescent", [&] {
+        return std::make_shared<NNOptimizerStochasticGradientDescent>(device, momentum, nesterov, d);
+    });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNOptimizerRMSProp::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    writeF64(w, decay_);
+    w.f32(epsilon_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerRMSProp> NNOptimizerRMSProp::initWithCoder(serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    double decay = readF64(r, "decay");
+    float epsilon = r.f32("epsilon");
+    auto k = asSerializationError(r, "NNOptimizerRMSProp",
+                                  [&] { return std::make_shared<NNOptimizerRMSProp>(device, decay, epsilon, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNOptimizerAdam::encodeWithCoder(serial::Writer& w) const {
+    writeOptimizerDescriptor(w, *this);
+    writeF64(w, beta1_);
+    writeF64(w, beta2_);
+    w.f32(epsilon_);
+    w.u64(timeStep_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNOptimizerAdam> NNOptimizerAdam::initWithCoder(serial::Reader& r, const Device& device) {
+    NNOptimizerDescriptor d = readOptimizerDescriptor(r);
+    double beta1 = readF64(r, "beta1");
+    double beta2 = readF64(r, "beta2");
+    float epsilon = r.f32("epsilon");
+    uint64_t timeStep = r.u64("time_step");
+    auto k = asSerializationError(r, "NNOptimizerAdam", [&] {
+        return std::make_shared<NNOptimizerAdam>(device, beta1, beta2, epsilon, timeStep, d);
+    });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+// ---- loss -----------------------------------------------------------------------------------------
+
+void CNNLoss::encodeWithCoder(serial::Writer& w) const {
+    const CNNLossDescriptor& d = descriptor_;
+    w.u32(static_cast<uint32_t>(d.lossType));
+    w.i32(static_cast<int32_t>(d.reductionType));
+    w.f32(d.weight);
+    w.f32(d.labelSmoothing);
+    w.i64(d.numberOfClasses);
+    w.f32(d.epsilon);
+    w.f32(d.delta);
+    w.boolean(d.reduceAcrossBatch);
+    w.boolean(d.scaleGradientByReduction);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device& device) {
+    CNNLossDescriptor d;
+    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
+    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
+    d.weight = r.f32("weight");
+    d.labelSmoothing = r.f32("label_smoothing");
+    d.numberOfClasses = r.i64("number_of_classes");
+    d.epsilon = r.f32("epsilon");
+    d.delta = r.f32("delta");
+    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
+    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
+    // The constructor validates the descriptor (loss and reduction types included).
+    auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<CNNLoss>(device, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -573,6 +794,16 @@ void registerBuiltinClasses() {
     addKernel("CNNUpsamplingBilinearGradient", &CNNUpsamplingGradient::initWithCoder<CNNUpsamplingBilinearGradient>);
     addKernel("CNNDropout", &CNNDropout::initWithCoder);
     addKernel("CNNDropoutGradient", &CNNDropoutGradient::initWithCoder);
+
+    addKernel("CNNBatchNormalization", &CNNBatchNormalization::initWithCoder);
+    addKernel("CNNBatchNormalizationStatistics", &CNNBatchNormalizationStatistics::initWithCoder);
+    addKernel("CNNBatchNormalizationStatisticsGradient", &CNNBatchNormalizationStatisticsGradient::initWithCoder);
+    addKernel("CNNBatchNormalizationGradient", &CNNBatchNormalizationGradient::initWithCoder);
+    addKernel("NNOptimizerStochasticGradientDescent", &NNOptimizerStochasticGradientDescent::initWithCoder);
+    addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
+    addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);
+    addKernel("CNNLoss", &CNNLoss::initWithCoder);
+
 
     Registry<State>::instance().add("CNNConvolutionWeightsAndBiasesState", [](Reader& r, const Device& device,
                                                                                uint32_t) {

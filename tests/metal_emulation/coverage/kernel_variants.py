@@ -57,7 +57,8 @@ def _unreachable(kernel, v):
         return v["kPoolingMode"] == 1 and v["kAlignedSource"] != 0
     # pooling_forward, upsampling_*, dropout_apply: every mode and every alignment mix is
     # reachable (each binding's flag depends on its own offset; the encoders share only the
-    # channel count's multiple-of-4 test between bindings).
+    # channel count's multiple-of-4 test between bindings). The batch normalization kernels read
+    # no function constants: one variant each (metal_batch_normalization.cpp passes none).
     return False
 
 

@@ -62,6 +62,10 @@ class Variants(unittest.TestCase):
         self.assertEqual(per_kernel["upsampling_forward"], 2 * 4)
         self.assertEqual(per_kernel["upsampling_gradient"], 2 * 4)
         self.assertEqual(per_kernel["dropout_apply"], 4)
+        for name in ("batch_normalization_statistics", "batch_normalization_forward",
+                     "batch_normalization_statistics_gradient", "batch_normalization_gradient"):
+            self.assertEqual(per_kernel[name], 1)                       # no function constants
+            self.assertIn(name + "\t", keys)
 
 
 if __name__ == "__main__":

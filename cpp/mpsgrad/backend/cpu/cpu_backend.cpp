@@ -298,6 +298,74 @@ public:
         encode(cb, [=] { cpu::softmaxGradient(p, gradient.floats(), output.floats(), destination.floats()); });
     }
 
+    // ---- batch normalization family
+    void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                      const BatchNormalizationVectors& v) override {
+        bindings::checkBatchNormalizationStatistics(p, source, v);
+        encode(cb, [=] { cpu::batchNormalizationStatistics(p, source.floats(), v.mean.floats(), v.variance.floats()); });
+    }
+    void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                   const BatchNormalizationVectors& v, const BufferSlice& destination) override {
+        bindings::checkBatchNormalizationForward(p, source, v, destination);
+        encode(cb, [=] {
+            cpu::batchNormalizationForward(p, source.floats(), v.gamma.floats(), v.beta.floats(), v.mean.floats(),
+                                           v.variance.floats(), v.neuronData.floats(), destination.floats());
+        });
+    }
+    void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& gradient, const BufferSlice& source,
+                                              const BatchNormalizationVectors& v) override {
+        bindings::checkBatchNormalizationStatisticsGradient(p, gradient, source, v);
+        encode(cb, [=] {
+            cpu::batchNormalizationStatisticsGradient(p, gradient.floats(), source.floats(), v.gamma.floats(),
+                                                      v.beta.floats(), v.mean.floats(), v.variance.floats(),
+                                                      v.neuronData.floats(), v.gammaGradient.floats(),
+                                                      v.betaGradient.floats());
+        });
+    }
+    void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BatchNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        bindings::checkBatchNormalizationGradient(p, gradient, source, v, destination);
+        encode(cb, [=] {
+            cpu::batchNormalizationGradient(p, gradient.floats(), source.floats(), v.gamma.floats(), v.beta.floats(),
+                                            v.mean.floats(), v.variance.floats(), v.neuronData.floats(),
+                                            v.gammaGradient.floats(), v.betaGradient.floats(), destination.floats());
+        });
+    }
+    // ---- end batch normalization family
+    // ---- optimizers (issue 14)
+    void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                         const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                         const BufferSlice& state2, const BufferSlice& result) override {
+        bindings::checkOptimizerUpdate(p, gradient, values, state0, state1, state2, result);
+        encode(cb, [=] {
+            cpu::optimizerUpdate(p, gradient.floats(), values.floats(), state0.floats(), state1.floats(),
+                                 state2.floats(), result.floats());
+        });
+    }
+
+    // ---- losses (issue 14)
+    void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                      const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                      const BufferSlice& loss, const BufferSlice& partials) override {
+        bindings::checkLossElements(p, source, labels, weights, destination, loss, partials);
+        encode(cb, [=] {
+            cpu::lossElements(p, source.floats(), labels.floats(), weights.floats(), destination.floats(),
+                              loss.floats(), partials.floats());
+        });
+    }
+    void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                    const BufferSlice& results) override {
+        bindings::checkLossReduce(p, partials, results);
+        encode(cb, [=] { cpu::lossReduce(p, partials.floats(), results.floats()); });
+    }
+    void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                           const BufferSlice& destination) override {
+        bindings::checkLossScaleGradient(p, results, destination);
+        encode(cb, [=] { cpu::lossScaleGradient(p, results.floats(), destination.floats()); });
+    }
+
     // ---- pooling family --------------------------------------------------------------------
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {

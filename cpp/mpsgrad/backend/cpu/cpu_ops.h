@@ -9,10 +9,13 @@
 #include "../../../../metal/neuron_params.h"
 #include "../../../../metal/arithmetic_params.h"
 #include "../../../../metal/softmax_params.h"
+#include "../../../../metal/batch_normalization_params.h"
 #include "../../../../metal/pooling_params.h"
 #include "../../../../metal/upsampling_params.h"
 #include "../../../../metal/dropout_params.h"
 #include "backend/backend.h"
+#include "../../../../metal/optimizers_params.h"
+#include "../../../../metal/loss_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -55,6 +58,34 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
 void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, const float* output,
                      float* destination);
+
+// ---- batch normalization family (metal/batch_normalization_params.h; batch_normalization.cpp)
+// Per-channel vectors hold p.source.channels floats; beta may be null (zeros); neuronData may be
+// null unless p.neuron.hasChannelData.
+void batchNormalizationStatistics(const BatchNormalizationParams& p, const float* source, float* mean,
+                                  float* variance);
+void batchNormalizationForward(const BatchNormalizationParams& p, const float* source, const float* gamma,
+                               const float* beta, const float* mean, const float* variance,
+                               const float* neuronData, float* destination);
+void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const float* gradient,
+                                          const float* source, const float* gamma, const float* beta,
+                                          const float* mean, const float* variance, const float* neuronData,
+                                          float* gammaGradient, float* betaGradient);
+void batchNormalizationGradient(const BatchNormalizationParams& p, const float* gradient, const float* source,
+                                const float* gamma, const float* beta, const float* mean, const float* variance,
+                                const float* neuronData, const float* gammaGradient, const float* betaGradient,
+                                float* destination);
+// ---- end batch normalization family
+// Optimizers (metal/optimizers_params.h): state0/1/2 may be null where p's rule does not read them.
+// Bindings are checked by bindings::checkOptimizerUpdate (backend/binding_checks.h).
+void optimizerUpdate(const OptimizerParams& p, const float* gradient, const float* values, float* state0,
+                     float* state1, float* state2, float* result);
+
+// Losses (metal/loss_params.h); bindings are checked by bindings::checkLoss* (backend/binding_checks.h).
+void lossElements(const LossElementsParams& p, const float* source, const float* labels, const float* weights,
+                  float* destination, float* loss, float* partials);
+void lossReduce(const LossReduceParams& p, const float* partials, float* results);
+void lossScaleGradient(const LossScaleParams& p, const float* results, float* destination);
 
 // ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
 // These ops take the buffer slices and check that every binding holds the images its layout

@@ -136,7 +136,63 @@ public:
         AutoreleaseScope pool;
         encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
     }
+    // ---- optimizers (issue 14)
+    void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                         const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                         const BufferSlice& state2, const BufferSlice& result) override {
+        bindings::checkOptimizerUpdate(p, gradient, values, state0, state1, state2, result);
+        AutoreleaseScope pool;
+        encodeOptimizerUpdate(ctx_, cb, p, gradient, values, state0, state1, state2, result);
+    }
+    // ---- losses (issue 14)
+    void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
+                      const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                      const BufferSlice& loss, const BufferSlice& partials) override {
+        bindings::checkLossElements(p, source, labels, weights, destination, loss, partials);
+        AutoreleaseScope pool;
+        encodeLossElements(ctx_, cb, p, source, labels, weights, destination, loss, partials);
+    }
+    void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                    const BufferSlice& results) override {
+        bindings::checkLossReduce(p, partials, results);
+        AutoreleaseScope pool;
+        encodeLossReduce(ctx_, cb, p, partials, results);
+    }
+    void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
+                           const BufferSlice& destination) override {
+        bindings::checkLossScaleGradient(p, results, destination);
+        AutoreleaseScope pool;
+        encodeLossScaleGradient(ctx_, cb, p, results, destination);
+    }
 
+    // ---- batch normalization family
+    void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                      const BatchNormalizationVectors& v) override {
+        bindings::checkBatchNormalizationStatistics(p, source, v);
+        AutoreleaseScope pool;
+        encodeBatchNormalizationStatistics(ctx_, cb, p, source, v);
+    }
+    void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
+                                   const BatchNormalizationVectors& v, const BufferSlice& destination) override {
+        bindings::checkBatchNormalizationForward(p, source, v, destination);
+        AutoreleaseScope pool;
+        encodeBatchNormalizationForward(ctx_, cb, p, source, v, destination);
+    }
+    void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
+                                              const BufferSlice& gradient, const BufferSlice& source,
+                                              const BatchNormalizationVectors& v) override {
+        bindings::checkBatchNormalizationStatisticsGradient(p, gradient, source, v);
+        AutoreleaseScope pool;
+        encodeBatchNormalizationStatisticsGradient(ctx_, cb, p, gradient, source, v);
+    }
+    void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BatchNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        bindings::checkBatchNormalizationGradient(p, gradient, source, v, destination);
+        AutoreleaseScope pool;
+        encodeBatchNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
+    }
+    // ---- end batch normalization family
     // ---- pooling family
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {

@@ -6,9 +6,12 @@
 #include "backend/backend.h"
 #include "backend/metal/metal_context.h"
 #include "metal/arithmetic_params.h"
+#include "metal/batch_normalization_params.h"
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
+#include "metal/optimizers_params.h"
+#include "metal/loss_params.h"
 #include "metal/utility_params.h"
 #include "metal/pooling_params.h"
 #include "metal/upsampling_params.h"
@@ -70,6 +73,20 @@ void encodeSoftmaxForward(MetalContext& ctx, CommandBuffer& cb, SoftmaxParams p,
 void encodeSoftmaxGradient(MetalContext& ctx, CommandBuffer& cb, SoftmaxGradientParams p, const BufferSlice& gradient,
                            const BufferSlice& output, const BufferSlice& destination);
 
+// ---- optimizers (metal/optimizers.metal; metal_optimizers.cpp)
+void encodeOptimizerUpdate(MetalContext& ctx, CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
+                           const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
+                           const BufferSlice& state2, const BufferSlice& result);
+
+// ---- losses (metal/loss.metal; metal_loss.cpp)
+void encodeLossElements(MetalContext& ctx, CommandBuffer& cb, LossElementsParams p, const BufferSlice& source,
+                        const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
+                        const BufferSlice& loss, const BufferSlice& partials);
+void encodeLossReduce(MetalContext& ctx, CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
+                      const BufferSlice& results);
+void encodeLossScaleGradient(MetalContext& ctx, CommandBuffer& cb, LossScaleParams p, const BufferSlice& results,
+                             const BufferSlice& destination);
+
 // ---- utility (metal/utility.metal and blits)
 // Blit copy of `bytes` bytes (multiples of 4, as macOS blits require); overlapping ranges of one
 // buffer are copied through a temporary buffer, so the result is that of memmove.
@@ -81,6 +98,19 @@ void encodeCopyFloats(MetalContext& ctx, CommandBuffer& cb, const BufferSlice& s
 void encodeCopyChannels(MetalContext& ctx, CommandBuffer& cb, ChannelCopyParams p, const BufferSlice& source,
                         const BufferSlice& destination);
 
+// ---- batch normalization family (metal/batch_normalization.metal; metal_batch_normalization.cpp)
+void encodeBatchNormalizationStatistics(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                        const BufferSlice& source, const Backend::BatchNormalizationVectors& v);
+void encodeBatchNormalizationForward(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                     const BufferSlice& source, const Backend::BatchNormalizationVectors& v,
+                                     const BufferSlice& destination);
+void encodeBatchNormalizationStatisticsGradient(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                                const BufferSlice& gradient, const BufferSlice& source,
+                                                const Backend::BatchNormalizationVectors& v);
+void encodeBatchNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
+                                      const BufferSlice& gradient, const BufferSlice& source,
+                                      const Backend::BatchNormalizationVectors& v, const BufferSlice& destination);
+// ---- end batch normalization family
 // ---- pooling family (metal/pooling.metal; metal_pooling.cpp)
 void encodePoolingForward(MetalContext& ctx, CommandBuffer& cb, PoolingParams p, const BufferSlice& source,
                           const BufferSlice& destination);

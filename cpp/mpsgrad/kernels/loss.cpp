@@ -1,0 +1,300 @@
+#include "kernels/loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/errors.h"
+
+namespace mpsgrad {
+namespace {
+
+void checkSize(const LossSize& s, const char* what) {
+    if (s.width < 1 || s.height < 1 || s.channels < 1)
+        throwValueError(what, ": width, height and channels must be >= 1, got (", s.width, ", ", s.height, ", ",
+                        s.channels, ")");
+    if (s.width > INT32_MAX / s.height || s.width * s.height > INT32_MAX / s.channels)
+        throwValueError(what, ": ", s.width, " x ", s.height, " x ", s.channels, " elements exceed 2^31 - 1");
+}
+
+ImagePtr imageOfSize(const Device& device, const LossSize& s) {
+    return std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, s.width, s.height,
+                                                                 s.channels));
+}
+
+ImagePtr imageFromDescriptor(const Device& device, const CNNLossDataDescriptor& d) {
+    ImagePtr image = imageOfSize(device, d.size());
+    const std::vector<float> dense = d.denseHWC();
+    image->writeBytes(dense.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+    return image;
+}
+
+bool sameSize(const Image& image, const LossSize& s) {
+    return image.width() == s.width && image.height() == s.height && image.featureChannels() == s.channels;
+}
+
+std::string sizeText(const Image& i) {
+    return detail::concat(i.width(), " x ", i.height(), " x ", i.featureChannels());
+}
+
+}  // namespace
+
+// ---- CNNLossDataDescriptor ----------------------------------------------------------------------------
+
+CNNLossDataDescriptor::CNNLossDataDescriptor(std::vector<float> data, DataLayout layout, LossSize size)
+    : data_(std::move(data)), layout_(layout), size_(size) {
+    checkSize(size_, "size");
+    if (layout_ != DataLayout::HeightxWidthxFeatureChannels && layout_ != DataLayout::FeatureChannelsxHeightxWidth)
+        throwValueError("layout: unknown DataLayout ", uint32_t(layout_));
+    const size_t w = size_t(size_.width), h = size_t(size_.height), c = size_t(size_.channels);
+    if (layout_ == DataLayout::HeightxWidthxFeatureChannels) {
+        bytesPerRow_ = w * c * sizeof(float);
+        bytesPerImage_ = h * bytesPerRow_;
+    } else {
+        bytesPerRow_ = w * sizeof(float);
+        bytesPerImage_ = h * bytesPerRow_;
+    }
+    if (data_.size() != w * h * c)
+        throwValueError("data: holds ", data_.size(), " floats but size (", w, ", ", h, ", ", c, ") needs ", w * h * c);
+}
+
+void CNNLossDataDescriptor::checkStrides(size_t row, size_t image) const {
+    const size_t w = size_t(size_.width), h = size_t(size_.height), c = size_t(size_.channels);
+    const bool hwc = layout_ == DataLayout::HeightxWidthxFeatureChannels;
+    const size_t minRow = (hwc ? w * c : w) * sizeof(float);
+    if (row % sizeof(float) != 0 || row < minRow)
+        throwValueError("bytes_per_row: must be a multiple of 4 and >= ", minRow, ", got ", row);
+    if (image % sizeof(float) != 0 || image < h * row)
+        throwValueError("bytes_per_image: must be a multiple of 4 and >= height * bytes_per_row = ", h * row, ", got ",
+                        image);
+    // The last element must lie inside the data.
+    const size_t last = hwc ? (h - 1) * row + minRow : (c - 1) * image + (h - 1) * row + minRow;
+    if (last > data_.size() * sizeof(float))
+        throwValueError("bytes_per_row / bytes_per_image: the strides need ", last, " bytes but the data holds ",
+                        data_.size() * sizeof(float));
+}
+
+void CNNLossDataDescriptor::setBytesPerRow(size_t bytes) {
+    checkStrides(bytes, std::max(bytesPerImage_, size_t(size_.height) * bytes));
+    bytesPerRow_ = bytes;
+    bytesPerImage_ = std::max(bytesPerImage_, size_t(size_.height) * bytes);
+}
+
+void CNNLossDataDescriptor::setBytesPerImage(size_t bytes) {
+    checkStrides(bytesPerRow_, bytes);
+    bytesPerImage_ = bytes;
+}
+
+std::vector<float> CNNLossDataDescriptor::denseHWC() const {
+    const int64_t W = size_.width, H = size_.height, C = size_.channels;
+    std::vector<float> out(size_t(W * H * C));
+    const char* base = reinterpret_cast<const char*>(data_.data());
+    const bool hwc = layout_ == DataLayout::HeightxWidthxFeatureChannels;
+    for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x)
+            for (int64_t c = 0; c < C; ++c) {
+                const size_t at = hwc ? size_t(y) * bytesPerRow_ + size_t(x * C + c) * sizeof(float)
+                                      : size_t(c) * bytesPerImage_ + size_t(y) * bytesPerRow_ + size_t(x) * sizeof(float);
+                std::memcpy(&out[size_t((y * W + x) * C + c)], base + at, sizeof(float));
+            }
+    return out;
+}
+
+// ---- CNNLossLabels ------------------------------------------------------------------------------------
+
+CNNLossLabels::CNNLossLabels(const Device& device, const CNNLossDataDescriptor& labels)
+    : CNNLossLabels(device, LossSize{1, 1, 1}, labels, nullptr) {}
+
+CNNLossLabels::CNNLossLabels(const Device& device, LossSize lossImageSize, const CNNLossDataDescriptor& labels,
+                             const CNNLossDataDescriptor* weights)
+    : State(device) {
+    const LossSize& s = labels.size();
+    if (weights && (weights->size().width != s.width || weights->size().height != s.height ||
+                    weights->size().channels != s.channels))
+        throwValueError("weights_descriptor: size (", weights->size().width, ", ", weights->size().height, ", ",
+                        weights->size().channels, ") differs from the labels' (", s.width, ", ", s.height, ", ",
+                        s.channels, ")");
+    labels_ = imageFromDescriptor(device, labels);
+    if (weights) weights_ = imageFromDescriptor(device, *weights);
+    makeLossImage(lossImageSize);
+}
+
+CNNLossLabels::CNNLossLabels(const Device& device, LossSize lossImageSize, ImagePtr labels, ImagePtr weights)
+    : State(device), labels_(std::move(labels)), weights_(std::move(weights)) {
+    if (!labels_) throwValueError("labels_image: missing");
+    if (labels_->device() != device) throwValueError("labels_image: belongs to another device");
+    if (labels_->numberOfImages() != 1) throwValueError("labels_image: must hold one image");
+    if (weights_) {
+        if (weights_->device() != device) throwValueError("weights_image: belongs to another device");
+        if (weights_->width() != labels_->width() || weights_->height() != labels_->height() ||
+            weights_->featureChannels() != labels_->featureChannels() || weights_->numberOfImages() != 1)
+            throwValueError("weights_image: is ", sizeText(*weights_), " but the labels image ", sizeText(*labels_));
+    }
+    makeLossImage(lossImageSize);
+}
+
+void CNNLossLabels::makeLossImage(LossSize size) {
+    checkSize(size, "loss_image_size");
+    const bool scalar = size.width == 1 && size.height == 1 && size.channels == 1;
+    if (!scalar && !sameSize(*labels_, size))
+        throwValueError("loss_image_size: must be (1, 1, 1) or the labels' size ", sizeText(*labels_), ", got (",
+                        size.width, ", ", size.height, ", ", size.channels, ")");
+    loss_ = imageOfSize(device_, size);
+}
+
+// ---- CNNLossDescriptor --------------------------------------------------------------------------------
+
+CNNLossDescriptor CNNLossDescriptor::make(CNNLossType type, CNNReductionType reduction) {
+    CNNLossDescriptor d;
+    d.lossType = type;
+    d.reductionType = reduction;
+    d.validate();
+    return d;
+}
+
+void CNNLossDescriptor::validate() const {
+    if (uint32_t(lossType) >= uint32_t(kLossTypeCount))
+        throwValueError("loss_type: unknown CNNLossType ", uint32_t(lossType));
+    if (int32_t(reductionType) < 0 || int32_t(reductionType) > kReductionSumByNonZeroWeights)
+        throwValueError("reduction_type: unknown CNNReductionType ", int32_t(reductionType));
+    if (lossType == CNNLossType::CosineDistance && reductionType != CNNReductionType::Sum)
+        throwValueError("reduction_type: CosineDistance supports only CNNReductionType.SUM (MPS)");
+    if (!std::isfinite(weight)) throwValueError("weight: must be finite, got ", weight);
+    if (!(labelSmoothing >= 0.0f && labelSmoothing <= 1.0f))
+        throwValueError("label_smoothing: must be in [0, 1], got ", labelSmoothing);
+    if (numberOfClasses < 1 || numberOfClasses > (int64_t(1) << 24))
+        throwValueError("number_of_classes: must be in [1, 2^24], got ", numberOfClasses);
+    if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) throwValueError("epsilon: must be finite and >= 0, got ", epsilon);
+    if (!(delta > 0.0f) || !std::isfinite(delta)) throwValueError("delta: must be finite and > 0, got ", delta);
+}
+
+// ---- CNNLoss ------------------------------------------------------------------------------------------
+
+CNNLoss::CNNLoss(const Device& device, const CNNLossDescriptor& descriptor) : Kernel(device), descriptor_(descriptor) {
+    descriptor_.validate();
+}
+
+void CNNLoss::encode(CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels,
+                     const ImagePtr& destination) {
+    encodeBatch(cb, ImageBatch{source}, {labels}, ImageBatch{destination});
+}
+
+ImagePtr CNNLoss::encode(CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels) {
+    return encodeBatch(cb, ImageBatch{source}, {labels}).at(0);
+}
+
+ImageBatch CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
+                                const std::vector<LossLabelsPtr>& labels) {
+    ImageBatch destinations;
+    for (const ImagePtr& s : sources) {
+        if (!s) throwValueError("source_images: contains None");
+        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
+    }
+    encodeBatch(cb, sources, labels, destinations);
+    return destinations;
+}
+
+void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
+                          const ImageBatch& destinations) {
+    checkCommandBuffer(cb);
+    descriptor_.validate();
+    const size_t N = sources.size();
+    if (N == 0) throwValueError("source_images: empty");
+    if (labels.size() != N) throwValueError("labels: ", labels.size(), " labels for ", N, " source images");
+    if (destinations.size() != N)
+        throwValueError("destination_images: ", destinations.size(), " images for ", N, " source images");
+    const Image& first = *sources.at(0);
+    const int64_t W = first.width(), H = first.height(), C = first.featureChannels();
+    const bool perElement = descriptor_.reductionType == CNNReductionType::None;
+    for (size_t i = 0; i < N; ++i) {
+        if (!sources[i] || !labels[i] || !destinations[i]) throwValueError("encode: image ", i, " or its labels is None");
+        const Image& s = *sources[i];
+        const CNNLossLabels& l = *labels[i];
+        s.checkUsable(cb, "source_image");
+        destinations[i]->checkUsable(cb, "destination_image");
+        l.checkUsable(cb, "labels");
+        if (s.numberOfImages() != 1 || destinations[i]->numberOfImages() != 1)
+            throwValueError("source_image: images with number_of_images > 1 are not supported; use "
+                            "batch_representation()");
+        if (s.width() != W || s.height() != H || s.featureChannels() != C)
+            throwValueError("source_images: image ", i, " is ", sizeText(s), ", image 0 ", sizeText(first));
+        if (!sameSize(*l.labelsImage(), LossSize{W, H, C}))
+            throwValueError("labels: the labels image is ", sizeText(*l.labelsImage()), " but the source image ",
+                            sizeText(s));
+        if (!sameSize(*destinations[i], LossSize{W, H, C}))
+            throwValueError("destination_image: is ", sizeText(*destinations[i]), " but the source image ", sizeText(s));
+        const Image& lossImage = *l.lossImage();
+        if (perElement && !sameSize(lossImage, LossSize{W, H, C}))
+            throwValueError("labels: reduction NONE needs a loss image of the source's size ", sizeText(s),
+                            " (loss_image_size), got ", sizeText(lossImage));
+        if (!perElement && !sameSize(lossImage, LossSize{1, 1, 1}))
+            throwValueError("labels: a reduced loss needs a (1, 1, 1) loss image (loss_image_size), got ",
+                            sizeText(lossImage));
+        for (const ImagePtr& other : {l.labelsImage(), l.weightsImage()})
+            if (other) other->checkUsable(cb, "labels");
+    }
+    const int64_t pixels = W * H;
+    if (int64_t(N) * pixels > INT32_MAX / 2) throwValueError("source_images: too many pixels in one batch");
+
+    Backend& backend = device_.backend();
+    BufferSlice partials, results;
+    if (!perElement) {
+        partials = BufferSlice{backend.newBuffer(size_t(N) * size_t(pixels) * 2 * sizeof(float)), 0};
+        results = BufferSlice{backend.newBuffer(size_t(N) * 2 * sizeof(float)), 0};
+    }
+    const CNNLossDescriptor& d = descriptor_;
+    for (size_t i = 0; i < N; ++i) {
+        const CNNLossLabels& l = *labels[i];
+        LossElementsParams p{};
+        p.source = sources[i]->layout(0, C);
+        p.labels = l.labelsImage()->layout(0, C);
+        p.destination = destinations[i]->layout(0, C);
+        p.hasWeights = l.weightsImage() ? 1 : 0;
+        p.weights = l.weightsImage() ? l.weightsImage()->layout(0, C) : p.labels;
+        p.loss = perElement ? l.lossImage()->layout(0, C) : p.labels;
+        p.batch = 1;
+        p.lossType = int32_t(d.lossType);
+        p.reductionType = int32_t(d.reductionType);
+        p.weight = d.weight;
+        p.labelSmoothing = d.labelSmoothing;
+        p.numberOfClasses = float(d.numberOfClasses);
+        p.epsilon = d.epsilon;
+        p.delta = d.delta;
+        p.partialsOffset = int32_t(int64_t(i) * pixels);
+        backend.lossElements(cb, p, sources[i]->storage(0), l.labelsImage()->storage(0),
+                             l.weightsImage() ? l.weightsImage()->storage(0) : BufferSlice{},
+                             destinations[i]->storage(0), perElement ? l.lossImage()->storage(0) : BufferSlice{},
+                             partials);
+    }
+    if (!perElement) {
+        LossReduceParams r{};
+        r.images = int32_t(N);
+        r.pixelsPerImage = int32_t(pixels);
+        r.reductionType = int32_t(d.reductionType);
+        r.acrossBatch = d.reduceAcrossBatch ? 1 : 0;
+        r.meanCount = float(d.lossType == CNNLossType::SoftMaxCrossEntropy ? pixels : pixels * C);
+        r.scaleGradient = d.scaleGradientByReduction ? 1 : 0;
+        backend.lossReduce(cb, r, partials, results);
+        const bool scaled = d.scaleGradientByReduction && (d.reductionType == CNNReductionType::Mean ||
+                                                           d.reductionType == CNNReductionType::SumByNonZeroWeights);
+        for (size_t i = 0; i < N; ++i) {
+            if (scaled) {
+                LossScaleParams s{};
+                s.destination = destinations[i]->layout(0, C);
+                s.batch = 1;
+                s.resultIndex = int32_t(i);
+                backend.lossScaleGradient(cb, s, results, destinations[i]->storage(0));
+            }
+            backend.copyBuffer(cb, results.advancedBy(2 * i * sizeof(float)), labels[i]->lossImage()->storage(0),
+                               sizeof(float));
+        }
+    }
+    for (size_t i = 0; i < N; ++i) {
+        sources[i]->noteRead();
+        labels[i]->noteRead();
+    }
+}
+
+}  // namespace mpsgrad

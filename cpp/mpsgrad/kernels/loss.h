@@ -1,0 +1,134 @@
+// The loss family (MPSCNNLoss.h): CNNLossDataDescriptor, CNNLossLabels, CNNLossDescriptor and
+// CNNLoss (spec §2.12). Formulas and mpsgrad's decisions where Apple's text is wrong or silent:
+// metal/loss_math.h and docs/losses_and_optimizers.md.
+//
+// CNNLoss performs the forward and the backward pass in one encode: the destination receives the
+// gradient dL/dy of the reduced loss, and labels.lossImage() the loss (per element for reduction
+// None, else one value per image; or one value for the whole batch with reduceAcrossBatch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/kernel.h"
+#include "core/state.h"
+#include "metal/loss_params.h"
+
+namespace mpsgrad {
+
+// MPSCNNLossType
+enum class CNNLossType : uint32_t {
+    MeanAbsoluteError = 0,
+    MeanSquaredError = 1,
+    SoftMaxCrossEntropy = 2,
+    SigmoidCrossEntropy = 3,
+    CategoricalCrossEntropy = 4,
+    Hinge = 5,
+    Huber = 6,
+    CosineDistance = 7,
+    Log = 8,
+    KullbackLeiblerDivergence = 9,
+};
+
+// MPSCNNReductionType
+enum class CNNReductionType : int32_t { None = 0, Sum = 1, Mean = 2, SumByNonZeroWeights = 3 };
+
+struct LossSize {
+    int64_t width = 1, height = 1, channels = 1;
+};
+
+// MPSCNNLossDataDescriptor: float data with its layout, size and strides (the data is copied).
+// HWC: element (x, y, c) at byte y * bytesPerRow + (x * channels + c) * 4 of image 0.
+// CHW: element (x, y, c) at byte c * bytesPerImage + y * bytesPerRow + x * 4.
+class CNNLossDataDescriptor {
+public:
+    // +cnnLossDataDescriptorWithData:layout:size: (dense strides)
+    CNNLossDataDescriptor(std::vector<float> data, DataLayout layout, LossSize size);
+
+    DataLayout layout() const { return layout_; }
+    const LossSize& size() const { return size_; }
+    size_t bytesPerRow() const { return bytesPerRow_; }
+    size_t bytesPerImage() const { return bytesPerImage_; }
+    // ValueError unless the data holds every element with the new stride.
+    void setBytesPerRow(size_t bytes);
+    void setBytesPerImage(size_t bytes);
+    const std::vector<float>& data() const { return data_; }
+    // The elements in dense HWC order.
+    std::vector<float> denseHWC() const;
+
+private:
+    void checkStrides(size_t bytesPerRow, size_t bytesPerImage) const;
+    std::vector<float> data_;
+    DataLayout layout_;
+    LossSize size_;
+    size_t bytesPerRow_ = 0, bytesPerImage_ = 0;
+};
+
+// MPSCNNLossLabels
+class CNNLossLabels final : public State {
+public:
+    // -initWithDevice:labelsDescriptor: (loss image 1x1x1)
+    CNNLossLabels(const Device& device, const CNNLossDataDescriptor& labels);
+    // -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (weights may be null)
+    CNNLossLabels(const Device& device, LossSize lossImageSize, const CNNLossDataDescriptor& labels,
+                  const CNNLossDataDescriptor* weights);
+    // -initWithDevice:lossImageSize:labelsImage:weightsImage: (images retained, not copied)
+    CNNLossLabels(const Device& device, LossSize lossImageSize, ImagePtr labels, ImagePtr weights);
+    const char* className() const override { return "CNNLossLabels"; }
+
+    const ImagePtr& lossImage() const { return loss_; }
+    const ImagePtr& labelsImage() const { return labels_; }
+    const ImagePtr& weightsImage() const { return weights_; }  // may be null
+
+private:
+    void makeLossImage(LossSize size);
+    ImagePtr loss_, labels_, weights_;
+};
+
+using LossLabelsPtr = std::shared_ptr<CNNLossLabels>;
+
+// MPSCNNLossDescriptor. scaleGradientByReduction (mpsgrad, default true): the gradient is that of
+// the reduced loss (Mean / SumByNonZeroWeights divide it by the count too).
+struct CNNLossDescriptor {
+    CNNLossType lossType = CNNLossType::MeanSquaredError;
+    CNNReductionType reductionType = CNNReductionType::None;
+    float weight = 1.0f;
+    float labelSmoothing = 0.0f;
+    int64_t numberOfClasses = 1;
+    float epsilon = 1e-7f;
+    float delta = 1.0f;
+    bool reduceAcrossBatch = false;
+    bool scaleGradientByReduction = true;
+
+    // +cnnLossDescriptorWithType:reductionType:
+    static CNNLossDescriptor make(CNNLossType type, CNNReductionType reduction);
+    // ValueError naming the field for values or combinations that are not allowed.
+    void validate() const;
+};
+
+// MPSCNNLoss. Offsets and clip rectangles are not supported (the whole image is used), as for
+// MPSNNForwardLoss.
+class CNNLoss final : public Kernel {
+public:
+    // -initWithDevice:lossDescriptor:
+    CNNLoss(const Device& device, const CNNLossDescriptor& descriptor);
+    const char* className() const override { return "CNNLoss"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<CNNLoss> initWithCoder(serial::Reader& reader, const Device& device);
+    const CNNLossDescriptor& descriptor() const { return descriptor_; }
+
+    // -encodeToCommandBuffer:sourceImage:labels:destinationImage:
+    void encode(CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels, const ImagePtr& destination);
+    // -encodeToCommandBuffer:sourceImage:labels: (a new persistent destination)
+    ImagePtr encode(CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels);
+    // -encodeBatchToCommandBuffer:sourceImages:labels:destinationImages:
+    void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
+                     const ImageBatch& destinations);
+    ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels);
+
+private:
+    CNNLossDescriptor descriptor_;
+};
+
+}  // namespace mpsgrad
