@@ -475,6 +475,10 @@ def output_cases():
                        ("CNNBatchNormalizationStatisticsGradient", "statistics_gradient"),
                        ("CNNBatchNormalizationGradient", "gradient")):
         cases[name] = (lambda r: lambda q, dev, k: batch_normalization_pass(q, dev, **{r: k}))(role)
+    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
+                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
+        cases[name] = optimizer_steps
+    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
     return cases
 
 
@@ -507,11 +511,6 @@ def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_g
     cb.wait_until_completed()
     return [m.batch_to_numpy(ys), np.array(state.gradient_for_gamma), np.array(state.gradient_for_beta),
             m.batch_to_numpy(dxs)]
-    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
-                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
-        cases[name] = optimizer_steps
-    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
-    return cases
 
 
 def optimizer_steps(q, dev, k):
@@ -720,7 +719,17 @@ def states(device):
     wb.weights[...] = randn(rng("wb"), 8, 3, 3, 4)
     wb.biases[...] = randn(rng("bb"), 8)
     wb.label = "wb"
-    return [plain, empty, wb]
+    gamma_beta = m.CNNNormalizationGammaAndBetaState(device, randn(rng("gamma"), 5), randn(rng("beta"), 5))
+    gamma_beta.label = "gamma/beta"
+    mean_variance = m.CNNNormalizationMeanAndVarianceState(device, randn(rng("mean"), 3),
+                                                           np.abs(randn(rng("var"), 3)))
+    return [plain, empty, wb, gamma_beta, mean_variance]
+
+
+def image_holding_states(device):
+    """States that hold images, which have no coder (as MPSImage): they refuse with TypeError."""
+    labels = m.CNNLossLabels(device, m.CNNLossDataDescriptor(randn(rng("labels"), 2, 3, 4)))
+    return [labels]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -781,6 +790,7 @@ def gradient_states(device):
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)
     out.append(state)
+    out.append(m.CNNBatchNormalization(device, bn_source()).result_state(image(rng("x"), device)))
     cb.commit()
     cb.wait_until_completed()
     return out
@@ -790,9 +800,12 @@ def test_every_state_class_has_a_rule(device):
     """Every State class is serializable (states() covers it) or a gradient state that refuses."""
     classes = {n for n, c in vars(m._mpsgrad).items() if isinstance(c, type) and issubclass(c, m.State)}
     serializable = {type(s).__name__ for s in states(device)}
-    refusing = {type(s).__name__ for s in gradient_states(device)}
+    refusing = {type(s).__name__ for s in gradient_states(device) + image_holding_states(device)}
     bases = {"NNGradientState", "NNBinaryGradientState"}  # the abstract gradient-state classes
     assert classes - serializable - refusing - bases == set(), "State classes without a rule"
+    for state in image_holding_states(device):
+        with pytest.raises(TypeError, match="not serializable"):
+            state.to_bytes()
     for state in gradient_states(device):
         assert isinstance(state, (m.NNGradientState, m.NNBinaryGradientState))
         with pytest.raises(TypeError, match="gradient state"):

@@ -51,6 +51,11 @@ public:
     int64_t numberOfFeatureChannels() const { return channels_; }
     BufferSlice gamma() const { return resourceAtIndex(0); }
     BufferSlice beta() const { return resourceAtIndex(1); }
+    // -initWithCoder:device: (a persistent state with the serialized gamma and beta)
+    static std::shared_ptr<CNNNormalizationGammaAndBetaState> initWithCoder(serial::Reader& reader, const Device& device);
+
+protected:
+    void encodeWithCoder(serial::Writer& writer) const override;  // label, gamma, beta
 
 private:
     CNNNormalizationGammaAndBetaState(const Device& device, int64_t channels, bool temporary, const CommandBuffer* cb);
@@ -69,6 +74,11 @@ public:
     int64_t numberOfFeatureChannels() const { return channels_; }
     BufferSlice mean() const { return resourceAtIndex(0); }
     BufferSlice variance() const { return resourceAtIndex(1); }
+    // -initWithCoder:device: (a persistent state with the serialized mean and variance)
+    static std::shared_ptr<CNNNormalizationMeanAndVarianceState> initWithCoder(serial::Reader& reader, const Device& device);
+
+protected:
+    void encodeWithCoder(serial::Writer& writer) const override;  // label, mean, variance
 
 private:
     CNNNormalizationMeanAndVarianceState(const Device& device, int64_t channels, bool temporary,

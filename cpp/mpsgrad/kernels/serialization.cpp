@@ -611,6 +611,49 @@ std::shared_ptr<CNNBatchNormalizationGradient> CNNBatchNormalizationGradient::in
     return kernel;
 }
 
+// The two per-channel vector states of the normalization families: label and both vectors.
+namespace {
+
+void writeVectorPair(serial::Writer& w, const std::string& label, int64_t channels, const BufferSlice& first,
+                     const BufferSlice& second) {
+    w.string(label);
+    w.floats(first.floats(), size_t(channels));
+    w.floats(second.floats(), size_t(channels));
+}
+
+// Reads the label and the two vectors (named `first`, `second`) and builds T(device, first, second).
+template <class T>
+std::shared_ptr<T> readVectorPair(serial::Reader& r, const Device& device, const char* first, const char* second) {
+    std::string label = r.string("label");
+    std::vector<float> a = r.floats(first);
+    std::vector<float> b = r.floats(second);
+    if (a.size() != b.size())
+        r.fail(second, detail::concat("has ", b.size(), " values but ", first, " has ", a.size()));
+    auto state = asSerializationError(r, first, [&] { return std::make_shared<T>(device, a, b); });
+    state->label = std::move(label);
+    return state;
+}
+
+}  // namespace
+
+void CNNNormalizationGammaAndBetaState::encodeWithCoder(serial::Writer& w) const {
+    writeVectorPair(w, label, channels_, gamma(), beta());
+}
+
+std::shared_ptr<CNNNormalizationGammaAndBetaState> CNNNormalizationGammaAndBetaState::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    return readVectorPair<CNNNormalizationGammaAndBetaState>(r, device, "gamma", "beta");
+}
+
+void CNNNormalizationMeanAndVarianceState::encodeWithCoder(serial::Writer& w) const {
+    writeVectorPair(w, label, channels_, mean(), variance());
+}
+
+std::shared_ptr<CNNNormalizationMeanAndVarianceState> CNNNormalizationMeanAndVarianceState::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    return readVectorPair<CNNNormalizationMeanAndVarianceState>(r, device, "mean", "variance");
+}
+
 // ---- optimizers -----------------------------------------------------------------------------------
 
 namespace {
@@ -759,6 +802,13 @@ void addKernel(const char* tag, F initWithCoder) {
     });
 }
 
+template <class F>
+void addState(const char* tag, F initWithCoder) {
+    Registry<State>::instance().add(tag, [initWithCoder](Reader& r, const Device& device, uint32_t) {
+        return std::shared_ptr<State>(initWithCoder(r, device));
+    });
+}
+
 }  // namespace
 
 void registerBuiltinClasses() {
@@ -805,10 +855,9 @@ void registerBuiltinClasses() {
     addKernel("CNNLoss", &CNNLoss::initWithCoder);
 
 
-    Registry<State>::instance().add("CNNConvolutionWeightsAndBiasesState", [](Reader& r, const Device& device,
-                                                                               uint32_t) {
-        return std::shared_ptr<State>(CNNConvolutionWeightsAndBiasesState::initWithCoder(r, device));
-    });
+    addState("CNNNormalizationGammaAndBetaState", &CNNNormalizationGammaAndBetaState::initWithCoder);
+    addState("CNNNormalizationMeanAndVarianceState", &CNNNormalizationMeanAndVarianceState::initWithCoder);
+    addState("CNNConvolutionWeightsAndBiasesState", &CNNConvolutionWeightsAndBiasesState::initWithCoder);
 }
 
 }  // namespace serial
