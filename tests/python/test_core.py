@@ -542,3 +542,12 @@ def test_many_buffers_in_flight(device, queue):
         assert cb.status == m.CommandBufferStatus.COMPLETED
     for i, out in enumerate(outs):
         assert np.all(out.to_numpy() == float(i))
+
+
+def test_unavailable_device_says_why():
+    """A device that cannot be made names the reason, not only the list of devices."""
+    with pytest.raises(ValueError, match="devices are 'cpu' and 'metal'"):
+        m.Device("gpu")
+    if "metal" not in m.Device.available():
+        with pytest.raises(ValueError, match="no Metal backend|Metal could not be set up"):
+            m.Device("metal")

@@ -30,13 +30,26 @@ std::shared_ptr<Backend> backendNamed(const std::string& name) {
     return nullptr;
 }
 
+// Why `name` names no usable device, for the error message.
+std::string whyUnavailable(const std::string& name) {
+    if (name != "metal") return "mpsgrad's devices are 'cpu' and 'metal'";
+#ifdef MPSGRAD_HAS_METAL
+    std::string reason = metalUnavailableReason();
+    return "Metal could not be set up: " + (reason.empty() ? std::string("no Metal device") : reason);
+#else
+    return "this build has no Metal backend (it is built on macOS, or on Linux with "
+           "-DMPSGRAD_METAL_EMULATION=ON; docs/metal.md)";
+#endif
+}
+
 }  // namespace
 
 Device::Device(const std::string& name) : name_(name), backend_(backendNamed(name)) {
     if (!backend_) {
         std::string available;
         for (const auto& n : availableDevices()) available += (available.empty() ? "" : ", ") + n;
-        throwValueError("device: '", name, "' is not available in this build (available: ", available, ")");
+        throwValueError("device: '", name, "' is not available: ", whyUnavailable(name), " (available: ", available,
+                        ")");
     }
 }
 
