@@ -114,8 +114,9 @@ void bindArithmetic(py::module_& m) {
 
     py::class_<CNNAddGradient, CNNArithmeticGradient, std::shared_ptr<CNNAddGradient>>(
         m, "CNNAddGradient", "MPSCNNAddGradient: primary dX = primary_scale*G, secondary dY = secondary_scale*G")
-        .def(py::init([](py::object device, bool secondary) {
-                 return std::make_shared<CNNAddGradient>(arithmeticDevice(device), secondary);
+        .def(py::init([](py::object device, Hinted<bool> secondary) {
+                 return std::make_shared<CNNAddGradient>(arithmeticDevice(device),
+                                                 toBool(secondary, "is_secondary_source_filter"));
              }),
              py::arg("device"), py::arg("is_secondary_source_filter"),
              "-[MPSCNNAddGradient initWithDevice:isSecondarySourceFilter:]");
@@ -123,8 +124,9 @@ void bindArithmetic(py::module_& m) {
         m, "CNNSubtractGradient",
         "MPSCNNSubtractGradient: primary dX = primary_scale*G, secondary dY = -secondary_scale*G (MPS code that "
         "sets primary_scale = -1 on the secondary filter still gets -G)")
-        .def(py::init([](py::object device, bool secondary) {
-                 return std::make_shared<CNNSubtractGradient>(arithmeticDevice(device), secondary);
+        .def(py::init([](py::object device, Hinted<bool> secondary) {
+                 return std::make_shared<CNNSubtractGradient>(arithmeticDevice(device),
+                                                 toBool(secondary, "is_secondary_source_filter"));
              }),
              py::arg("device"), py::arg("is_secondary_source_filter"),
              "-[MPSCNNSubtractGradient initWithDevice:isSecondarySourceFilter:]");
@@ -132,8 +134,9 @@ void bindArithmetic(py::module_& m) {
         m, "CNNMultiplyGradient",
         "MPSCNNMultiplyGradient: primary dX = pS*sS*y*G (source_image = y), secondary dY = pS*sS*x*G "
         "(source_image = x)")
-        .def(py::init([](py::object device, bool secondary) {
-                 return std::make_shared<CNNMultiplyGradient>(arithmeticDevice(device), secondary);
+        .def(py::init([](py::object device, Hinted<bool> secondary) {
+                 return std::make_shared<CNNMultiplyGradient>(arithmeticDevice(device),
+                                                 toBool(secondary, "is_secondary_source_filter"));
              }),
              py::arg("device"), py::arg("is_secondary_source_filter"),
              "-[MPSCNNMultiplyGradient initWithDevice:isSecondarySourceFilter:]");
@@ -141,8 +144,9 @@ void bindArithmetic(py::module_& m) {
         m, "CNNDivideGradient",
         "mpsgrad extension (MPS has no divide gradient): primary dX = G*pS/(sS*y) (source_image = y), secondary "
         "dY = -G*pS*x/(sS*y^2) (source_image = x; y is the copy CNNDivide stored in the state)")
-        .def(py::init([](py::object device, bool secondary) {
-                 return std::make_shared<CNNDivideGradient>(arithmeticDevice(device), secondary);
+        .def(py::init([](py::object device, Hinted<bool> secondary) {
+                 return std::make_shared<CNNDivideGradient>(arithmeticDevice(device),
+                                                 toBool(secondary, "is_secondary_source_filter"));
              }),
              py::arg("device"), py::arg("is_secondary_source_filter"),
              "CNNDivideGradient(device, is_secondary_source_filter), shaped like the MPS arithmetic gradient inits");

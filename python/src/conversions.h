@@ -5,6 +5,7 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <cstdint>
 #include <limits>
@@ -17,6 +18,13 @@
 namespace mpsgrad::python {
 
 namespace py = pybind11;
+
+// A parameter the signature and the stubs show as T (or T1 | T2 ...) but whose value reaches the
+// binding unconverted, so that the to*() functions below check it and name the parameter in the
+// error. (pybind11's own casters would convert None or 1 to a bool, and fail with a message that
+// names no parameter.)
+template <typename... T>
+using Hinted = py::typing::Union<T...>;
 
 inline std::string typeName(py::handle value) {
     return std::string(py::str(py::type::of(value).attr("__qualname__")));

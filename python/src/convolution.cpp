@@ -12,7 +12,7 @@ public:
     explicit PythonDataSource(py::object object) : object_(std::move(object)) {
         for (const char* name : {"descriptor", "weights", "bias_terms", "load", "purge"})
             if (!py::hasattr(object_, name))
-                throwTypeError("weights: the data source ", std::string(py::repr(object_.get_type())),
+                throwTypeError("weights: the data source ", std::string(py::repr(py::type::of(object_))),
                                " has no method ", name, "() (MPSCNNConvolutionDataSource protocol)");
     }
     ~PythonDataSource() override {
@@ -38,7 +38,7 @@ public:
         py::object d = object_.attr("descriptor")();
         if (!py::isinstance<CNNConvolutionDescriptor>(d))
             throwTypeError("data_source.descriptor(): expected a CNNConvolutionDescriptor, got ",
-                           std::string(py::repr(d.get_type())));
+                           std::string(py::repr(py::type::of(d))));
         descriptor_ = d.cast<CNNConvolutionDescriptor>();
         return descriptor_;
     }
@@ -93,7 +93,7 @@ private:
             array = Array::ensure(value);
         } catch (...) {
         }
-        if (!array) throwTypeError(what, ": expected a float32 array, got ", std::string(py::repr(value.get_type())));
+        if (!array) throwTypeError(what, ": expected a float32 array, got ", std::string(py::repr(py::type::of(value))));
         if (array.size() != count)
             throwValueError(what, ": expected ", count, " float32 values, got ", array.size());
         return array;

@@ -121,10 +121,10 @@ ImageBatch toImageBatch(py::handle value, const char* what) {
     ImageBatch batch;
     if (value.is_none()) return batch;
     if (!py::isinstance<py::sequence>(value) || py::isinstance<Image>(value))
-        throwTypeError(what, ": expected a list of Image, got ", std::string(py::repr(value.get_type())));
+        throwTypeError(what, ": expected a list of Image, got ", std::string(py::repr(py::type::of(value))));
     for (auto item : value) {
         if (!py::isinstance<Image>(item))
-            throwTypeError(what, ": expected a list of Image, found ", std::string(py::repr(item.get_type())));
+            throwTypeError(what, ": expected a list of Image, found ", std::string(py::repr(py::type::of(item))));
         batch.push_back(item.cast<ImagePtr>());
     }
     return batch;
@@ -134,10 +134,10 @@ StateBatch toStateBatch(py::handle value, const char* what) {
     StateBatch batch;
     if (value.is_none()) return batch;
     if (!py::isinstance<py::sequence>(value) || py::isinstance<State>(value))
-        throwTypeError(what, ": expected a list of State, got ", std::string(py::repr(value.get_type())));
+        throwTypeError(what, ": expected a list of State, got ", std::string(py::repr(py::type::of(value))));
     for (auto item : value) {
         if (!py::isinstance<State>(item))
-            throwTypeError(what, ": expected a list of State, found ", std::string(py::repr(item.get_type())));
+            throwTypeError(what, ": expected a list of State, found ", std::string(py::repr(py::type::of(item))));
         batch.push_back(item.cast<StatePtr>());
     }
     return batch;
@@ -169,7 +169,7 @@ py::array_t<float, py::array::c_style | py::array::forcecast> floatArrayOfShape(
         array = Array::ensure(data);
     } catch (...) {
     }
-    if (!array) throwTypeError(what, ": expected a float32 array-like or bytes, got ", std::string(py::repr(data.get_type())));
+    if (!array) throwTypeError(what, ": expected a float32 array-like or bytes, got ", std::string(py::repr(py::type::of(data))));
     std::vector<py::ssize_t> got(array.shape(), array.shape() + array.ndim());
     if (got != shape)
         throwValueError(what, ": expected shape ", describe(shape), ", got ", describe(got));
@@ -239,7 +239,7 @@ py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle 
         array = Array::ensure(data);
     } catch (...) {
     }
-    if (!array) throwTypeError(what, ": expected a float32 array-like, got ", std::string(py::repr(data.get_type())));
+    if (!array) throwTypeError(what, ": expected a float32 array-like, got ", std::string(py::repr(py::type::of(data))));
     if (array.ndim() == 3) array = array.reshape({py::ssize_t(1), array.shape(0), array.shape(1), array.shape(2)});
     if (array.ndim() != 4)
         throwValueError(what, ": expected an array of shape (height, width, channels) or (n, height, width, channels), "

@@ -9,14 +9,14 @@ namespace {
 
 ImagePtr requireImage(py::handle value, const char* what) {
     if (value.is_none() || !py::isinstance<Image>(value))
-        throwTypeError(what, ": expected an Image, got ", std::string(py::repr(value.get_type())));
+        throwTypeError(what, ": expected an Image, got ", std::string(py::repr(py::type::of(value))));
     return value.cast<ImagePtr>();
 }
 
 StatePtr optionalState(py::handle value, const char* what) {
     if (value.is_none()) return nullptr;
     if (!py::isinstance<State>(value))
-        throwTypeError(what, ": expected a State, got ", std::string(py::repr(value.get_type())));
+        throwTypeError(what, ": expected a State, got ", std::string(py::repr(py::type::of(value))));
     return value.cast<StatePtr>();
 }
 
@@ -99,7 +99,7 @@ public:
         py::object result = override(sources, states, kernelObject, suggested);
         if (!py::isinstance<ImageDescriptor>(result))
             throwTypeError("padding.destination_image_descriptor(): expected an ImageDescriptor, got ",
-                           std::string(py::repr(result.get_type())));
+                           std::string(py::repr(py::type::of(result))));
         return result.cast<ImageDescriptor>();
     }
     std::shared_ptr<NNPadding> inverse() const override {

@@ -49,11 +49,12 @@ void bindUpsampling(py::module_& m) {
         m, "CNNUpsamplingBilinear",
         "MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto "
         "each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).")
-        .def(py::init([](py::object device, int64_t sx, int64_t sy, bool alignCorners) {
-                 return std::make_shared<CNNUpsamplingBilinear>(upsamplingDevice(device), sx, sy, alignCorners);
+        .def(py::init([](py::object device, int64_t sx, int64_t sy, Hinted<bool> alignCorners) {
+                 return std::make_shared<CNNUpsamplingBilinear>(upsamplingDevice(device), sx, sy,
+                                                                toBool(alignCorners, "align_corners"));
              }),
              py::arg("device"), py::arg("integer_scale_factor_x"), py::arg("integer_scale_factor_y"),
-             py::arg("align_corners") = false,
+             py::arg("align_corners") = py::bool_(false),
              "-[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]")
         .def_readwrite("coordinate_mode", &CNNUpsamplingBilinear::coordinateMode,
                        "mpsgrad option: the output-to-input coordinate rule when align_corners is False");

@@ -480,3 +480,14 @@ def test_16_fail_on_commit_exercises_the_error_path(device, queue):
     cb2.commit()
     cb2.wait_until_completed()
     assert y.to_numpy().any()
+
+
+def test_bool_parameters_are_strict(device):
+    """None, 0/1 and strings are not bools: TypeError naming the parameter (pybind11 would convert them)."""
+    for bad in (None, 1, "yes"):
+        with pytest.raises(TypeError, match="align_corners: expected a bool"):
+            m.CNNUpsamplingBilinear(device, 2, 2, bad)
+        with pytest.raises(TypeError, match="is_secondary_source_filter: expected a bool"):
+            m.CNNAddGradient(device, bad)
+    assert m.CNNUpsamplingBilinear(device, 2, 2, np.bool_(True)).align_corners
+    assert m.CNNSubtractGradient(device, True).is_secondary_source_filter
