@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNForwardLoss', 'NNGradientState', 'NNInitialGradient', 'NNLossGradient', 'NNLossKernel', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -2688,6 +2688,16 @@ class NNOptimizerStochasticGradientDescent(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
         """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:resultState: ([gamma] or [gamma, beta]; result_state, a CNNNormalizationGammaAndBetaState, is required)
+        """
     @property
     def momentum_scale(self) -> float:
         ...
@@ -2717,6 +2727,16 @@ class NNOptimizerRMSProp(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
         """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputSumOfSquaresVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputSumOfSquaresVectors:resultState: ([gamma] or [gamma, beta]; result_state required)
+        """
     @property
     def decay(self) -> float:
         ...
@@ -2740,6 +2760,16 @@ class NNOptimizerAdam(NNOptimizer):
     def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: ([gamma] or [gamma, beta]; result_state required)
         """
     @property
     def beta1(self) -> float:
@@ -3055,6 +3085,91 @@ class CNNLoss(Kernel):
     @property
     def weight(self) -> float:
         ...
+class NNLossKernel(Kernel):
+    """
+    The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)
+    """
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @epsilon.setter
+    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @label_smoothing.setter
+    def label_smoothing(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        macOS 11: one loss for the whole batch
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg1: bool) -> None:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
+    @weight.setter
+    def weight(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class NNForwardLoss(NNLossKernel):
+    """
+    MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; returns the loss images)
+        """
+class NNLossGradient(NNLossKernel):
+    """
+    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per image for a reduced loss (broadcast). computeLabelGradients is not implemented.
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSNNLossGradient initWithDevice:lossDescriptor:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (returns the gradient images)
+        """
+class NNInitialGradient(Kernel):
+    """
+    MPSNNInitialGradient: an image of the source's size filled with 1.0
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNInitialGradient initWithDevice:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:[destinationImage:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
+        """
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from

@@ -1,5 +1,6 @@
 // Bindings of the loss family (MPSCNNLoss.h): CNNLossType, CNNReductionType, CNNLossDataDescriptor,
-// CNNLossLabels, CNNLossDescriptor, CNNLoss.
+// CNNLossLabels, CNNLossDescriptor, CNNLoss, and the 10.15 split loss: NNForwardLoss, NNLossGradient,
+// NNInitialGradient.
 #include "bindings.h"
 #include "kernels/loss.h"
 
@@ -59,6 +60,101 @@ std::vector<LossLabelsPtr> labelsList(py::handle value) {
         out.push_back(item.cast<LossLabelsPtr>());
     }
     return out;
+}
+
+}  // namespace
+
+namespace {
+
+// An optional image batch (None: empty).
+ImageBatch optionalBatch(py::handle value, const char* what) {
+    return value.is_none() ? ImageBatch{} : toImageBatch(value, what);
+}
+
+void bindSplitLoss(py::module_& m) {
+    py::class_<NNLossKernel, Kernel, std::shared_ptr<NNLossKernel>>(
+        m, "NNLossKernel", "The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)")
+        .def_property_readonly("loss_type", [](const NNLossKernel& k) { return k.descriptor().lossType; })
+        .def_property_readonly("reduction_type", [](const NNLossKernel& k) { return k.descriptor().reductionType; })
+        .def_property_readonly("number_of_classes",
+                               [](const NNLossKernel& k) { return k.descriptor().numberOfClasses; })
+        .def_property("weight", [](const NNLossKernel& k) { return k.descriptor().weight; }, &NNLossKernel::setWeight)
+        .def_property("label_smoothing", [](const NNLossKernel& k) { return k.descriptor().labelSmoothing; },
+                      &NNLossKernel::setLabelSmoothing)
+        .def_property("epsilon", [](const NNLossKernel& k) { return k.descriptor().epsilon; },
+                      &NNLossKernel::setEpsilon)
+        .def_property("delta", [](const NNLossKernel& k) { return k.descriptor().delta; }, &NNLossKernel::setDelta)
+        .def_property("reduce_across_batch", [](const NNLossKernel& k) { return k.descriptor().reduceAcrossBatch; },
+                      &NNLossKernel::setReduceAcrossBatch, "macOS 11: one loss for the whole batch");
+
+    py::class_<NNForwardLoss, NNLossKernel, std::shared_ptr<NNForwardLoss>>(
+        m, "NNForwardLoss",
+        "MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, "
+        "else 1x1x1 per image)")
+        .def(py::init([](py::object device, const CNNLossDescriptor& d) {
+                 return std::make_shared<NNForwardLoss>(lossDevice(device), d);
+             }),
+             py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNForwardLoss initWithDevice:lossDescriptor:]")
+        .def("encode_batch", [](NNForwardLoss& k, CommandBuffer& cb, py::handle sources, py::handle labels,
+                                py::handle weights, py::handle destinations) {
+                 ImageBatch src = toImageBatch(sources, "source_images");
+                 ImageBatch lab = toImageBatch(labels, "labels");
+                 ImageBatch w = optionalBatch(weights, "weights");
+                 if (destinations.is_none()) return k.encodeBatch(cb, src, lab, w);
+                 ImageBatch dst = toImageBatch(destinations, "destination_images");
+                 k.encodeBatch(cb, src, lab, w, dst);
+                 return dst;
+             },
+             py::arg("command_buffer"), py::arg("source_images"), py::arg("labels"), py::arg("weights") = py::none(),
+             py::arg("destination_images") = py::none(),
+             "-encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: "
+             "(labels, weights: image batches; returns the loss images)");
+
+    py::class_<NNLossGradient, NNLossKernel, std::shared_ptr<NNLossGradient>>(
+        m, "NNLossGradient",
+        "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per "
+        "image for a reduced loss (broadcast). computeLabelGradients is not implemented.")
+        .def(py::init([](py::object device, const CNNLossDescriptor& d) {
+                 return std::make_shared<NNLossGradient>(lossDevice(device), d);
+             }),
+             py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNLossGradient initWithDevice:lossDescriptor:]")
+        .def("encode_batch", [](NNLossGradient& k, CommandBuffer& cb, py::handle gradients, py::handle sources,
+                                py::handle labels, py::handle weights, py::handle destinations) {
+                 ImageBatch g = toImageBatch(gradients, "source_gradients");
+                 ImageBatch src = toImageBatch(sources, "source_images");
+                 ImageBatch lab = toImageBatch(labels, "labels");
+                 ImageBatch w = optionalBatch(weights, "weights");
+                 if (destinations.is_none()) return k.encodeBatch(cb, g, src, lab, w);
+                 ImageBatch dst = toImageBatch(destinations, "destination_gradients");
+                 k.encodeBatch(cb, g, src, lab, w, dst);
+                 return dst;
+             },
+             py::arg("command_buffer"), py::arg("source_gradients"), py::arg("source_images"), py::arg("labels"),
+             py::arg("weights") = py::none(), py::arg("destination_gradients") = py::none(),
+             "-encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:"
+             "[destinationGradients:] (returns the gradient images)");
+
+    py::class_<NNInitialGradient, Kernel, std::shared_ptr<NNInitialGradient>>(
+        m, "NNInitialGradient", "MPSNNInitialGradient: an image of the source's size filled with 1.0")
+        .def(py::init([](py::object device) { return std::make_shared<NNInitialGradient>(lossDevice(device)); }),
+             py::arg("device"), "-[MPSNNInitialGradient initWithDevice:]")
+        .def("encode", [](NNInitialGradient& k, CommandBuffer& cb, const ImagePtr& source, py::object destination) {
+                 if (destination.is_none()) return k.encodeBatch(cb, {source}).at(0);
+                 ImagePtr d = optionalImage(destination, "destination_image");
+                 k.encodeBatch(cb, {source}, {d});
+                 return d;
+             },
+             py::arg("command_buffer"), py::arg("source_image"), py::arg("destination_image") = py::none(),
+             "-encodeToCommandBuffer:sourceImage:[destinationImage:]")
+        .def("encode_batch", [](NNInitialGradient& k, CommandBuffer& cb, py::handle sources, py::handle destinations) {
+                 ImageBatch src = toImageBatch(sources, "source_images");
+                 if (destinations.is_none()) return k.encodeBatch(cb, src);
+                 ImageBatch dst = toImageBatch(destinations, "destination_images");
+                 k.encodeBatch(cb, src, dst);
+                 return dst;
+             },
+             py::arg("command_buffer"), py::arg("source_images"), py::arg("destination_images") = py::none(),
+             "-encodeBatchToCommandBuffer:sourceImages:[destinationImages:]");
 }
 
 }  // namespace
@@ -180,6 +276,8 @@ void bindLoss(py::module_& m) {
              py::arg("command_buffer"), py::arg("source_images"), py::arg("labels"),
              py::arg("destination_images") = py::none(),
              "-encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images");
+
+    bindSplitLoss(m);
 }
 
 }  // namespace mpsgrad::python

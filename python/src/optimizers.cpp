@@ -5,6 +5,7 @@
 
 #include "bindings.h"
 #include "core/vector.h"
+#include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
 #include "kernels/optimizers.h"
 
@@ -155,6 +156,18 @@ std::vector<VectorPtr> vectorList(const py::object& value, const char* what) {
 
 const Vector& resultOr(const VectorPtr& result, const Vector& values) { return result ? *result : values; }
 
+using BNState = CNNBatchNormalizationState;
+using GammaBeta = std::shared_ptr<CNNNormalizationGammaAndBetaState>;
+
+CNNNormalizationGammaAndBetaState* requiredResult(const GammaBeta& result) {
+    if (!result) throwValueError("result_state: required (a CNNNormalizationGammaAndBetaState)");
+    return result.get();
+}
+
+// The batch-normalization encodes take the gradient + source form first, so that a call with one
+// state (its third argument a list or None, not a state) falls through to the single-state form.
+constexpr const char* kBnSourceDoc = " (batch_normalization_gradient_state + batch_normalization_source_state form)";
+
 void bindOptimizerBase(py::module_& m) {
     py::enum_<NNRegularizationType>(m, "NNRegularizationType", "MPSNNRegularizationType")
         .value("NONE", NNRegularizationType::None)
@@ -246,7 +259,23 @@ void bindSgd(py::module_& m) {
              py::arg("command_buffer"), py::arg("convolution_gradient_state"), py::arg("convolution_source_state"),
              py::arg("input_momentum_vectors") = py::none(), py::arg("result_state") = py::none(),
              "-encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:"
-             "resultState: ([weights] or [weights, biases]; result None: in place)");
+             "resultState: ([weights] or [weights, biases]; result None: in place)")
+        .def("encode", [](SGD& o, CommandBuffer& cb, BNState& gs, BNState& source, py::object momentum,
+                          const GammaBeta& result) {
+                 o.encode(cb, gs, &source, vectorList(momentum, "input_momentum_vectors"), requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_gradient_state"),
+             py::arg("batch_normalization_source_state"), py::arg("input_momentum_vectors") = py::none(),
+             py::arg("result_state") = py::none(),
+             (std::string("-encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:"
+                          "inputMomentumVectors:resultState:") + kBnSourceDoc).c_str())
+        .def("encode", [](SGD& o, CommandBuffer& cb, BNState& state, py::object momentum, const GammaBeta& result) {
+                 o.encode(cb, state, nullptr, vectorList(momentum, "input_momentum_vectors"), requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_state"),
+             py::arg("input_momentum_vectors") = py::none(), py::arg("result_state") = py::none(),
+             "-encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:resultState: ([gamma] or "
+             "[gamma, beta]; result_state, a CNNNormalizationGammaAndBetaState, is required)");
 }
 
 void bindRmsProp(py::module_& m) {
@@ -275,7 +304,24 @@ void bindRmsProp(py::module_& m) {
              py::arg("command_buffer"), py::arg("convolution_gradient_state"), py::arg("convolution_source_state"),
              py::arg("input_sum_of_squares_vectors"), py::arg("result_state") = py::none(),
              "-encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:"
-             "resultState:");
+             "resultState:")
+        .def("encode", [](NNOptimizerRMSProp& o, CommandBuffer& cb, BNState& gs, BNState& source, py::object s,
+                          const GammaBeta& result) {
+                 o.encode(cb, gs, &source, vectorList(s, "input_sum_of_squares_vectors"), requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_gradient_state"),
+             py::arg("batch_normalization_source_state"), py::arg("input_sum_of_squares_vectors"),
+             py::arg("result_state") = py::none(),
+             (std::string("-encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:"
+                          "inputSumOfSquaresVectors:resultState:") + kBnSourceDoc).c_str())
+        .def("encode", [](NNOptimizerRMSProp& o, CommandBuffer& cb, BNState& state, py::object s,
+                          const GammaBeta& result) {
+                 o.encode(cb, state, nullptr, vectorList(s, "input_sum_of_squares_vectors"), requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_state"), py::arg("input_sum_of_squares_vectors"),
+             py::arg("result_state") = py::none(),
+             "-encodeToCommandBuffer:batchNormalizationState:inputSumOfSquaresVectors:resultState: ([gamma] or "
+             "[gamma, beta]; result_state required)");
 }
 
 void bindAdam(py::module_& m) {
@@ -321,7 +367,31 @@ void bindAdam(py::module_& m) {
              py::arg("input_momentum_vectors"), py::arg("input_velocity_vectors"),
              py::arg("maximum_velocity_vectors") = py::none(), py::arg("result_state") = py::none(),
              "-encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:"
-             "inputVelocityVectors:[maximumVelocityVectors:]resultState:");
+             "inputVelocityVectors:[maximumVelocityVectors:]resultState:")
+        .def("encode", [](NNOptimizerAdam& o, CommandBuffer& cb, BNState& gs, BNState& source, py::object mom,
+                          py::object vel, py::object maxVel, const GammaBeta& result) {
+                 o.encode(cb, gs, &source, vectorList(mom, "input_momentum_vectors"),
+                          vectorList(vel, "input_velocity_vectors"), vectorList(maxVel, "maximum_velocity_vectors"),
+                          requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_gradient_state"),
+             py::arg("batch_normalization_source_state"), py::arg("input_momentum_vectors"),
+             py::arg("input_velocity_vectors"), py::arg("maximum_velocity_vectors") = py::none(),
+             py::arg("result_state") = py::none(),
+             (std::string("-encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:"
+                          "inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:") +
+              kBnSourceDoc).c_str())
+        .def("encode", [](NNOptimizerAdam& o, CommandBuffer& cb, BNState& state, py::object mom, py::object vel,
+                          py::object maxVel, const GammaBeta& result) {
+                 o.encode(cb, state, nullptr, vectorList(mom, "input_momentum_vectors"),
+                          vectorList(vel, "input_velocity_vectors"), vectorList(maxVel, "maximum_velocity_vectors"),
+                          requiredResult(result));
+             },
+             py::arg("command_buffer"), py::arg("batch_normalization_state"), py::arg("input_momentum_vectors"),
+             py::arg("input_velocity_vectors"), py::arg("maximum_velocity_vectors") = py::none(),
+             py::arg("result_state") = py::none(),
+             "-encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:inputVelocityVectors:"
+             "[maximumVelocityVectors:]resultState: ([gamma] or [gamma, beta]; result_state required)");
 }
 
 }  // namespace

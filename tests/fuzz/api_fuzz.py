@@ -392,6 +392,32 @@ def loss_ops(r: random.Random, ctx: Context):
     check_close(labels.loss_image.to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
 
 
+@family("split_loss")
+def split_loss_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 6)
+    y_arr, t_arr = random_array(r, h, w, c), random_array(r, h, w, c)
+    seed = np.float32(r.uniform(-2.0, 2.0))
+    ctx.start_call()
+    d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
+    forward, gradient = m.NNForwardLoss(ctx.device, d), m.NNLossGradient(ctx.device, d)
+    gradient.delta = ctx.bad(r, 1.0, [0.0, -1.0, float("inf")], what="delta")
+    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1), (h, w + 1, c)], what="labels shape")
+    g_shape = ctx.bad(r, (1, 1, 1), [(h, w, c)] if (h, w, c) != (1, 1, 1) else [(1, 1, 2)],
+                      what="source gradient shape")
+    ys = [m.Image.from_numpy(y_arr, ctx.device)]
+    ts = [m.Image.from_numpy(t_arr if t_shape == (h, w, c) else random_array(r, *t_shape), ctx.device)]
+    gs = [m.Image.from_numpy(np.full(g_shape, seed, np.float32), ctx.device)]
+    cb = ctx.queue.command_buffer()
+    losses = forward.encode_batch(cb, ys, ts)
+    grads = gradient.encode_batch(cb, gs, ys, ts)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("NNForwardLoss / NNLossGradient encode")
+    diff = y_arr.astype(np.float64) - t_arr
+    check_close(losses[0].to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
+    check_close(grads[0].to_numpy()[0], 2 * float(seed) * diff, "MSE gradient x source gradient")
+
+
 # ---------------------------------------------------------------------------------------------
 # convolution (forward, data and weight gradients), stride 1, same size, zero padding
 

@@ -203,7 +203,11 @@ FACTORIES = {
     "CNNLoss": lambda dev: m.CNNLoss(dev, loss_descriptor()),
     "CNNLoss[cosine]": lambda dev: m.CNNLoss(
         dev, m.CNNLossDescriptor(m.CNNLossType.COSINE_DISTANCE, m.CNNReductionType.SUM)),
+    "NNForwardLoss": lambda dev: m.NNForwardLoss(dev, loss_descriptor()),
+    "NNLossGradient": lambda dev: m.NNLossGradient(dev, loss_descriptor()),
+    "NNInitialGradient": lambda dev: m.NNInitialGradient(dev),
 }
+
 
 
 def optimizer_descriptor():
@@ -223,7 +227,7 @@ def loss_descriptor():
 
 def configured(name, dev):
     k = FACTORIES[name](dev)
-    if isinstance(k, (m.NNOptimizer, m.CNNLoss)):  # Kernel properties only
+    if isinstance(k, (m.NNOptimizer, m.CNNLoss, m.NNLossKernel, m.NNInitialGradient)):  # Kernel properties only
         k.options = int(m.KernelOptions.VERBOSE)
         k.label = "optimizer or loss"
         return k
@@ -298,7 +302,8 @@ def assert_same_properties(a, b):
 def test_every_kernel_class_has_a_case():
     """A new kernel family must add its classes here (and to the registry in C++)."""
     abstract = {"Kernel", "CNNKernel", "CNNBinaryKernel", "CNNGradientKernel", "CNNArithmetic", "CNNArithmeticGradient",
-                "CNNPooling", "CNNPoolingGradient", "CNNUpsampling", "CNNUpsamplingGradient", "NNOptimizer"}
+                "CNNPooling", "CNNPoolingGradient", "CNNUpsampling", "CNNUpsamplingGradient", "NNOptimizer",
+                "NNLossKernel"}
     classes = {n for n, c in vars(m._mpsgrad).items() if isinstance(c, type) and issubclass(c, m.Kernel)}
     covered = {name.split("[")[0] for name in FACTORIES}
     assert classes - abstract - covered == set(), "kernel classes without a serialization case"
@@ -479,6 +484,7 @@ def output_cases():
                  "NNOptimizerRMSProp", "NNOptimizerAdam"):
         cases[name] = optimizer_steps
     cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
+    cases["NNForwardLoss"] = cases["NNLossGradient"] = cases["NNInitialGradient"] = split_loss_outputs
     return cases
 
 
@@ -542,6 +548,24 @@ def loss_outputs(q, dev, k):
     cb.commit()
     cb.wait_until_completed()
     return [out.to_numpy(), labels.loss_image.to_numpy()]
+
+
+def split_loss_outputs(q, dev, k):
+    """NNForwardLoss: the loss images; NNLossGradient: the gradients for a source gradient of 2;
+    NNInitialGradient: its ones."""
+    gen = rng("split-loss")
+    ys = m.batch_from_numpy(randn(gen, 2, 4, 5, 3), dev)
+    ts = m.batch_from_numpy(randn(gen, 2, 4, 5, 3), dev)
+    cb = q.command_buffer()
+    if isinstance(k, m.NNForwardLoss):
+        out = k.encode_batch(cb, ys, ts)
+    elif isinstance(k, m.NNLossGradient):
+        out = k.encode_batch(cb, m.batch_from_numpy(np.full((2, 1, 1, 1), 2.0, np.float32), dev), ys, ts)
+    else:
+        out = k.encode_batch(cb, ys)
+    cb.commit()
+    cb.wait_until_completed()
+    return [m.batch_to_numpy(out)]
 
 
 def binary_forward(q, dev, k):

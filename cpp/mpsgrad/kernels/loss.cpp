@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "kernels/arithmetic.h"
 
 namespace mpsgrad {
 namespace {
@@ -199,61 +200,80 @@ ImageBatch CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
 void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
                           const ImageBatch& destinations) {
     checkCommandBuffer(cb);
-    descriptor_.validate();
     const size_t N = sources.size();
-    if (N == 0) throwValueError("source_images: empty");
     if (labels.size() != N) throwValueError("labels: ", labels.size(), " labels for ", N, " source images");
     if (destinations.size() != N)
         throwValueError("destination_images: ", destinations.size(), " images for ", N, " source images");
-    const Image& first = *sources.at(0);
-    const int64_t W = first.width(), H = first.height(), C = first.featureChannels();
-    const bool perElement = descriptor_.reductionType == CNNReductionType::None;
+    std::vector<LossPassImages> images(N);
     for (size_t i = 0; i < N; ++i) {
-        if (!sources[i] || !labels[i] || !destinations[i]) throwValueError("encode: image ", i, " or its labels is None");
-        const Image& s = *sources[i];
-        const CNNLossLabels& l = *labels[i];
+        if (!labels[i]) throwValueError("labels: item ", i, " is None");
+        labels[i]->checkUsable(cb, "labels");
+        images[i] = {sources[i], labels[i]->labelsImage(), labels[i]->weightsImage(), destinations[i],
+                     labels[i]->lossImage()};
+    }
+    encodeLossPass(device_, cb, descriptor_, images, "labels");
+    for (size_t i = 0; i < N; ++i) labels[i]->noteRead();
+}
+
+// ---- the pass shared by CNNLoss and the split loss kernels ------------------------------------------------
+
+void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescriptor& d,
+                    const std::vector<LossPassImages>& images, const char* labelsName) {
+    d.validate();
+    const size_t N = images.size();
+    if (N == 0) throwValueError("source_images: empty");
+    if (!images[0].source) throwValueError("source_images: contains None");
+    const Image& first = *images[0].source;
+    const int64_t W = first.width(), H = first.height(), C = first.featureChannels();
+    const bool perElement = d.reductionType == CNNReductionType::None;
+    for (size_t i = 0; i < N; ++i) {
+        const LossPassImages& im = images[i];
+        if (!im.source || !im.labels || !im.gradient || !im.loss)
+            throwValueError("encode: image ", i, " or its labels is None");
+        const Image& s = *im.source;
         s.checkUsable(cb, "source_image");
-        destinations[i]->checkUsable(cb, "destination_image");
-        l.checkUsable(cb, "labels");
-        if (s.numberOfImages() != 1 || destinations[i]->numberOfImages() != 1)
+        im.gradient->checkUsable(cb, "destination_image");
+        if (s.numberOfImages() != 1 || im.gradient->numberOfImages() != 1)
             throwValueError("source_image: images with number_of_images > 1 are not supported; use "
                             "batch_representation()");
         if (s.width() != W || s.height() != H || s.featureChannels() != C)
             throwValueError("source_images: image ", i, " is ", sizeText(s), ", image 0 ", sizeText(first));
-        if (!sameSize(*l.labelsImage(), LossSize{W, H, C}))
-            throwValueError("labels: the labels image is ", sizeText(*l.labelsImage()), " but the source image ",
+        if (!sameSize(*im.labels, LossSize{W, H, C}))
+            throwValueError(labelsName, ": the labels image is ", sizeText(*im.labels), " but the source image ",
                             sizeText(s));
-        if (!sameSize(*destinations[i], LossSize{W, H, C}))
-            throwValueError("destination_image: is ", sizeText(*destinations[i]), " but the source image ", sizeText(s));
-        const Image& lossImage = *l.lossImage();
+        if (im.weights && !sameSize(*im.weights, LossSize{W, H, C}))
+            throwValueError("weights: the weights image is ", sizeText(*im.weights), " but the source image ",
+                            sizeText(s));
+        if (!sameSize(*im.gradient, LossSize{W, H, C}))
+            throwValueError("destination_image: is ", sizeText(*im.gradient), " but the source image ", sizeText(s));
+        const Image& lossImage = *im.loss;
         if (perElement && !sameSize(lossImage, LossSize{W, H, C}))
-            throwValueError("labels: reduction NONE needs a loss image of the source's size ", sizeText(s),
+            throwValueError(labelsName, ": reduction NONE needs a loss image of the source's size ", sizeText(s),
                             " (loss_image_size), got ", sizeText(lossImage));
         if (!perElement && !sameSize(lossImage, LossSize{1, 1, 1}))
-            throwValueError("labels: a reduced loss needs a (1, 1, 1) loss image (loss_image_size), got ",
+            throwValueError(labelsName, ": a reduced loss needs a (1, 1, 1) loss image (loss_image_size), got ",
                             sizeText(lossImage));
-        for (const ImagePtr& other : {l.labelsImage(), l.weightsImage()})
-            if (other) other->checkUsable(cb, "labels");
+        for (const ImagePtr& other : {im.labels, im.weights, im.loss})
+            if (other) other->checkUsable(cb, labelsName);
     }
     const int64_t pixels = W * H;
     if (int64_t(N) * pixels > INT32_MAX / 2) throwValueError("source_images: too many pixels in one batch");
 
-    Backend& backend = device_.backend();
+    Backend& backend = device.backend();
     BufferSlice partials, results;
     if (!perElement) {
         partials = BufferSlice{backend.newBuffer(size_t(N) * size_t(pixels) * 2 * sizeof(float)), 0};
         results = BufferSlice{backend.newBuffer(size_t(N) * 2 * sizeof(float)), 0};
     }
-    const CNNLossDescriptor& d = descriptor_;
     for (size_t i = 0; i < N; ++i) {
-        const CNNLossLabels& l = *labels[i];
+        const LossPassImages& im = images[i];
         LossElementsParams p{};
-        p.source = sources[i]->layout(0, C);
-        p.labels = l.labelsImage()->layout(0, C);
-        p.destination = destinations[i]->layout(0, C);
-        p.hasWeights = l.weightsImage() ? 1 : 0;
-        p.weights = l.weightsImage() ? l.weightsImage()->layout(0, C) : p.labels;
-        p.loss = perElement ? l.lossImage()->layout(0, C) : p.labels;
+        p.source = im.source->layout(0, C);
+        p.labels = im.labels->layout(0, C);
+        p.destination = im.gradient->layout(0, C);
+        p.hasWeights = im.weights ? 1 : 0;
+        p.weights = im.weights ? im.weights->layout(0, C) : p.labels;
+        p.loss = perElement ? im.loss->layout(0, C) : p.labels;
         p.batch = 1;
         p.lossType = int32_t(d.lossType);
         p.reductionType = int32_t(d.reductionType);
@@ -263,10 +283,9 @@ void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const st
         p.epsilon = d.epsilon;
         p.delta = d.delta;
         p.partialsOffset = int32_t(int64_t(i) * pixels);
-        backend.lossElements(cb, p, sources[i]->storage(0), l.labelsImage()->storage(0),
-                             l.weightsImage() ? l.weightsImage()->storage(0) : BufferSlice{},
-                             destinations[i]->storage(0), perElement ? l.lossImage()->storage(0) : BufferSlice{},
-                             partials);
+        backend.lossElements(cb, p, im.source->storage(0), im.labels->storage(0),
+                             im.weights ? im.weights->storage(0) : BufferSlice{}, im.gradient->storage(0),
+                             perElement ? im.loss->storage(0) : BufferSlice{}, partials);
     }
     if (!perElement) {
         LossReduceParams r{};
@@ -282,19 +301,223 @@ void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const st
         for (size_t i = 0; i < N; ++i) {
             if (scaled) {
                 LossScaleParams s{};
-                s.destination = destinations[i]->layout(0, C);
+                s.destination = images[i].gradient->layout(0, C);
                 s.batch = 1;
                 s.resultIndex = int32_t(i);
-                backend.lossScaleGradient(cb, s, results, destinations[i]->storage(0));
+                backend.lossScaleGradient(cb, s, results, images[i].gradient->storage(0));
             }
-            backend.copyBuffer(cb, results.advancedBy(2 * i * sizeof(float)), labels[i]->lossImage()->storage(0),
+            backend.copyBuffer(cb, results.advancedBy(2 * i * sizeof(float)), images[i].loss->storage(0),
                                sizeof(float));
         }
     }
-    for (size_t i = 0; i < N; ++i) {
-        sources[i]->noteRead();
-        labels[i]->noteRead();
+    for (size_t i = 0; i < N; ++i) images[i].source->noteRead();  // the callers account for the labels
+}
+
+// ---- the split loss (10.15) -----------------------------------------------------------------------------
+
+namespace {
+
+// A new 1x1x1 image holding `value`.
+ImagePtr scalarImage(const Device& device, float value) {
+    ImagePtr image = imageOfSize(device, LossSize{1, 1, 1});
+    image->writeBytes(&value, DataLayout::HeightxWidthxFeatureChannels, 0);
+    return image;
+}
+
+// destination = primary * secondary, an operand of size 1x1x1 being broadcast (strides 0).
+void encodeProduct(CNNMultiply& multiply, CommandBuffer& cb, const ImagePtr& primary, const ImagePtr& secondary,
+                   const ImagePtr& destination) {
+    auto scalar = [](const Image& i) { return i.width() == 1 && i.height() == 1 && i.featureChannels() == 1; };
+    const int64_t ps = scalar(*primary) ? 0 : 1, ss = scalar(*secondary) ? 0 : 1;
+    multiply.primaryStrideInPixelsX = multiply.primaryStrideInPixelsY = ps;
+    multiply.primaryStrideInFeatureChannels = ps;
+    multiply.secondaryStrideInPixelsX = multiply.secondaryStrideInPixelsY = ss;
+    multiply.secondaryStrideInFeatureChannels = ss;
+    multiply.encode(cb, primary, secondary, StatePtr{}, destination);
+}
+
+void noteLabelsRead(const ImageBatch& labels, const ImageBatch& weights) {
+    for (const ImageBatch* batch : {&labels, &weights})
+        for (const ImagePtr& image : *batch) image->noteRead();
+}
+
+}  // namespace
+
+NNLossKernel::NNLossKernel(const Device& device, const CNNLossDescriptor& descriptor)
+    : Kernel(device), descriptor_(descriptor) {
+    descriptor_.validate();
+}
+
+// Each setter validates the whole descriptor and keeps the old value on error.
+#define MPSGRAD_LOSS_SETTER(Name, field, Type)   \
+    void NNLossKernel::Name(Type value) {        \
+        CNNLossDescriptor d = descriptor_;       \
+        d.field = value;                         \
+        d.validate();                            \
+        descriptor_ = d;                         \
     }
+MPSGRAD_LOSS_SETTER(setWeight, weight, float)
+MPSGRAD_LOSS_SETTER(setLabelSmoothing, labelSmoothing, float)
+MPSGRAD_LOSS_SETTER(setEpsilon, epsilon, float)
+MPSGRAD_LOSS_SETTER(setDelta, delta, float)
+#undef MPSGRAD_LOSS_SETTER
+
+ImageDescriptor NNLossKernel::lossImageDescriptor(const Image& source) const {
+    const bool perElement = descriptor_.reductionType == CNNReductionType::None;
+    return ImageDescriptor::make(ImageFeatureChannelFormat::Float32, perElement ? source.width() : 1,
+                                 perElement ? source.height() : 1, perElement ? source.featureChannels() : 1);
+}
+
+std::vector<LossPassImages> NNLossKernel::passImages(const ImageBatch& sources, const ImageBatch& labels,
+                                                     const ImageBatch& weights) const {
+    const size_t N = sources.size();
+    if (labels.size() != N) throwValueError("labels: ", labels.size(), " label images for ", N, " source images");
+    if (!weights.empty() && weights.size() != N)
+        throwValueError("weights: ", weights.size(), " weight images for ", N, " source images (or None)");
+    std::vector<LossPassImages> images(N);
+    for (size_t i = 0; i < N; ++i) {
+        if (!sources[i]) throwValueError("source_images: item ", i, " is None");
+        if (!labels[i]) throwValueError("labels: item ", i, " is None");
+        images[i].source = sources[i];
+        images[i].labels = labels[i];
+        images[i].weights = weights.empty() ? nullptr : weights[i];
+        if (!weights.empty() && !weights[i]) throwValueError("weights: item ", i, " is None");
+    }
+    return images;
+}
+
+void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
+                                const ImageBatch& weights, const ImageBatch& destinations) {
+    checkCommandBuffer(cb);
+    std::vector<LossPassImages> images = passImages(sources, labels, weights);
+    if (destinations.size() != sources.size())
+        throwValueError("destination_images: ", destinations.size(), " images for ", sources.size(),
+                        " source images");
+    for (size_t i = 0; i < images.size(); ++i) {
+        if (!destinations[i]) throwValueError("destination_images: item ", i, " is None");
+        const ImageDescriptor want = lossImageDescriptor(*sources[i]);
+        const Image& d = *destinations[i];
+        if (d.width() != want.width || d.height() != want.height || d.featureChannels() != want.featureChannels ||
+            d.numberOfImages() != 1)
+            throwValueError("destination_images: image ", i, " is ", sizeText(d), " but the loss is ", want.width,
+                            " x ", want.height, " x ", want.featureChannels,
+                            descriptor_.reductionType == CNNReductionType::None ? " (reduction NONE: per element)"
+                                                                                : " (a reduced loss)");
+        images[i].loss = destinations[i];
+        images[i].gradient = std::make_shared<Image>(device_, sources[i]->descriptor());  // not kept
+    }
+    encodeLossPass(device_, cb, descriptor_, images, "labels");
+    noteLabelsRead(labels, weights);
+}
+
+ImageBatch NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
+                                      const ImageBatch& weights) {
+    ImageBatch destinations;
+    for (const ImagePtr& s : sources) {
+        if (!s) throwValueError("source_images: contains None");
+        destinations.push_back(std::make_shared<Image>(device_, lossImageDescriptor(*s)));
+    }
+    encodeBatch(cb, sources, labels, weights, destinations);
+    return destinations;
+}
+
+NNLossGradient::NNLossGradient(const Device& device, const CNNLossDescriptor& descriptor)
+    : NNLossKernel(device, descriptor), multiply_(std::make_shared<CNNMultiply>(device)) {}
+
+void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
+                                 const ImageBatch& labels, const ImageBatch& weights,
+                                 const ImageBatch& destinations) {
+    checkCommandBuffer(cb);
+    std::vector<LossPassImages> images = passImages(sources, labels, weights);
+    const size_t N = sources.size();
+    if (sourceGradients.size() != N)
+        throwValueError("source_gradients: ", sourceGradients.size(), " images for ", N, " source images");
+    if (destinations.size() != N)
+        throwValueError("destination_gradients: ", destinations.size(), " images for ", N, " source images");
+    for (size_t i = 0; i < N; ++i) {
+        const ImageDescriptor want = lossImageDescriptor(*sources[i]);
+        if (!sourceGradients[i]) throwValueError("source_gradients: item ", i, " is None");
+        const Image& g = *sourceGradients[i];
+        if (g.width() != want.width || g.height() != want.height || g.featureChannels() != want.featureChannels ||
+            g.numberOfImages() != 1)
+            throwValueError("source_gradients: image ", i, " is ", sizeText(g), " but the forward loss is ",
+                            want.width, " x ", want.height, " x ", want.featureChannels);
+        if (!destinations[i]) throwValueError("destination_gradients: item ", i, " is None");
+        g.checkUsable(cb, "source_gradients");
+        images[i].gradient = std::make_shared<Image>(device_, sources[i]->descriptor());
+        images[i].loss = std::make_shared<Image>(device_, want);  // the loss itself is not needed
+    }
+    // destination_gradients are checked by the pass through the scratch gradient's size and by the
+    // multiply (same size as the source).
+    for (size_t i = 0; i < N; ++i)
+        if (!sameSize(*destinations[i], LossSize{sources[i]->width(), sources[i]->height(),
+                                                 sources[i]->featureChannels()}))
+            throwValueError("destination_gradients: image ", i, " is ", sizeText(*destinations[i]),
+                            " but the source image ", sizeText(*sources[i]));
+    if (descriptor_.reductionType == CNNReductionType::None) {
+        // Per element: the gradient of sum(G * w * l) is that of the loss weighted by G * w (exact
+        // also for SoftMaxCE, whose channels are coupled: G is not a factor of its gradient).
+        const ImagePtr scalarWeight = images[0].weights ? nullptr : scalarImage(device_, descriptor_.weight);
+        for (size_t i = 0; i < N; ++i) {
+            auto weighted = std::make_shared<Image>(device_, sources[i]->descriptor());
+            encodeProduct(*multiply_, cb, sourceGradients[i], images[i].weights ? images[i].weights : scalarWeight,
+                          weighted);
+            images[i].weights = weighted;
+            images[i].gradient = destinations[i];
+        }
+        encodeLossPass(device_, cb, descriptor_, images, "labels");
+        noteLabelsRead(labels, weights);
+        return;
+    }
+    encodeLossPass(device_, cb, descriptor_, images, "labels");
+    noteLabelsRead(labels, weights);
+    for (size_t i = 0; i < N; ++i) encodeProduct(*multiply_, cb, images[i].gradient, sourceGradients[i], destinations[i]);
+}
+
+ImageBatch NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients,
+                                       const ImageBatch& sources, const ImageBatch& labels,
+                                       const ImageBatch& weights) {
+    ImageBatch destinations;
+    for (const ImagePtr& s : sources) {
+        if (!s) throwValueError("source_images: contains None");
+        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
+    }
+    encodeBatch(cb, sourceGradients, sources, labels, weights, destinations);
+    return destinations;
+}
+
+NNInitialGradient::NNInitialGradient(const Device& device)
+    : Kernel(device), multiply_(std::make_shared<CNNMultiply>(device)) {}
+
+void NNInitialGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& destinations) {
+    checkCommandBuffer(cb);
+    if (destinations.size() != sources.size())
+        throwValueError("destination_images: ", destinations.size(), " images for ", sources.size(),
+                        " source images");
+    for (size_t i = 0; i < sources.size(); ++i) {
+        if (!sources[i]) throwValueError("source_images: item ", i, " is None");
+        if (!destinations[i]) throwValueError("destination_images: item ", i, " is None");
+        sources[i]->checkUsable(cb, "source_image");
+        if (!sameSize(*destinations[i], LossSize{sources[i]->width(), sources[i]->height(),
+                                                 sources[i]->featureChannels()}))
+            throwValueError("destination_images: image ", i, " is ", sizeText(*destinations[i]),
+                            " but the source image ", sizeText(*sources[i]));
+    }
+    const ImagePtr one = scalarImage(device_, 1.0f);
+    for (size_t i = 0; i < sources.size(); ++i) {
+        encodeProduct(*multiply_, cb, one, one, destinations[i]);
+        sources[i]->noteRead();  // only its size is used, but MPS counts the read
+    }
+}
+
+ImageBatch NNInitialGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sources) {
+    ImageBatch destinations;
+    for (const ImagePtr& s : sources) {
+        if (!s) throwValueError("source_images: contains None");
+        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
+    }
+    encodeBatch(cb, sources, destinations);
+    return destinations;
 }
 
 }  // namespace mpsgrad

@@ -17,6 +17,8 @@
 
 namespace mpsgrad {
 
+class CNNMultiply;
+
 // MPSCNNLossType
 enum class CNNLossType : uint32_t {
     MeanAbsoluteError = 0,
@@ -129,6 +131,102 @@ public:
 
 private:
     CNNLossDescriptor descriptor_;
+};
+
+// ---- the pass shared by CNNLoss and the split loss kernels (10.15) ------------------------------------
+
+// One image of a loss pass: `gradient` receives dL/dy, `loss` the loss
+// (source-sized for reduction None, else 1x1x1). weights may be null.
+struct LossPassImages {
+    ImagePtr source, labels, weights, gradient, loss;
+};
+// Validates every image (ValueError naming the parameter; `labelsName` names the labels argument)
+// and encodes the loss pass of spec §2.12; the sources' read counts are decremented.
+void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescriptor& descriptor,
+                    const std::vector<LossPassImages>& images, const char* labelsName);
+
+// The properties the split loss kernels share: ro lossType, reductionType, numberOfClasses; rw
+// weight, labelSmoothing, epsilon, delta and reduceAcrossBatch (macOS 11), validated on set.
+// Offsets and clip rectangles are not supported (MPS: "non-default offset or clipRect is unsupported").
+class NNLossKernel : public Kernel {
+public:
+    const CNNLossDescriptor& descriptor() const { return descriptor_; }
+    void setWeight(float value);
+    void setLabelSmoothing(float value);
+    void setEpsilon(float value);
+    void setDelta(float value);
+    void setReduceAcrossBatch(bool value) { descriptor_.reduceAcrossBatch = value; }
+    // The loss image of one source: the source's size for reduction None, else 1x1x1.
+    ImageDescriptor lossImageDescriptor(const Image& source) const;
+
+protected:
+    NNLossKernel(const Device& device, const CNNLossDescriptor& descriptor);
+    // Labels (and weights, empty or one per source) as pass images for `sources`.
+    std::vector<LossPassImages> passImages(const ImageBatch& sources, const ImageBatch& labels,
+                                           const ImageBatch& weights) const;
+    void encodeLossProperties(serial::Writer& writer) const;
+    static CNNLossDescriptor decodeLossProperties(serial::Reader& reader);
+    CNNLossDescriptor descriptor_;
+};
+
+// MPSNNForwardLoss: the loss alone. The destination receives the loss: per element (source-sized)
+// for reduction None, else one value per image (1x1x1), or the batch's with reduceAcrossBatch.
+class NNForwardLoss final : public NNLossKernel {
+public:
+    // -initWithDevice:lossDescriptor:
+    NNForwardLoss(const Device& device, const CNNLossDescriptor& descriptor) : NNLossKernel(device, descriptor) {}
+    const char* className() const override { return "NNForwardLoss"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNForwardLoss> initWithCoder(serial::Reader& reader, const Device& device);
+
+    // -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages:
+    // (weights: empty or one per source; the destination states are not produced: the gradient
+    // kernel takes the dynamic properties from its own properties)
+    void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels, const ImageBatch& weights,
+                     const ImageBatch& destinations);
+    // The returning form (new persistent destinations of lossImageDescriptor's size).
+    ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
+                           const ImageBatch& weights);
+};
+
+// MPSNNLossGradient: the gradient with respect to the predictions of sum(sourceGradient * loss)
+// (computeLabelGradients, the labels' gradient, is not implemented). sourceGradient is the gradient
+// of the final objective with respect to the forward loss's output: 1x1x1 per image for a reduced
+// loss (destination = sourceGradient * d(loss)/dy), source-sized for reduction None (the loss is
+// weighted by it, which is exact for SoftMaxCE's coupled channels too).
+class NNLossGradient final : public NNLossKernel {
+public:
+    // -initWithDevice:lossDescriptor:
+    NNLossGradient(const Device& device, const CNNLossDescriptor& descriptor);
+    const char* className() const override { return "NNLossGradient"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNLossGradient> initWithCoder(serial::Reader& reader, const Device& device);
+
+    // -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:destinationGradients:
+    void encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
+                     const ImageBatch& labels, const ImageBatch& weights, const ImageBatch& destinations);
+    ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
+                           const ImageBatch& labels, const ImageBatch& weights);
+
+private:
+    std::shared_ptr<CNNMultiply> multiply_;
+};
+
+// MPSNNInitialGradient: a destination of the source's size filled with 1.0 (the seed gradient of
+// a scalar objective).
+class NNInitialGradient final : public Kernel {
+public:
+    explicit NNInitialGradient(const Device& device);
+    const char* className() const override { return "NNInitialGradient"; }
+    void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
+    static std::shared_ptr<NNInitialGradient> initWithCoder(serial::Reader& reader, const Device& device);
+
+    // -encodeBatchToCommandBuffer:sourceImages:destinationImages: and the single / returning forms
+    void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& destinations);
+    ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources);
+
+private:
+    std::shared_ptr<CNNMultiply> multiply_;
 };
 
 }  // namespace mpsgrad

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
 
 namespace mpsgrad {
@@ -132,6 +133,47 @@ void NNOptimizer::encodeVectors(CommandBuffer& cb, OptimizerParams p, const Vect
                                       slice(state2), result.data());
 }
 
+void NNOptimizer::encodeParameters(CommandBuffer& cb, const OptimizerParams& p, const ParameterTensor (&tensors)[2],
+                                   const StateVectors (&states)[3], bool statesRequired) {
+    // Number of parameter tensors updated: 2, or 1 when the state vectors are given for the first
+    // tensor only (the second is then copied to the result unchanged, as MPS documents).
+    size_t updated = 0;
+    for (const StateVectors& s : states) {
+        if (!s.vectors) continue;
+        const size_t n = s.vectors->size();
+        if (n == 0 && !statesRequired) continue;
+        if (n != 1 && n != 2)
+            throwValueError(s.name, ": expected 1 vector [", tensors[0].name, "] or 2 [", tensors[0].name, ", ",
+                            tensors[1].name, "], got ", n);
+        if (updated != 0 && n != updated)
+            throwValueError(s.name, ": has ", n, " vector(s) but the other state lists ", updated);
+        updated = n;
+        for (size_t k = 0; k < n; ++k) {
+            if (!(*s.vectors)[k]) throwValueError(s.name, "[", k, "]: is None");
+            const std::string name = std::string(s.name) + "[" + std::to_string(k) + "] (" + tensors[k].name + ")";
+            checkVector(*(*s.vectors)[k], name.c_str(), device_, tensors[k].count);
+        }
+    }
+    if (updated == 0) updated = 2;  // no state vectors (SGD without momentum): update both
+
+    Backend& backend = device_.backend();
+    for (size_t k = 0; k < 2; ++k) {
+        const ParameterTensor& t = tensors[k];
+        if (k >= updated) {  // not updated: the result keeps the source's values
+            if (t.result.buffer != t.values.buffer || t.result.offset != t.values.offset)
+                backend.copyBuffer(cb, t.values, t.result, size_t(t.count) * sizeof(float));
+            continue;
+        }
+        BufferSlice s[3];
+        for (int j = 0; j < 3; ++j)
+            if (states[j].vectors && states[j].vectors->size() > k) s[j] = (*states[j].vectors)[k]->data();
+        OptimizerParams q = p;
+        q.count = int32_t(t.count);  // the state classes bound their sizes below 2^31 floats
+        if (q.kind == kOptimizerSGD) q.hasState0 = s[0] ? 1 : 0;
+        backend.optimizerUpdate(cb, q, t.gradient, t.values, s[0], s[1], s[2], t.result);
+    }
+}
+
 void NNOptimizer::encodeConvolution(CommandBuffer& cb, OptimizerParams p, CNNConvolutionGradientState& gradientState,
                                     CNNConvolutionWeightsAndBiasesState& sourceState,
                                     const StateVectors (&states)[3], bool statesRequired,
@@ -150,47 +192,44 @@ void NNOptimizer::encodeConvolution(CommandBuffer& cb, OptimizerParams p, CNNCon
                             s->descriptor().outputFeatureChannels, " biases but the gradient state ", weightCount,
                             " and ", biasCount);
     }
-    // Number of parameter tensors updated: 2 (weights, biases), or 1 when the state vectors are
-    // given for the weights only.
-    size_t tensors = 0;
-    for (const StateVectors& s : states) {
-        if (!s.vectors) continue;
-        const size_t n = s.vectors->size();
-        if (n == 0 && !statesRequired) continue;
-        if (n != 1 && n != 2)
-            throwValueError(s.name, ": expected 1 vector [weights] or 2 [weights, biases], got ", n);
-        if (tensors != 0 && n != tensors)
-            throwValueError(s.name, ": has ", n, " vector(s) but the other state lists ", tensors);
-        tensors = n;
-        for (size_t k = 0; k < n; ++k) {
-            if (!(*s.vectors)[k]) throwValueError(s.name, "[", k, "]: is None");
-            const std::string name = std::string(s.name) + (k == 0 ? "[0] (weights)" : "[1] (biases)");
-            checkVector(*(*s.vectors)[k], name.c_str(), device_, k == 0 ? weightCount : biasCount);
-        }
-    }
-    if (tensors == 0) tensors = 2;  // no state vectors (SGD without momentum): update both
-
-    Backend& backend = device_.backend();
-    for (size_t k = 0; k < 2; ++k) {
-        const bool weights = k == 0;
-        const BufferSlice g = weights ? gradientState.gradientForWeights() : gradientState.gradientForBiases();
-        const BufferSlice w = weights ? sourceState.weights() : sourceState.biases();
-        const BufferSlice r = weights ? result.weights() : result.biases();
-        const int64_t count = weights ? weightCount : biasCount;
-        if (k >= tensors) {  // biases not updated: the result keeps the source's biases
-            if (&result != &sourceState) backend.copyBuffer(cb, w, r, size_t(count) * sizeof(float));
-            continue;
-        }
-        BufferSlice s[3];
-        for (int j = 0; j < 3; ++j)
-            if (states[j].vectors && states[j].vectors->size() > k) s[j] = (*states[j].vectors)[k]->data();
-        OptimizerParams q = p;
-        q.count = int32_t(count);  // CNNConvolutionDescriptor::validate bounds the weight count
-        if (q.kind == kOptimizerSGD) q.hasState0 = s[0] ? 1 : 0;
-        backend.optimizerUpdate(cb, q, g, w, s[0], s[1], s[2], r);
-    }
+    const ParameterTensor tensors[2] = {
+        {gradientState.gradientForWeights(), sourceState.weights(), result.weights(), weightCount, "weights"},
+        {gradientState.gradientForBiases(), sourceState.biases(), result.biases(), biasCount, "biases"}};
+    encodeParameters(cb, p, tensors, states, statesRequired);
     gradientState.noteRead();
     sourceState.noteRead();
+}
+
+void NNOptimizer::encodeBatchNormalization(CommandBuffer& cb, const OptimizerParams& p,
+                                           CNNBatchNormalizationState& gradientState,
+                                           CNNBatchNormalizationState* sourceState, const StateVectors (&states)[3],
+                                           bool statesRequired, CNNNormalizationGammaAndBetaState* resultState) {
+    checkCommandBuffer(cb);
+    const bool split = sourceState != nullptr;
+    const char* gradientName = split ? "batch_normalization_gradient_state" : "batch_normalization_state";
+    gradientState.checkUsable(cb, gradientName);
+    if (split) sourceState->checkUsable(cb, "batch_normalization_source_state");
+    CNNBatchNormalizationState& source = split ? *sourceState : gradientState;
+    // MPS writes the new gamma / beta into a gamma-and-beta state (the forward kernel takes them
+    // with reload_gamma_and_beta_with_command_buffer); there is no in-place form.
+    if (!resultState) throwValueError("result_state: required (a CNNNormalizationGammaAndBetaState)");
+    resultState->checkUsable(cb, "result_state");
+    if (!gradientState.gradientForGamma() || !gradientState.gradientForBeta())
+        throwValueError(gradientName, ": has no gradient_for_gamma / gradient_for_beta yet (encode a "
+                        "CNNBatchNormalizationStatisticsGradient with it first)");
+    const int64_t channels = gradientState.numberOfFeatureChannels();
+    if (source.numberOfFeatureChannels() != channels)
+        throwValueError("batch_normalization_source_state: has ", source.numberOfFeatureChannels(),
+                        " feature channels but the gradient state ", channels);
+    if (resultState->numberOfFeatureChannels() != channels)
+        throwValueError("result_state: has ", resultState->numberOfFeatureChannels(),
+                        " feature channels but the batch normalization state ", channels);
+    const ParameterTensor tensors[2] = {
+        {gradientState.gradientForGamma(), source.gamma(), resultState->gamma(), channels, "gamma"},
+        {gradientState.gradientForBeta(), source.beta(), resultState->beta(), channels, "beta"}};
+    encodeParameters(cb, p, tensors, states, statesRequired);
+    gradientState.noteRead();
+    if (split && sourceState != &gradientState) sourceState->noteRead();
 }
 
 // ---- SGD ----------------------------------------------------------------------------------------------
@@ -227,6 +266,15 @@ void NNOptimizerStochasticGradientDescent::encode(CommandBuffer& cb, CNNConvolut
     encodeConvolution(cb, params(!momentumVectors.empty()), gradientState, sourceState, states, false, resultState);
 }
 
+void NNOptimizerStochasticGradientDescent::encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState,
+                                                  CNNBatchNormalizationState* sourceState,
+                                                  const std::vector<VectorPtr>& momentumVectors,
+                                                  CNNNormalizationGammaAndBetaState* resultState) {
+    const StateVectors states[3] = {{&momentumVectors, "input_momentum_vectors"}, {nullptr, ""}, {nullptr, ""}};
+    encodeBatchNormalization(cb, params(!momentumVectors.empty()), gradientState, sourceState, states, false,
+                             resultState);
+}
+
 // ---- RMSProp ------------------------------------------------------------------------------------------
 
 NNOptimizerRMSProp::NNOptimizerRMSProp(const Device& device, float learningRate)
@@ -259,6 +307,15 @@ void NNOptimizerRMSProp::encode(CommandBuffer& cb, CNNConvolutionGradientState& 
     const StateVectors states[3] = {{&sumOfSquaresVectors, "input_sum_of_squares_vectors"}, {nullptr, ""},
                                     {nullptr, ""}};
     encodeConvolution(cb, params(), gradientState, sourceState, states, true, resultState);
+}
+
+void NNOptimizerRMSProp::encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState,
+                                CNNBatchNormalizationState* sourceState,
+                                const std::vector<VectorPtr>& sumOfSquaresVectors,
+                                CNNNormalizationGammaAndBetaState* resultState) {
+    const StateVectors states[3] = {{&sumOfSquaresVectors, "input_sum_of_squares_vectors"}, {nullptr, ""},
+                                    {nullptr, ""}};
+    encodeBatchNormalization(cb, params(), gradientState, sourceState, states, true, resultState);
 }
 
 // ---- Adam ---------------------------------------------------------------------------------------------
@@ -305,6 +362,19 @@ void NNOptimizerAdam::encode(CommandBuffer& cb, CNNConvolutionGradientState& gra
                                     {&velocityVectors, "input_velocity_vectors"},
                                     {amsgrad ? &maximumVelocityVectors : nullptr, "maximum_velocity_vectors"}};
     encodeConvolution(cb, params(amsgrad), gradientState, sourceState, states, true, resultState);
+    ++timeStep_;
+}
+
+void NNOptimizerAdam::encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState,
+                             CNNBatchNormalizationState* sourceState, const std::vector<VectorPtr>& momentumVectors,
+                             const std::vector<VectorPtr>& velocityVectors,
+                             const std::vector<VectorPtr>& maximumVelocityVectors,
+                             CNNNormalizationGammaAndBetaState* resultState) {
+    const bool amsgrad = !maximumVelocityVectors.empty();
+    const StateVectors states[3] = {{&momentumVectors, "input_momentum_vectors"},
+                                    {&velocityVectors, "input_velocity_vectors"},
+                                    {amsgrad ? &maximumVelocityVectors : nullptr, "maximum_velocity_vectors"}};
+    encodeBatchNormalization(cb, params(amsgrad), gradientState, sourceState, states, true, resultState);
     ++timeStep_;
 }
 

@@ -4,13 +4,16 @@
 // Every update preprocesses the gradient (clip, rescale, regularize: metal/optimizer_math.h) and
 // applies its rule element by element. The optimizer's own state vectors (momentum, sum of
 // squares, velocity, maximum velocity) are read and updated in place; the new values go to the
-// result, which may be the input (in-place update). Two encode families are implemented:
+// result, which may be the input (in-place update). Three encode families are implemented:
 //   * plain vectors (Vector, MPSVector);
 //   * a convolution's CNNConvolutionGradientState + CNNConvolutionWeightsAndBiasesState, with the
 //     state vectors given as [weights] or [weights, biases] (a single vector: the biases are not
-//     updated, they are copied to the result unchanged).
-// The batch-normalization / instance-normalization state families are not implemented yet
-// (those states do not exist in mpsgrad yet); see docs/losses_and_optimizers.md.
+//     updated, they are copied to the result unchanged);
+//   * batch normalization: a CNNBatchNormalizationState (its gamma/beta and gradient_for_gamma/
+//     beta), or a gradient state + a source state, written into a CNNNormalizationGammaAndBetaState;
+//     state vectors [gamma] or [gamma, beta].
+// Every state family reduces to two ParameterTensors handed to encodeParameters; another family
+// (instance / group normalization) is an overload that builds its two tensors and calls it.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,8 @@ namespace mpsgrad {
 
 class CNNConvolutionGradientState;
 class CNNConvolutionWeightsAndBiasesState;
+class CNNBatchNormalizationState;
+class CNNNormalizationGammaAndBetaState;
 
 // MPSNNRegularizationType
 enum class NNRegularizationType : uint32_t { None = 0, L1 = 1, L2 = 2 };
@@ -87,9 +92,25 @@ protected:
         const std::vector<VectorPtr>* vectors;  // may be null (not used by the rule)
         const char* name;
     };
+    // One parameter tensor of a state family: its gradient, its current values and where the new
+    // values go (may equal `values`: in place), `count` floats each.
+    struct ParameterTensor {
+        BufferSlice gradient, values, result;
+        int64_t count;
+        const char* name;  // "weights", "gamma"... (error messages)
+    };
+    // The common part of every state family: validates the state vector lists against the two
+    // tensors (each list empty, [first] or [first, second]) and encodes the updates.
+    void encodeParameters(CommandBuffer& cb, const OptimizerParams& p, const ParameterTensor (&tensors)[2],
+                          const StateVectors (&states)[3], bool statesRequired);
     void encodeConvolution(CommandBuffer& cb, OptimizerParams p, CNNConvolutionGradientState& gradientState,
                            CNNConvolutionWeightsAndBiasesState& sourceState, const StateVectors (&states)[3],
                            bool statesRequired, CNNConvolutionWeightsAndBiasesState* resultState);
+    // One update of a batch normalization's gamma and beta: gradients from gradientState, values
+    // from sourceState (null: from gradientState too), new values into resultState (required).
+    void encodeBatchNormalization(CommandBuffer& cb, const OptimizerParams& p, CNNBatchNormalizationState& gradientState,
+                                  CNNBatchNormalizationState* sourceState, const StateVectors (&states)[3],
+                                  bool statesRequired, CNNNormalizationGammaAndBetaState* resultState);
 
     NNOptimizerDescriptor descriptor_;
 };
@@ -117,6 +138,11 @@ public:
     void encode(CommandBuffer& cb, CNNConvolutionGradientState& gradientState,
                 CNNConvolutionWeightsAndBiasesState& sourceState, const std::vector<VectorPtr>& momentumVectors,
                 CNNConvolutionWeightsAndBiasesState* resultState);
+    // -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:resultState: (sourceState null)
+    // -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:
+    //  inputMomentumVectors:resultState:
+    void encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState, CNNBatchNormalizationState* sourceState,
+                const std::vector<VectorPtr>& momentumVectors, CNNNormalizationGammaAndBetaState* resultState);
 
 private:
     OptimizerParams params(bool hasMomentum) const;
@@ -145,6 +171,11 @@ public:
     void encode(CommandBuffer& cb, CNNConvolutionGradientState& gradientState,
                 CNNConvolutionWeightsAndBiasesState& sourceState, const std::vector<VectorPtr>& sumOfSquaresVectors,
                 CNNConvolutionWeightsAndBiasesState* resultState);
+    // -encodeToCommandBuffer:batchNormalizationState:inputSumOfSquaresVectors:resultState: (sourceState null)
+    // -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:
+    //  inputSumOfSquaresVectors:resultState:
+    void encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState, CNNBatchNormalizationState* sourceState,
+                const std::vector<VectorPtr>& sumOfSquaresVectors, CNNNormalizationGammaAndBetaState* resultState);
 
 private:
     OptimizerParams params() const;
@@ -181,6 +212,12 @@ public:
                 CNNConvolutionWeightsAndBiasesState& sourceState, const std::vector<VectorPtr>& momentumVectors,
                 const std::vector<VectorPtr>& velocityVectors, const std::vector<VectorPtr>& maximumVelocityVectors,
                 CNNConvolutionWeightsAndBiasesState* resultState);
+    // -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:inputVelocityVectors:
+    //  [maximumVelocityVectors:]resultState: (sourceState null), and the
+    //  batchNormalizationGradientState:batchNormalizationSourceState: form.
+    void encode(CommandBuffer& cb, CNNBatchNormalizationState& gradientState, CNNBatchNormalizationState* sourceState,
+                const std::vector<VectorPtr>& momentumVectors, const std::vector<VectorPtr>& velocityVectors,
+                const std::vector<VectorPtr>& maximumVelocityVectors, CNNNormalizationGammaAndBetaState* resultState);
 
 private:
     // The params of the next update (timeStep + 1); the caller advances timeStep after encoding.

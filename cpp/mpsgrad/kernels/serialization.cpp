@@ -789,6 +789,65 @@ std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device&
     return k;
 }
 
+void NNLossKernel::encodeLossProperties(serial::Writer& w) const {
+    const CNNLossDescriptor& d = descriptor_;
+    w.u32(static_cast<uint32_t>(d.lossType));
+    w.i32(static_cast<int32_t>(d.reductionType));
+    w.f32(d.weight);
+    w.f32(d.labelSmoothing);
+    w.i64(d.numberOfClasses);
+    w.f32(d.epsilon);
+    w.f32(d.delta);
+    w.boolean(d.reduceAcrossBatch);
+    w.boolean(d.scaleGradientByReduction);
+}
+
+CNNLossDescriptor NNLossKernel::decodeLossProperties(serial::Reader& r) {
+    CNNLossDescriptor d;
+    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
+    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
+    d.weight = r.f32("weight");
+    d.labelSmoothing = r.f32("label_smoothing");
+    d.numberOfClasses = r.i64("number_of_classes");
+    d.epsilon = r.f32("epsilon");
+    d.delta = r.f32("delta");
+    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
+    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
+    return d;
+}
+
+void NNForwardLoss::encodeWithCoder(serial::Writer& w) const {
+    encodeLossProperties(w);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNForwardLoss> NNForwardLoss::initWithCoder(serial::Reader& r, const Device& device) {
+    const CNNLossDescriptor d = decodeLossProperties(r);
+    auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<NNForwardLoss>(device, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNLossGradient::encodeWithCoder(serial::Writer& w) const {
+    encodeLossProperties(w);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<NNLossGradient> NNLossGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    const CNNLossDescriptor d = decodeLossProperties(r);
+    auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<NNLossGradient>(device, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+void NNInitialGradient::encodeWithCoder(serial::Writer& w) const { encodeKernelProperties(w); }
+
+std::shared_ptr<NNInitialGradient> NNInitialGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto k = std::make_shared<NNInitialGradient>(device);
+    k->decodeKernelProperties(r);
+    return k;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -853,6 +912,9 @@ void registerBuiltinClasses() {
     addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
     addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);
     addKernel("CNNLoss", &CNNLoss::initWithCoder);
+    addKernel("NNForwardLoss", &NNForwardLoss::initWithCoder);
+    addKernel("NNLossGradient", &NNLossGradient::initWithCoder);
+    addKernel("NNInitialGradient", &NNInitialGradient::initWithCoder);
 
 
     addState("CNNNormalizationGammaAndBetaState", &CNNNormalizationGammaAndBetaState::initWithCoder);
