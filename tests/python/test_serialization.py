@@ -496,6 +496,11 @@ def output_cases():
                        ("CNNBatchNormalizationStatisticsGradient", "statistics_gradient"),
                        ("CNNBatchNormalizationGradient", "gradient")):
         cases[name] = (lambda r: lambda q, dev, k: batch_normalization_pass(q, dev, **{r: k}))(role)
+    # (These optimizer / loss lines sat unreachable after batch_normalization_pass's return.)
+    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
+                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
+        cases[name] = optimizer_steps
+    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
     for family in ("Instance", "Group"):
         cases[f"CNN{family}Normalization"] = (lambda f: lambda q, dev, k: group_normalization_pass(
             q, dev, f, forward=k))(family)
@@ -551,11 +556,6 @@ def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_g
     cb.wait_until_completed()
     return [m.batch_to_numpy(ys), np.array(state.gradient_for_gamma), np.array(state.gradient_for_beta),
             m.batch_to_numpy(dxs)]
-    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
-                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
-        cases[name] = optimizer_steps
-    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
-    return cases
 
 
 def optimizer_steps(q, dev, k):
