@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNForwardLoss', 'NNGradientState', 'NNInitialGradient', 'NNLossGradient', 'NNLossKernel', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -2457,6 +2457,281 @@ class CNNBatchNormalizationGradient(CNNGradientKernel):
     @training_statistics.setter
     def training_statistics(self, arg0: bool) -> None:
         ...
+class CNNInstanceNormalizationDataSource:
+    """
+    @protocol MPSCNNInstanceNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma() and beta() (None: no bias) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, instance_normalization_state_batch) (GPU style: return a CNNNormalizationGammaAndBetaState for reload_gamma_and_beta_with_command_buffer) and update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) are called by the application; they receive one state per image and should sum the gradients over the batch.
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+class CNNInstanceNormalizationWeightsDataSource(CNNInstanceNormalizationDataSource):
+    """
+    A ready-made MPSCNNInstanceNormalizationDataSource holding gamma and beta in memory (the methods return writable views: change them, then call the kernel's reload_gamma_and_beta_from_data_source()). Its CPU-style update applies gamma -= learning_rate·Σ dγ, beta -= learning_rate·Σ dβ, summed over the batch of states.
+    """
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> float:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def update_gamma_and_beta_with_instance_normalization_state_batch(self, instance_normalization_state_batch: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithInstanceNormalizationStateBatch: (CPU style; the states' command buffer must have completed; decrements each temporary state's read count)
+        """
+    @property
+    def learning_rate(self) -> float:
+        """
+        the SGD step of the update method
+        """
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.Any) -> None:
+        ...
+class CNNInstanceNormalizationGradientState(NNGradientState):
+    """
+    MPSCNNInstanceNormalizationGradientState, made by CNNInstanceNormalization.result_state / temporary_result_state (one per image). Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
+    """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the (C,) beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the (C,) gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
+        """
+    @property
+    def instance_normalization(self) -> typing.Any:
+        """
+        -instanceNormalization: the kernel that made the state
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
+        """
+class CNNInstanceNormalization(CNNKernel):
+    """
+    MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and channel over the pixels. Encode with a destination_state (from result_state) to train; CNNInstanceNormalizationGradient then reads it.
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+        """
+        -initWithDevice:dataSource:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNInstanceNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; gradient_state is the image's CNNInstanceNormalizationGradientState.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
+class CNNGroupNormalizationDataSource:
+    """
+    @protocol MPSCNNGroupNormalizationDataSource. Any Python object with number_of_feature_channels(), number_of_groups(), gamma() and beta() (None: no bias; both per channel) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, group_normalization_state_batch) (GPU style) and update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) are called by the application.
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+class CNNGroupNormalizationWeightsDataSource(CNNGroupNormalizationDataSource):
+    """
+    A ready-made MPSCNNGroupNormalizationDataSource holding gamma, beta (per channel) and the number of groups. Its CPU-style update applies SGD with the gradients summed over the batch of states.
+    """
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, number_of_groups: typing.Any = 1, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        number_of_groups must divide len(gamma); epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> float:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def number_of_groups(self) -> int:
+        """
+        -numberOfGroups
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def set_number_of_groups(self, number_of_groups: typing.Any) -> None:
+        """
+        -setNumberOfGroups: (kernels read the number of groups when they are made)
+        """
+    def update_gamma_and_beta_with_group_normalization_state_batch(self, group_normalization_state_batch: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithGroupNormalizationStateBatch: (CPU style; decrements each temporary state's read count)
+        """
+    @property
+    def learning_rate(self) -> float:
+        """
+        the SGD step of the update method
+        """
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.Any) -> None:
+        ...
+class CNNGroupNormalizationGradientState(NNGradientState):
+    """
+    MPSCNNGroupNormalizationGradientState, made by CNNGroupNormalization.result_state / temporary_result_state (one per image).
+    """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the (C,) beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the (C,) gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
+        """
+    @property
+    def group_normalization(self) -> typing.Any:
+        """
+        -groupNormalization: the kernel that made the state
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
+        """
+class CNNGroupNormalization(CNNKernel):
+    """
+    MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, gamma and beta per channel.
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+        """
+        -initWithDevice:dataSource:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        the data source's number_of_groups() when the kernel was made
+        """
+class CNNGroupNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
 class VectorDescriptor:
     """
     MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart
@@ -2688,16 +2963,6 @@ class NNOptimizerStochasticGradientDescent(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
         """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:resultState: ([gamma] or [gamma, beta]; result_state, a CNNNormalizationGammaAndBetaState, is required)
-        """
     @property
     def momentum_scale(self) -> float:
         ...
@@ -2727,16 +2992,6 @@ class NNOptimizerRMSProp(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
         """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputSumOfSquaresVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationState:inputSumOfSquaresVectors:resultState: ([gamma] or [gamma, beta]; result_state required)
-        """
     @property
     def decay(self) -> float:
         ...
@@ -2760,16 +3015,6 @@ class NNOptimizerAdam(NNOptimizer):
     def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
-        """
-    @typing.overload
-    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
-        """
-        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: ([gamma] or [gamma, beta]; result_state required)
         """
     @property
     def beta1(self) -> float:
@@ -3085,91 +3330,6 @@ class CNNLoss(Kernel):
     @property
     def weight(self) -> float:
         ...
-class NNLossKernel(Kernel):
-    """
-    The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)
-    """
-    @property
-    def delta(self) -> float:
-        ...
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def epsilon(self) -> float:
-        ...
-    @epsilon.setter
-    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def label_smoothing(self) -> float:
-        ...
-    @label_smoothing.setter
-    def label_smoothing(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def loss_type(self) -> CNNLossType:
-        ...
-    @property
-    def number_of_classes(self) -> int:
-        ...
-    @property
-    def reduce_across_batch(self) -> bool:
-        """
-        macOS 11: one loss for the whole batch
-        """
-    @reduce_across_batch.setter
-    def reduce_across_batch(self, arg1: bool) -> None:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        ...
-    @property
-    def weight(self) -> float:
-        ...
-    @weight.setter
-    def weight(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-class NNForwardLoss(NNLossKernel):
-    """
-    MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
-    """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
-        """
-        -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; returns the loss images)
-        """
-class NNLossGradient(NNLossKernel):
-    """
-    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per image for a reduced loss (broadcast). computeLabelGradients is not implemented.
-    """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
-        """
-        -[MPSNNLossGradient initWithDevice:lossDescriptor:]
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (returns the gradient images)
-        """
-class NNInitialGradient(Kernel):
-    """
-    MPSNNInitialGradient: an image of the source's size filled with 1.0
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSNNInitialGradient initWithDevice:]
-        """
-    def encode(self, command_buffer: CommandBuffer, source_image: Image, destination_image: typing.Any = None) -> Image:
-        """
-        -encodeToCommandBuffer:sourceImage:[destinationImage:]
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_images: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
-        """
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from

@@ -32,6 +32,7 @@ void bindSoftmax(py::module_& m);
 // ---- batch normalization family
 void bindBatchNormalization(py::module_& m);
 // ---- end batch normalization family
+void bindNormalizationGroups(py::module_& m);  // instance and group normalization (issue 12)
 void bindOptimizers(py::module_& m);  // optimizers and Vector (issue 14)
 void bindLoss(py::module_& m);        // losses (issue 14)
 // ---- pooling, upsampling, dropout families (issue 11)

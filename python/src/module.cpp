@@ -24,6 +24,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindArithmetic(m);
     bindSoftmax(m);
     bindBatchNormalization(m);  // batch normalization family
+    bindNormalizationGroups(m);  // instance and group normalization
     bindOptimizers(m);  // issue 14
     bindLoss(m);        // issue 14
     // ---- pooling, upsampling, dropout families (issue 11)

@@ -628,6 +628,72 @@ def batch_normalization_ops(r: random.Random, ctx: Context):
     check_close(m.batch_to_numpy(dxs), ref_dx, "batch normalization dX", tol=1e-3)
 
 
+def group_norm_reference(x, g, gamma, beta, groups, eps):
+    """x, g (N, H, W, C): Y, dX and per-image dγ, dβ (N, C) of group normalization (biased variance per
+    image and group of C/groups consecutive channels; groups == C is instance normalization)."""
+    n, h, w, c = x.shape
+    k = c // groups
+    xg = x.astype(np.float64).reshape(n, h, w, groups, k)
+    gg = g.astype(np.float64).reshape(n, h, w, groups, k)
+    mean = xg.mean(axis=(1, 2, 4), keepdims=True)
+    inv = 1.0 / np.sqrt(xg.var(axis=(1, 2, 4), keepdims=True) + eps)
+    xhat = (xg - mean) * inv
+    gam = gamma.astype(np.float64).reshape(groups, k)
+    y = (xhat * gam + beta.astype(np.float64).reshape(groups, k)).reshape(n, h, w, c)
+    dbeta = gg.sum(axis=(1, 2)).reshape(n, c)
+    dgamma = (gg * xhat).sum(axis=(1, 2)).reshape(n, c)
+    hh = gg * gam
+    count = h * w * k
+    dx = inv * (hh - hh.sum(axis=(1, 2, 4), keepdims=True) / count
+                - xhat * (hh * xhat).sum(axis=(1, 2, 4), keepdims=True) / count)
+    return y, dx.reshape(n, h, w, c), dgamma, dbeta
+
+
+@family("instance_group_normalization")
+def instance_group_normalization_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    n, h, w = r.randint(1, 3), r.randint(1, 5), r.randint(1, 5)
+    instance = r.random() < 0.5
+    c = r.choice([1, 2, 3, 4, 5, 6, 8, 9, 12])
+    divisors = [d for d in range(1, c + 1) if c % d == 0]
+    groups = c if instance else r.choice(divisors)
+    gamma, beta = random_array(r, c), random_array(r, c)
+    eps = r.choice([1e-5, 1e-3, 0.1])
+    ctx.start_call()
+    bad_beta = ctx.bad(r, beta, [beta[:-1], np.zeros(c + 1, np.float32), "b", np.zeros((c, 2), np.float32)],
+                       what="beta")
+    if instance:
+        source = m.CNNInstanceNormalizationWeightsDataSource(gamma, bad_beta)
+        kernel = m.CNNInstanceNormalization(ctx.device, source)
+        gradient = m.CNNInstanceNormalizationGradient(ctx.device)
+    else:
+        bad_groups = ctx.bad(r, groups, [0, -1, c + 1, "2", 2**40] + ([c - 1] if c > 2 else []),
+                             what="number_of_groups")
+        source = m.CNNGroupNormalizationWeightsDataSource(gamma, bad_beta, number_of_groups=bad_groups)
+        kernel = m.CNNGroupNormalization(ctx.device, source)
+        gradient = m.CNNGroupNormalizationGradient(ctx.device)
+    kernel.epsilon = ctx.bad(r, eps, [0.0, -1.0, float("nan"), float("inf"), "x", None], what="epsilon")
+    ctx.expect_rejected_if_invalid("instance / group normalization")
+    for k in (kernel, gradient):
+        k.destination_image_allocator = m.ImageAllocator.persistent()
+    x_arr = (random_array(r, n, h, w, c) * 2 + 1).astype(np.float32)
+    g_arr = random_array(r, n, h, w, c)
+    ctx.start_call()
+    channels = ctx.bad(r, c, [c + 1] + ([c - 1] if c > 1 else []), what="image channels")
+    xs = m.batch_from_numpy(np.ascontiguousarray(np.resize(x_arr, (n, h, w, channels)), np.float32), ctx.device)
+    gs = m.batch_from_numpy(g_arr, ctx.device)
+    cb = ctx.queue.command_buffer()
+    ys, states = kernel.encode_batch(cb, xs, destination_state_is_temporary=False)
+    dxs = gradient.encode_batch(cb, gs, xs, states)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("instance / group normalization encode")
+    ref_y, ref_dx, ref_dgamma, ref_dbeta = group_norm_reference(x_arr, g_arr, gamma, beta, groups, eps)
+    check_close(m.batch_to_numpy(ys), ref_y, "group normalization forward", tol=1e-3)
+    check_close(m.batch_to_numpy(dxs), ref_dx, "group normalization dX", tol=1e-3)
+    check_close(np.stack([s.gradient_for_gamma for s in states]), ref_dgamma, "gradient_for_gamma", tol=1e-3)
+    check_close(np.stack([s.gradient_for_beta for s in states]), ref_dbeta, "gradient_for_beta", tol=1e-3)
+
+
 # ---------------------------------------------------------------------------------------------
 # the worker: runs cases [first, first + count) of a seed and reports each outcome as a JSON line
 

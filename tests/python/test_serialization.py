@@ -178,6 +178,26 @@ def batch_normalization_kernels():
     }
 
 
+def instance_source(c=6):
+    gen = rng("in")
+    return m.CNNInstanceNormalizationWeightsDataSource(randn(gen, c) + 1.0, randn(gen, c), epsilon=1e-3, label="in")
+
+
+def group_source(c=6, groups=3):
+    gen = rng("gn")
+    return m.CNNGroupNormalizationWeightsDataSource(randn(gen, c) + 1.0, randn(gen, c), number_of_groups=groups,
+                                                    epsilon=1e-3, label="gn")
+
+
+def instance_group_kernels():
+    return {
+        "CNNInstanceNormalization": lambda dev: m.CNNInstanceNormalization(dev, instance_source()),
+        "CNNInstanceNormalizationGradient": lambda dev: m.CNNInstanceNormalizationGradient(dev),
+        "CNNGroupNormalization": lambda dev: m.CNNGroupNormalization(dev, group_source()),
+        "CNNGroupNormalizationGradient": lambda dev: m.CNNGroupNormalizationGradient(dev),
+    }
+
+
 FACTORIES = {
     "CNNNeuron": lambda dev: m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.TANH, a=1.5, b=0.5)),
     "CNNNeuron[prelu]": lambda dev: m.CNNNeuron(dev, prelu()),
@@ -193,6 +213,7 @@ FACTORIES = {
     **arithmetic_kernels(),
     **family_kernels(),
     **batch_normalization_kernels(),
+    **instance_group_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
         dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
     "NNOptimizerStochasticGradientDescent[plain]": lambda dev: m.NNOptimizerStochasticGradientDescent(dev, 0.5),
@@ -241,7 +262,7 @@ def configured(name, dev):
         k.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_DATA
     if isinstance(k, m.NNCompare):
         k.comparison_type, k.threshold = m.NNComparisonType.GREATER_OR_EQUAL, 0.125
-    if isinstance(k, m.CNNBatchNormalization):
+    if isinstance(k, (m.CNNBatchNormalization, m.CNNInstanceNormalization, m.CNNGroupNormalization)):
         k.epsilon = 0.25
     if isinstance(k, m.CNNBatchNormalizationGradient):
         k.training_statistics = False
@@ -485,7 +506,30 @@ def output_cases():
         cases[name] = optimizer_steps
     cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
     cases["NNForwardLoss"] = cases["NNLossGradient"] = cases["NNInitialGradient"] = split_loss_outputs
+    for family in ("Instance", "Group"):
+        cases[f"CNN{family}Normalization"] = (lambda f: lambda q, dev, k: group_normalization_pass(
+            q, dev, f, forward=k))(family)
+        cases[f"CNN{family}NormalizationGradient"] = (
+            lambda f: lambda q, dev, k: group_normalization_pass(q, dev, f, gradient=k))(family)
     return cases
+
+
+def group_normalization_pass(q, dev, family, forward=None, gradient=None):
+    """Forward (with per-image states) and gradient of two images; the outputs and the states' dγ, dβ."""
+    source = instance_source() if family == "Instance" else group_source()
+    forward = forward or getattr(m, f"CNN{family}Normalization")(dev, source)
+    gradient = gradient or getattr(m, f"CNN{family}NormalizationGradient")(dev)
+    forward.destination_image_allocator = m.ImageAllocator.persistent()
+    gradient.destination_image_allocator = m.ImageAllocator.persistent()
+    xs = m.batch_from_numpy(randn(rng("x"), 2, 5, 6, 6), dev)
+    gs = m.batch_from_numpy(randn(rng("g"), 2, 5, 6, 6), dev)
+    cb = q.command_buffer()
+    ys, states = forward.encode_batch(cb, xs, destination_state_is_temporary=False)
+    dxs = gradient.encode_batch(cb, gs, xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    return [m.batch_to_numpy(ys), m.batch_to_numpy(dxs)] + [np.array(s.gradient_for_gamma) for s in states] + \
+        [np.array(s.gradient_for_beta) for s in states]
 
 
 def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_gradient=None, gradient=None):
@@ -809,7 +853,8 @@ def gradient_states(device):
     out = []
     for k in (m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU)), m.CNNConvolution(device, conv_source()),
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
-              m.CNNDropout(device, 0.5, 1, (1, 1, 1))):
+              m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.CNNInstanceNormalization(device, instance_source(8)),
+              m.CNNGroupNormalization(device, group_source(8, 2))):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

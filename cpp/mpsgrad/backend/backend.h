@@ -12,6 +12,7 @@
 
 #include "metal/arithmetic_params.h"
 #include "metal/batch_normalization_params.h"
+#include "metal/group_normalization_params.h"  // instance and group normalization
 #include "metal/convolution_params.h"
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
@@ -142,6 +143,21 @@ public:
                                             const BufferSlice& gradient, const BufferSlice& source,
                                             const BatchNormalizationVectors& v, const BufferSlice& destination) = 0;
     // ---- end batch normalization family --------------------------------------------------------
+
+    // ---- instance and group normalization (metal/group_normalization_params.h) -----------------
+    // gamma, beta, gammaGradient, betaGradient: C floats; statistics: 2 floats per (image, group).
+    struct GroupNormalizationVectors {
+        BufferSlice gamma, beta, statistics, gammaGradient, betaGradient;
+    };
+    // Writes destination and v.statistics (reads gamma, beta).
+    virtual void groupNormalizationForward(CommandBuffer& cb, const GroupNormalizationParams& p,
+                                           const BufferSlice& source, const GroupNormalizationVectors& v,
+                                           const BufferSlice& destination) = 0;
+    // Writes destination, v.gammaGradient and v.betaGradient (reads gamma, statistics).
+    virtual void groupNormalizationGradient(CommandBuffer& cb, const GroupNormalizationParams& p,
+                                            const BufferSlice& gradient, const BufferSlice& source,
+                                            const GroupNormalizationVectors& v, const BufferSlice& destination) = 0;
+    // ---- end instance and group normalization --------------------------------------------------
 
     // ---- optimizers (metal/optimizers_params.h, metal/optimizer_math.h) -----------------
     // Updates p.count elements: reads gradient and values, updates the state vectors in place

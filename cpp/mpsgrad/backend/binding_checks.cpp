@@ -346,6 +346,48 @@ void checkBatchNormalizationGradient(const BatchNormalizationParams& p, const Bu
     requireBatchNormalizationVectors(op, p, v, true, p.trainingStatistics != 0);
 }
 
+// ---- instance and group normalization -------------------------------------------------------------
+
+namespace {
+
+void requireGroupNormalization(const char* op, const GroupNormalizationParams& p, const BufferSlice& source,
+                               const Backend::GroupNormalizationVectors& v, const BufferSlice& destination) {
+    requireBatch(op, p.batch);
+    requirePositive(op, "groups", p.groups);
+    if (p.source.channels % p.groups)
+        throwValueError(op, ": groups ", p.groups, " does not divide the ", p.source.channels, " channels");
+    requireImage(op, "source", p.source, p.batch, source);
+    if (p.destination.width != p.source.width || p.destination.height != p.source.height ||
+        p.destination.channels != p.source.channels)
+        throwValueError(op, ": the destination layout differs from the source in size or channel count");
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireFloats(op, "gamma", v.gamma, p.source.channels);
+    requireFloats(op, "statistics", v.statistics,
+                  int64_t(checked::product({2, int64_t(p.batch), int64_t(p.groups)}, op)));
+}
+
+}  // namespace
+
+void checkGroupNormalizationForward(const GroupNormalizationParams& p, const BufferSlice& source,
+                                    const Backend::GroupNormalizationVectors& v, const BufferSlice& destination) {
+    const char* op = "groupNormalizationForward";
+    requireGroupNormalization(op, p, source, v, destination);
+    requireFloats(op, "beta", v.beta, p.source.channels);
+}
+
+void checkGroupNormalizationGradient(const GroupNormalizationParams& p, const BufferSlice& gradient,
+                                     const BufferSlice& source, const Backend::GroupNormalizationVectors& v,
+                                     const BufferSlice& destination) {
+    const char* op = "groupNormalizationGradient";
+    requireGroupNormalization(op, p, source, v, destination);
+    if (p.gradient.width != p.source.width || p.gradient.height != p.source.height ||
+        p.gradient.channels != p.source.channels)
+        throwValueError(op, ": the gradient layout differs from the source in size or channel count");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireFloats(op, "gamma gradient", v.gammaGradient, p.source.channels);
+    requireFloats(op, "beta gradient", v.betaGradient, p.source.channels);
+}
+
 // ---- optimizers ---------------------------------------------------------------------------------
 
 void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,

@@ -58,6 +58,13 @@ void checkBatchNormalizationStatisticsGradient(const BatchNormalizationParams& p
 void checkBatchNormalizationGradient(const BatchNormalizationParams& p, const BufferSlice& gradient,
                                      const BufferSlice& source, const Backend::BatchNormalizationVectors& v,
                                      const BufferSlice& destination);
+// Instance and group normalization: groups >= 1 divides the channels; images of the source's size
+// and channels; gamma / beta / gradients C floats, statistics 2 per (image, group).
+void checkGroupNormalizationForward(const GroupNormalizationParams& p, const BufferSlice& source,
+                                    const Backend::GroupNormalizationVectors& v, const BufferSlice& destination);
+void checkGroupNormalizationGradient(const GroupNormalizationParams& p, const BufferSlice& gradient,
+                                     const BufferSlice& source, const Backend::GroupNormalizationVectors& v,
+                                     const BufferSlice& destination);
 // Optimizers: gradient, values and result hold p.count floats, and so does every state vector
 // p's rule reads (state0 unless plain SGD without momentum, state1 for Adam, state2 for AMSGrad).
 void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,

@@ -5,6 +5,7 @@
 // A new family adds: encodeWithCoder / initWithCoder for its classes (a section here), a line per
 // class in registerBuiltinClasses(), a payload table in docs/serialization.md, and a case in
 // tests/python/test_serialization.py.
+#include <climits>
 #include <cstring>
 #include <type_traits>
 
@@ -13,6 +14,8 @@
 #include "kernels/convolution.h"
 #include "kernels/batch_normalization.h"
 #include "kernels/dropout.h"
+#include "kernels/group_normalization.h"
+#include "kernels/instance_normalization.h"
 #include "kernels/loss.h"
 #include "kernels/optimizers.h"
 #include "kernels/neuron.h"
@@ -654,6 +657,87 @@ std::shared_ptr<CNNNormalizationMeanAndVarianceState> CNNNormalizationMeanAndVar
     return readVectorPair<CNNNormalizationMeanAndVarianceState>(r, device, "mean", "variance");
 }
 
+// ---- instance and group normalization --------------------------------------------------------------
+
+// epsilon, then the CNNKernel properties.
+void GroupNormalizationKernelBase::encodeGroupNormalizationProperties(serial::Writer& w) const {
+    w.f32(epsilon_);
+    encodeCNNKernelProperties(w);
+}
+
+void GroupNormalizationKernelBase::decodeGroupNormalizationProperties(serial::Reader& r) {
+    const float e = r.f32("epsilon");
+    asSerializationError(r, "epsilon", [&] { setEpsilon(e); });
+    decodeCNNKernelProperties(r);
+}
+
+// The values the kernel computes with (after any reload): gamma, beta (C each), the data source's
+// label, then epsilon and the CNNKernel properties.
+void CNNInstanceNormalization::encodeWithCoder(serial::Writer& w) const {
+    const size_t C = size_t(numberOfFeatureChannels());
+    w.floats(currentGamma().floats(), C);
+    w.floats(currentBeta().floats(), C);
+    w.string(dataSource() ? dataSource()->label() : std::string());
+    encodeGroupNormalizationProperties(w);
+}
+
+std::shared_ptr<CNNInstanceNormalization> CNNInstanceNormalization::initWithCoder(serial::Reader& r,
+                                                                                  const Device& device) {
+    std::vector<float> gamma = r.floats("gamma");
+    std::vector<float> beta = r.floats("beta");
+    std::string label = r.string("label");
+    auto kernel = asSerializationError(r, "data_source", [&] {
+        auto source = std::make_shared<CNNInstanceNormalizationWeightsDataSource>(std::move(gamma), std::move(beta),
+                                                                                  std::nullopt, std::move(label));
+        return std::make_shared<CNNInstanceNormalization>(device, source);
+    });
+    kernel->decodeGroupNormalizationProperties(r);
+    return kernel;
+}
+
+void CNNInstanceNormalizationGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<CNNInstanceNormalizationGradient> CNNInstanceNormalizationGradient::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<CNNInstanceNormalizationGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+// gamma, beta (C each), number of groups (i64), the data source's label, then epsilon and the
+// CNNKernel properties.
+void CNNGroupNormalization::encodeWithCoder(serial::Writer& w) const {
+    const size_t C = size_t(numberOfFeatureChannels());
+    w.floats(currentGamma().floats(), C);
+    w.floats(currentBeta().floats(), C);
+    w.i64(numberOfGroups());
+    w.string(dataSource() ? dataSource()->label() : std::string());
+    encodeGroupNormalizationProperties(w);
+}
+
+std::shared_ptr<CNNGroupNormalization> CNNGroupNormalization::initWithCoder(serial::Reader& r, const Device& device) {
+    std::vector<float> gamma = r.floats("gamma");
+    std::vector<float> beta = r.floats("beta");
+    const int64_t groups = r.i64InRange("number_of_groups", 1, INT32_MAX);
+    std::string label = r.string("label");
+    auto kernel = asSerializationError(r, "data_source", [&] {
+        auto source = std::make_shared<CNNGroupNormalizationWeightsDataSource>(
+            std::move(gamma), std::move(beta), groups, std::nullopt, std::move(label));
+        return std::make_shared<CNNGroupNormalization>(device, source);
+    });
+    kernel->decodeGroupNormalizationProperties(r);
+    return kernel;
+}
+
+void CNNGroupNormalizationGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<CNNGroupNormalizationGradient> CNNGroupNormalizationGradient::initWithCoder(serial::Reader& r,
+                                                                                          const Device& device) {
+    auto kernel = std::make_shared<CNNGroupNormalizationGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
 // ---- optimizers -----------------------------------------------------------------------------------
 
 namespace {
@@ -908,6 +992,10 @@ void registerBuiltinClasses() {
     addKernel("CNNBatchNormalizationStatistics", &CNNBatchNormalizationStatistics::initWithCoder);
     addKernel("CNNBatchNormalizationStatisticsGradient", &CNNBatchNormalizationStatisticsGradient::initWithCoder);
     addKernel("CNNBatchNormalizationGradient", &CNNBatchNormalizationGradient::initWithCoder);
+    addKernel("CNNInstanceNormalization", &CNNInstanceNormalization::initWithCoder);
+    addKernel("CNNInstanceNormalizationGradient", &CNNInstanceNormalizationGradient::initWithCoder);
+    addKernel("CNNGroupNormalization", &CNNGroupNormalization::initWithCoder);
+    addKernel("CNNGroupNormalizationGradient", &CNNGroupNormalizationGradient::initWithCoder);
     addKernel("NNOptimizerStochasticGradientDescent", &NNOptimizerStochasticGradientDescent::initWithCoder);
     addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
     addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);

@@ -58,7 +58,8 @@ def _unreachable(kernel, v):
     # pooling_forward, upsampling_*, dropout_apply: every mode and every alignment mix is
     # reachable (each binding's flag depends on its own offset; the encoders share only the
     # channel count's multiple-of-4 test between bindings). The batch normalization kernels read
-    # no function constants: one variant each (metal_batch_normalization.cpp passes none).
+    # no function constants: one variant each (metal_batch_normalization.cpp passes none); so do
+    # the group normalization kernels (metal_group_normalization.cpp, instance normalization too).
     return False
 
 

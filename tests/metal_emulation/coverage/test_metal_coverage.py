@@ -63,7 +63,8 @@ class Variants(unittest.TestCase):
         self.assertEqual(per_kernel["upsampling_gradient"], 2 * 4)
         self.assertEqual(per_kernel["dropout_apply"], 4)
         for name in ("batch_normalization_statistics", "batch_normalization_forward",
-                     "batch_normalization_statistics_gradient", "batch_normalization_gradient"):
+                     "batch_normalization_statistics_gradient", "batch_normalization_gradient",
+                     "group_normalization_forward", "group_normalization_gradient"):
             self.assertEqual(per_kernel[name], 1)                       # no function constants
             self.assertIn(name + "\t", keys)
 

@@ -334,6 +334,25 @@ public:
         });
     }
     // ---- end batch normalization family
+    // ---- instance and group normalization
+    void groupNormalizationForward(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& source,
+                                   const GroupNormalizationVectors& v, const BufferSlice& destination) override {
+        bindings::checkGroupNormalizationForward(p, source, v, destination);
+        encode(cb, [=] {
+            cpu::groupNormalizationForward(p, source.floats(), v.gamma.floats(), v.beta.floats(),
+                                           v.statistics.floats(), destination.floats());
+        });
+    }
+    void groupNormalizationGradient(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const GroupNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        bindings::checkGroupNormalizationGradient(p, gradient, source, v, destination);
+        encode(cb, [=] {
+            cpu::groupNormalizationGradient(p, gradient.floats(), source.floats(), v.gamma.floats(),
+                                            v.statistics.floats(), v.gammaGradient.floats(), v.betaGradient.floats(),
+                                            destination.floats());
+        });
+    }
     // ---- optimizers (issue 14)
     void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
                          const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,

@@ -76,6 +76,13 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
                                 const float* neuronData, const float* gammaGradient, const float* betaGradient,
                                 float* destination);
 // ---- end batch normalization family
+// Instance and group normalization (metal/group_normalization_params.h; group_normalization.cpp).
+// gamma, beta and the gradients hold p.source.channels floats, statistics 2 per (image, group).
+void groupNormalizationForward(const GroupNormalizationParams& p, const float* source, const float* gamma,
+                               const float* beta, float* statistics, float* destination);
+void groupNormalizationGradient(const GroupNormalizationParams& p, const float* gradient, const float* source,
+                                const float* gamma, const float* statistics, float* gammaGradient,
+                                float* betaGradient, float* destination);
 // Optimizers (metal/optimizers_params.h): state0/1/2 may be null where p's rule does not read them.
 // Bindings are checked by bindings::checkOptimizerUpdate (backend/binding_checks.h).
 void optimizerUpdate(const OptimizerParams& p, const float* gradient, const float* values, float* state0,

@@ -193,6 +193,20 @@ public:
         encodeBatchNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
     }
     // ---- end batch normalization family
+    // ---- instance and group normalization
+    void groupNormalizationForward(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& source,
+                                   const GroupNormalizationVectors& v, const BufferSlice& destination) override {
+        bindings::checkGroupNormalizationForward(p, source, v, destination);
+        AutoreleaseScope pool;
+        encodeGroupNormalizationForward(ctx_, cb, p, source, v, destination);
+    }
+    void groupNormalizationGradient(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const GroupNormalizationVectors& v,
+                                    const BufferSlice& destination) override {
+        bindings::checkGroupNormalizationGradient(p, gradient, source, v, destination);
+        AutoreleaseScope pool;
+        encodeGroupNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
+    }
     // ---- pooling family
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {

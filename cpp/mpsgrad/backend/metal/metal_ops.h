@@ -110,6 +110,13 @@ void encodeBatchNormalizationStatisticsGradient(MetalContext& ctx, CommandBuffer
 void encodeBatchNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, BatchNormalizationParams p,
                                       const BufferSlice& gradient, const BufferSlice& source,
                                       const Backend::BatchNormalizationVectors& v, const BufferSlice& destination);
+// Instance and group normalization (metal_group_normalization.cpp).
+void encodeGroupNormalizationForward(MetalContext& ctx, CommandBuffer& cb, GroupNormalizationParams p,
+                                     const BufferSlice& source, const Backend::GroupNormalizationVectors& v,
+                                     const BufferSlice& destination);
+void encodeGroupNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, GroupNormalizationParams p,
+                                      const BufferSlice& gradient, const BufferSlice& source,
+                                      const Backend::GroupNormalizationVectors& v, const BufferSlice& destination);
 // ---- end batch normalization family
 // ---- pooling family (metal/pooling.metal; metal_pooling.cpp)
 void encodePoolingForward(MetalContext& ctx, CommandBuffer& cb, PoolingParams p, const BufferSlice& source,

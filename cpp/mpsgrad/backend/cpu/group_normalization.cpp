@@ -1,0 +1,223 @@
+// CPU backend: the group normalization ops (which also serve instance normalization). Semantics
+// are exactly those written in metal/group_normalization_params.h.
+//
+// Each op is a reduction pass and an element-wise pass. The reductions split every image into
+// blocks of kChannelBlock channels, one (image, block) per task of cpu::parallelFor; a task walks
+// the image's pixels in memory order and sums its channels in double precision, so the per-channel
+// sums are bitwise reproducible whatever the thread count. Per-channel results are then combined
+// into groups (and, for the parameter gradients, over images) serially in index order. The
+// element-wise passes split the rows of the batch across threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu_ops.h"
+#include "elementwise.h"
+#include "parallel.h"
+
+namespace mpsgrad::cpu {
+namespace {
+
+using elementwise::invalid;
+
+// Channels one reduction task owns (one 64-byte cache line of an aligned channel slice).
+constexpr int32_t kChannelBlock = 16;
+
+void checkParams(const char* op, const GroupNormalizationParams& p, bool gradient) {
+    elementwise::checkLayout(op, "source", p.source);
+    if (p.batch < 0) invalid(op, "negative batch");
+    auto same = [&](const ImageLayout& l, const char* name) {
+        elementwise::checkLayout(op, name, l);
+        if (l.width != p.source.width || l.height != p.source.height || l.channels != p.source.channels)
+            invalid(op, std::string(name) + " and source differ in size or channel count");
+    };
+    same(p.destination, "destination");
+    if (gradient) same(p.gradient, "gradient");
+    if (p.groups < 1 || p.source.channels % p.groups) invalid(op, "groups must be >= 1 and divide the channels");
+    if (!(p.epsilon >= 0.0f)) invalid(op, "epsilon must be >= 0");
+}
+
+inline int64_t at(const ImageLayout& l, int64_t n, int64_t i) {
+    return n * int64_t(l.imageStride) + i * int64_t(l.pixelStride) + l.channelOffset;
+}
+
+// parallelFor over (image, channel block): body(n, c0, c1).
+template <class Body>
+void forImageChannelBlocks(const GroupNormalizationParams& p, Body&& body) {
+    const int32_t C = p.source.channels;
+    const int64_t blocks = (int64_t(C) + kChannelBlock - 1) / kChannelBlock;
+    parallelFor(int64_t(p.batch) * blocks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t n = t / blocks, b = t % blocks;
+            body(n, int32_t(b * kChannelBlock), int32_t(std::min<int64_t>(C, (b + 1) * kChannelBlock)));
+        }
+    });
+}
+
+// parallelFor over rows (image, y) of the batch: body(n, firstPixel, pixelCount).
+template <class Body>
+void forRows(const GroupNormalizationParams& p, Body&& body) {
+    const int64_t rows = int64_t(p.batch) * p.source.height;
+    const int64_t W = p.source.width;
+    parallelFor(rows, elementwise::rowGrain(W * p.source.channels), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) body(r / p.source.height, (r % p.source.height) * W, W);
+    });
+}
+
+// The forward's statistics of group g of image n, as stored (float).
+struct GroupStatistics {
+    float mean, invStd;
+};
+
+GroupStatistics statisticsOf(const GroupNormalizationParams& p, const float* statistics, int64_t n, int32_t g) {
+    const float* s = statistics + 2 * (n * p.groups + g);
+    return {s[0], 1.0f / std::sqrt(s[1] + p.epsilon)};
+}
+
+}  // namespace
+
+void groupNormalizationForward(const GroupNormalizationParams& p, const float* source, const float* gamma,
+                               const float* beta, float* statistics, float* destination) {
+    static const char* op = "groupNormalizationForward";
+    checkParams(op, p, false);
+    const int32_t C = p.source.channels, G = p.groups, K = C / G;
+    const int64_t pixels = int64_t(p.source.width) * p.source.height;
+    if (C == 0 || p.batch == 0 || pixels == 0) return;
+    // Per (image, channel): the mean and the sum of squared deviations, from sums around the
+    // channel's first value (no cancellation for data far from zero).
+    std::vector<double> channelMean(size_t(p.batch) * C), channelM2(size_t(p.batch) * C);
+    forImageChannelBlocks(p, [&](int64_t n, int32_t c0, int32_t c1) {
+        double s1[kChannelBlock] = {}, s2[kChannelBlock] = {}, shift[kChannelBlock];
+        const int32_t w = c1 - c0;
+        for (int32_t k = 0; k < w; ++k) shift[k] = source[at(p.source, n, 0) + c0 + k];
+        for (int64_t i = 0; i < pixels; ++i) {
+            const float* x = source + at(p.source, n, i) + c0;
+            for (int32_t k = 0; k < w; ++k) {
+                const double d = double(x[k]) - shift[k];
+                s1[k] += d;
+                s2[k] += d * d;
+            }
+        }
+        for (int32_t k = 0; k < w; ++k) {
+            channelMean[size_t(n * C + c0 + k)] = shift[k] + s1[k] / double(pixels);
+            channelM2[size_t(n * C + c0 + k)] = std::max(0.0, s2[k] - s1[k] * s1[k] / double(pixels));
+        }
+    });
+    // Groups: the channels' (mean, M2) merged in channel order with Chan's rule (exact merging of
+    // equal-sized parts).
+    std::vector<float> groupMean(size_t(p.batch) * G), groupInvStd(size_t(p.batch) * G);
+    for (int64_t n = 0; n < p.batch; ++n)
+        for (int32_t g = 0; g < G; ++g) {
+            double count = 0.0, mean = 0.0, m2 = 0.0;
+            for (int32_t c = g * K; c < (g + 1) * K; ++c) {
+                const double total = count + double(pixels), delta = channelMean[size_t(n * C + c)] - mean;
+                mean += delta * double(pixels) / total;
+                m2 += channelM2[size_t(n * C + c)] + delta * delta * count * double(pixels) / total;
+                count = total;
+            }
+            float* s = statistics + 2 * (n * G + g);
+            s[0] = float(mean);
+            s[1] = float(m2 / count);
+            const GroupStatistics st = statisticsOf(p, statistics, n, g);
+            groupMean[size_t(n * G + g)] = st.mean;
+            groupInvStd[size_t(n * G + g)] = st.invStd;
+        }
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
+        std::vector<float> mean(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
+        for (int32_t c = 0; c < C; ++c) {
+            mean[size_t(c)] = groupMean[size_t(n * G + c / K)];
+            scale[size_t(c)] = groupInvStd[size_t(n * G + c / K)] * gamma[c];
+        }
+        for (int64_t i = first; i < first + count; ++i) {
+            const float* x = source + at(p.source, n, i);
+            float* y = destination + at(p.destination, n, i);
+            for (int32_t c = 0; c < C; ++c) y[c] = (x[c] - mean[size_t(c)]) * scale[size_t(c)] + beta[c];
+        }
+    });
+}
+
+void groupNormalizationGradient(const GroupNormalizationParams& p, const float* gradient, const float* source,
+                                const float* gamma, const float* statistics, float* gammaGradient,
+                                float* betaGradient, float* destination) {
+    static const char* op = "groupNormalizationGradient";
+    checkParams(op, p, true);
+    const int32_t C = p.source.channels, G = p.groups, K = C / G;
+    const int64_t pixels = int64_t(p.source.width) * p.source.height;
+    if (C == 0) return;
+    if (p.batch == 0 || pixels == 0) {
+        std::fill(gammaGradient, gammaGradient + C, 0.0f);
+        std::fill(betaGradient, betaGradient + C, 0.0f);
+        return;
+    }
+    std::vector<GroupStatistics> st(size_t(p.batch) * G);
+    for (int64_t n = 0; n < p.batch; ++n)
+        for (int32_t g = 0; g < G; ++g) {
+            st[size_t(n * G + g)] = statisticsOf(p, statistics, n, g);
+            if (!std::isfinite(st[size_t(n * G + g)].invStd))
+                invalid(op, "variance + epsilon of group " + std::to_string(g) + " is not > 0");
+        }
+    // Per (image, channel): Σ G and Σ G·x̂ over the pixels.
+    std::vector<double> sumG(size_t(p.batch) * C), sumGX(size_t(p.batch) * C);
+    forImageChannelBlocks(p, [&](int64_t n, int32_t c0, int32_t c1) {
+        double sG[kChannelBlock] = {}, sGX[kChannelBlock] = {};
+        float mean[kChannelBlock], invStd[kChannelBlock];
+        const int32_t w = c1 - c0;
+        for (int32_t k = 0; k < w; ++k) {
+            const GroupStatistics& s = st[size_t(n * G + (c0 + k) / K)];
+            mean[k] = s.mean;
+            invStd[k] = s.invStd;
+        }
+        for (int64_t i = 0; i < pixels; ++i) {
+            const float* g = gradient + at(p.gradient, n, i) + c0;
+            const float* x = source + at(p.source, n, i) + c0;
+            for (int32_t k = 0; k < w; ++k) {
+                const float xhat = (x[k] - mean[k]) * invStd[k];
+                sG[k] += double(g[k]);
+                sGX[k] += double(g[k]) * double(xhat);
+            }
+        }
+        for (int32_t k = 0; k < w; ++k) {
+            sumG[size_t(n * C + c0 + k)] = sG[k];
+            sumGX[size_t(n * C + c0 + k)] = sGX[k];
+        }
+    });
+    for (int32_t c = 0; c < C; ++c) {
+        double b = 0.0, g = 0.0;
+        for (int64_t n = 0; n < p.batch; ++n) {
+            b += sumG[size_t(n * C + c)];
+            g += sumGX[size_t(n * C + c)];
+        }
+        betaGradient[c] = float(b);
+        gammaGradient[c] = float(g);
+    }
+    // dX = r·(γ·G − A/M − x̂·B/M) with the group sums A = Σ γ_c ΣG, B = Σ γ_c ΣG·x̂.
+    const double M = double(K) * double(pixels);
+    std::vector<float> a(size_t(p.batch) * G), b(size_t(p.batch) * G);
+    for (int64_t n = 0; n < p.batch; ++n)
+        for (int32_t g = 0; g < G; ++g) {
+            double A = 0.0, B = 0.0;
+            for (int32_t c = g * K; c < (g + 1) * K; ++c) {
+                A += double(gamma[c]) * sumG[size_t(n * C + c)];
+                B += double(gamma[c]) * sumGX[size_t(n * C + c)];
+            }
+            a[size_t(n * G + g)] = float(A / M);
+            b[size_t(n * G + g)] = float(B / M);
+        }
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
+        for (int64_t i = first; i < first + count; ++i) {
+            const float* g = gradient + at(p.gradient, n, i);
+            const float* x = source + at(p.source, n, i);
+            float* d = destination + at(p.destination, n, i);
+            for (int32_t c = 0; c < C; ++c) {
+                const size_t ng = size_t(n * G + c / K);
+                const GroupStatistics& s = st[ng];
+                const float xhat = (x[c] - s.mean) * s.invStd;
+                d[c] = s.invStd * (gamma[c] * g[c] - a[ng] - xhat * b[ng]);
+            }
+        }
+    });
+}
+
+}  // namespace mpsgrad::cpu
