@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1836,6 +1836,125 @@ class CNNConvolutionGradient(CNNGradientKernel):
     def gradient_option(self) -> CNNConvolutionGradientOption:
         """
         MPSCNNConvolutionGradient.gradientOption
+        """
+    @gradient_option.setter
+    def gradient_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def source_gradient_feature_channels(self) -> int:
+        ...
+    @property
+    def source_image_feature_channels(self) -> int:
+        ...
+class CNNFullyConnected(CNNConvolution):
+    """
+    MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnected initWithDevice:weights:]
+        """
+class CNNFullyConnectedGradient(CNNConvolutionGradient):
+    """
+    MPSCNNFullyConnectedGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
+        """
+class CNNConvolutionTransposeGradientState(CNNConvolutionGradientState):
+    """
+    MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state sized the result (or None)
+    """
+    @property
+    def convolution_transpose(self) -> ...:
+        """
+        MPSCNNConvolutionTransposeGradientState.convolutionTranspose
+        """
+class CNNConvolutionTranspose(CNNKernel):
+    """
+    MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTranspose initWithDevice:weights:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, convolution_gradient_state: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel encode forms, and with convolution_gradient_state -encodeToCommandBuffer:sourceImage:convolutionGradientState:[destinationState:destinationStateIsTemporary:] (result sized to that convolution's source; returns the image, or (image, state) with destination_state_is_temporary)
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, convolution_gradient_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel batch encode forms, and with convolution_gradient_states -encodeBatchToCommandBuffer:sourceImages:convolutionGradientStates:[destinationStates:destinationStateIsTemporary:]
+        """
+    def export_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, result_state_can_be_temporary: bool = False) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        -exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
+        ...
+    @accumulator_precision_option.setter
+    def accumulator_precision_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def input_feature_channels(self) -> int:
+        ...
+    @property
+    def kernel_offset_x(self) -> int:
+        ...
+    @kernel_offset_x.setter
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def kernel_offset_y(self) -> int:
+        ...
+    @kernel_offset_y.setter
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def output_feature_channels(self) -> int:
+        ...
+class CNNConvolutionTransposeGradient(CNNGradientKernel):
+    """
+    MPSCNNConvolutionTransposeGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def gradient_option(self) -> CNNConvolutionGradientOption:
+        """
+        MPSCNNConvolutionTransposeGradient.gradientOption
         """
     @gradient_option.setter
     def gradient_option(self, arg1: typing.Any) -> None:
