@@ -481,6 +481,7 @@ kernel void convolution_data_gradient(constant ConvolutionDataGradientParams& p 
                                       device const float* gradient [[buffer(1)]],
                                       device const float* weights [[buffer(2)]],
                                       device float* destination [[buffer(3)]],
+                                      device const float* biases [[buffer(4)]],
                                       uint3 group [[threadgroup_position_in_grid]],
                                       uint threadIndex [[thread_index_in_threadgroup]]) {
     threadgroup float4 tileA[kTileK][kQuadsM];  // [k][pixel quad]: zero-inserted gradient patch
@@ -518,12 +519,14 @@ kernel void convolution_data_gradient(constant ConvolutionDataGradientParams& p 
     const int c = n0 + 4 * tn;
     if (c >= cig) return;
     const int count = min(4, cig - c);
+    // A transposed convolution's forward pass adds its biases (hasBias is 0 for a data gradient).
+    const float4 bias = p.hasBias ? loadFloat4(biases, g * cig + c, count, false) : float4(0.0f);
     for (int r = 0; r < 4; ++r) {
         int m = m0 + 4 * tm + r;
         if (m >= pixels) break;
         FlatPixel q = phasePixel(p, ph, m);
         int idx = pixelIndex(p.destination, q.n, p.clipY + q.y, p.clipX + q.x) + g * cig + c;
-        storeFloat4(destination, idx, acc[r], count, kAlignedOutput);
+        storeFloat4(destination, idx, acc[r] + bias, count, kAlignedOutput);
     }
 }
 
@@ -533,6 +536,7 @@ kernel void convolution_data_gradient_depthwise(constant ConvolutionDataGradient
                                                 device const float* gradient [[buffer(1)]],
                                                 device const float* weights [[buffer(2)]],
                                                 device float* destination [[buffer(3)]],
+                                                device const float* biases [[buffer(4)]],
                                                 uint3 gid [[thread_position_in_grid]]) {
     const int channels = p.destination.channels;
     const int c = 4 * int(gid.x);
@@ -563,8 +567,25 @@ kernel void convolution_data_gradient_depthwise(constant ConvolutionDataGradient
             sum += e * wv;
         }
     }
+    if (p.hasBias) sum += loadFloat4(biases, c, count, false);
     storeFloat4(destination, pixelIndex(p.destination, n, p.clipY + y, p.clipX + x) + c, sum, count,
                 kAlignedOutput);
+}
+
+// The rotated, I/O-swapped weights of a transposed convolution (ConvolutionTransposeWeightsParams).
+// One thread per source element: grid (inChannels / groups, kernelWidth * kernelHeight, outChannels).
+// Bindings: 0 params, 1 source, 2 destination.
+kernel void convolution_transpose_weights(constant ConvolutionTransposeWeightsParams& p [[buffer(0)]],
+                                          device const float* source [[buffer(1)]],
+                                          device float* destination [[buffer(2)]],
+                                          uint3 gid [[thread_position_in_grid]]) {
+    const int og = p.outChannels / p.groups, ig = p.inChannels / p.groups;
+    const int ii = int(gid.x), tap = int(gid.y), o = int(gid.z);
+    const int taps = p.kernelWidth * p.kernelHeight;
+    if (ii >= ig || tap >= taps || o >= p.outChannels) return;
+    const int g = o / og, oo = o - g * og;
+    const int i = g * ig + ii;
+    destination[(i * taps + (taps - 1 - tap)) * og + oo] = source[(o * taps + tap) * ig + ii];
 }
 
 // ==========================================================================================

@@ -62,6 +62,8 @@ struct ConvolutionDataGradientParams {
     int32_t clipY;
     int32_t clipWidth;
     int32_t clipHeight;
+    int32_t hasBias;          // 1: dX[..][c] += biases[c] (the forward pass of a transposed
+                              // convolution, which is this op; 0 for a data gradient)
 };
 
 // Weight and bias gradients, summed over the batch and over all of E:
@@ -86,6 +88,20 @@ struct ConvolutionWeightGradientParams {
     int32_t accumulate;
     int32_t computeWeights;   // 0 skips dW
     int32_t computeBiases;    // 0 skips dB
+};
+
+// The rotated, I/O-swapped copy of OHWI weights: the weights of the convolution whose data
+// gradient is the transposed convolution's forward pass (kernels/convolution_transpose.cpp).
+// source is OHWI with outChannels O and inChannels I (I/groups per row), destination is OHWI with
+// O and I swapped: for group g, o = g*O/groups + o', i = g*I/groups + i',
+// destination[i][kH-1-ky][kW-1-kx][o'] = source[o][ky][kx][i'].
+// Applying it again with outChannels and inChannels swapped gives the source back.
+struct ConvolutionTransposeWeightsParams {
+    int32_t groups;
+    int32_t kernelWidth;
+    int32_t kernelHeight;
+    int32_t outChannels;  // of the source weights (the first dimension)
+    int32_t inChannels;   // of the source weights (all groups)
 };
 
 }  // namespace mpsgrad

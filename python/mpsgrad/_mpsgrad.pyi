@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1849,6 +1849,125 @@ class CNNConvolutionGradient(CNNGradientKernel):
     @property
     def source_image_feature_channels(self) -> int:
         ...
+class CNNFullyConnected(CNNConvolution):
+    """
+    MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnected initWithDevice:weights:]
+        """
+class CNNFullyConnectedGradient(CNNConvolutionGradient):
+    """
+    MPSCNNFullyConnectedGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
+        """
+class CNNConvolutionTransposeGradientState(CNNConvolutionGradientState):
+    """
+    MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state sized the result (or None)
+    """
+    @property
+    def convolution_transpose(self) -> ...:
+        """
+        MPSCNNConvolutionTransposeGradientState.convolutionTranspose
+        """
+class CNNConvolutionTranspose(CNNKernel):
+    """
+    MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTranspose initWithDevice:weights:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, convolution_gradient_state: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel encode forms, and with convolution_gradient_state -encodeToCommandBuffer:sourceImage:convolutionGradientState:[destinationState:destinationStateIsTemporary:] (result sized to that convolution's source; returns the image, or (image, state) with destination_state_is_temporary)
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, convolution_gradient_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel batch encode forms, and with convolution_gradient_states -encodeBatchToCommandBuffer:sourceImages:convolutionGradientStates:[destinationStates:destinationStateIsTemporary:]
+        """
+    def export_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, result_state_can_be_temporary: bool = False) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        -exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
+        ...
+    @accumulator_precision_option.setter
+    def accumulator_precision_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def input_feature_channels(self) -> int:
+        ...
+    @property
+    def kernel_offset_x(self) -> int:
+        ...
+    @kernel_offset_x.setter
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def kernel_offset_y(self) -> int:
+        ...
+    @kernel_offset_y.setter
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def output_feature_channels(self) -> int:
+        ...
+class CNNConvolutionTransposeGradient(CNNGradientKernel):
+    """
+    MPSCNNConvolutionTransposeGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def gradient_option(self) -> CNNConvolutionGradientOption:
+        """
+        MPSCNNConvolutionTransposeGradient.gradientOption
+        """
+    @gradient_option.setter
+    def gradient_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def source_gradient_feature_channels(self) -> int:
+        ...
+    @property
+    def source_image_feature_channels(self) -> int:
+        ...
 class NNComparisonType:
     """
     MPSNNComparisonType
@@ -2457,281 +2576,6 @@ class CNNBatchNormalizationGradient(CNNGradientKernel):
     @training_statistics.setter
     def training_statistics(self, arg0: bool) -> None:
         ...
-class CNNInstanceNormalizationDataSource:
-    """
-    @protocol MPSCNNInstanceNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma() and beta() (None: no bias) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, instance_normalization_state_batch) (GPU style: return a CNNNormalizationGammaAndBetaState for reload_gamma_and_beta_with_command_buffer) and update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) are called by the application; they receive one state per image and should sum the gradients over the batch.
-    """
-    def __reduce__(self) -> typing.Any:
-        ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
-        ...
-class CNNInstanceNormalizationWeightsDataSource(CNNInstanceNormalizationDataSource):
-    """
-    A ready-made MPSCNNInstanceNormalizationDataSource holding gamma and beta in memory (the methods return writable views: change them, then call the kernel's reload_gamma_and_beta_from_data_source()). Its CPU-style update applies gamma -= learning_rate·Σ dγ, beta -= learning_rate·Σ dβ, summed over the batch of states.
-    """
-    def __init__(self, gamma: typing.Any, beta: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
-        """
-        epsilon None: the protocol's default (FLT_MIN)
-        """
-    def beta(self) -> typing.Any:
-        """
-        -beta (a writable view, or None)
-        """
-    def epsilon(self) -> float:
-        """
-        -epsilon
-        """
-    def gamma(self) -> typing.Any:
-        """
-        -gamma (a writable view)
-        """
-    def label(self) -> str:
-        """
-        -label
-        """
-    def load(self) -> bool:
-        """
-        -load
-        """
-    def number_of_feature_channels(self) -> int:
-        """
-        -numberOfFeatureChannels
-        """
-    def purge(self) -> None:
-        """
-        -purge
-        """
-    def update_gamma_and_beta_with_instance_normalization_state_batch(self, instance_normalization_state_batch: typing.Any) -> bool:
-        """
-        -updateGammaAndBetaWithInstanceNormalizationStateBatch: (CPU style; the states' command buffer must have completed; decrements each temporary state's read count)
-        """
-    @property
-    def learning_rate(self) -> float:
-        """
-        the SGD step of the update method
-        """
-    @learning_rate.setter
-    def learning_rate(self, arg1: typing.Any) -> None:
-        ...
-class CNNInstanceNormalizationGradientState(NNGradientState):
-    """
-    MPSCNNInstanceNormalizationGradientState, made by CNNInstanceNormalization.result_state / temporary_result_state (one per image). Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
-    """
-    @property
-    def beta(self) -> typing.Any:
-        """
-        -beta: the (C,) beta the forward pass used
-        """
-    @property
-    def gamma(self) -> typing.Any:
-        """
-        -gamma: the (C,) gamma the forward pass used
-        """
-    @property
-    def gradient_for_beta(self) -> typing.Any:
-        """
-        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
-        """
-    @property
-    def gradient_for_gamma(self) -> typing.Any:
-        """
-        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
-        """
-    @property
-    def instance_normalization(self) -> typing.Any:
-        """
-        -instanceNormalization: the kernel that made the state
-        """
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-    @property
-    def number_of_groups(self) -> int:
-        """
-        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
-        """
-class CNNInstanceNormalization(CNNKernel):
-    """
-    MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and channel over the pixels. Encode with a destination_state (from result_state) to train; CNNInstanceNormalizationGradient then reads it.
-    """
-    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
-        """
-        -initWithDevice:dataSource:
-        """
-    def reload_gamma_and_beta_from_data_source(self) -> None:
-        """
-        -reloadGammaAndBetaFromDataSource
-        """
-    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
-        """
-        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
-        """
-    @property
-    def data_source(self) -> typing.Any:
-        ...
-    @property
-    def epsilon(self) -> float:
-        """
-        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
-        """
-    @epsilon.setter
-    def epsilon(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-class CNNInstanceNormalizationGradient(CNNGradientKernel):
-    """
-    MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; gradient_state is the image's CNNInstanceNormalizationGradientState.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -initWithDevice:
-        """
-class CNNGroupNormalizationDataSource:
-    """
-    @protocol MPSCNNGroupNormalizationDataSource. Any Python object with number_of_feature_channels(), number_of_groups(), gamma() and beta() (None: no bias; both per channel) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, group_normalization_state_batch) (GPU style) and update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) are called by the application.
-    """
-    def __reduce__(self) -> typing.Any:
-        ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
-        ...
-class CNNGroupNormalizationWeightsDataSource(CNNGroupNormalizationDataSource):
-    """
-    A ready-made MPSCNNGroupNormalizationDataSource holding gamma, beta (per channel) and the number of groups. Its CPU-style update applies SGD with the gradients summed over the batch of states.
-    """
-    def __init__(self, gamma: typing.Any, beta: typing.Any = None, number_of_groups: typing.Any = 1, epsilon: typing.Any = None, label: str = '') -> None:
-        """
-        number_of_groups must divide len(gamma); epsilon None: the protocol's default (FLT_MIN)
-        """
-    def beta(self) -> typing.Any:
-        """
-        -beta (a writable view, or None)
-        """
-    def epsilon(self) -> float:
-        """
-        -epsilon
-        """
-    def gamma(self) -> typing.Any:
-        """
-        -gamma (a writable view)
-        """
-    def label(self) -> str:
-        """
-        -label
-        """
-    def load(self) -> bool:
-        """
-        -load
-        """
-    def number_of_feature_channels(self) -> int:
-        """
-        -numberOfFeatureChannels
-        """
-    def number_of_groups(self) -> int:
-        """
-        -numberOfGroups
-        """
-    def purge(self) -> None:
-        """
-        -purge
-        """
-    def set_number_of_groups(self, number_of_groups: typing.Any) -> None:
-        """
-        -setNumberOfGroups: (kernels read the number of groups when they are made)
-        """
-    def update_gamma_and_beta_with_group_normalization_state_batch(self, group_normalization_state_batch: typing.Any) -> bool:
-        """
-        -updateGammaAndBetaWithGroupNormalizationStateBatch: (CPU style; decrements each temporary state's read count)
-        """
-    @property
-    def learning_rate(self) -> float:
-        """
-        the SGD step of the update method
-        """
-    @learning_rate.setter
-    def learning_rate(self, arg1: typing.Any) -> None:
-        ...
-class CNNGroupNormalizationGradientState(NNGradientState):
-    """
-    MPSCNNGroupNormalizationGradientState, made by CNNGroupNormalization.result_state / temporary_result_state (one per image).
-    """
-    @property
-    def beta(self) -> typing.Any:
-        """
-        -beta: the (C,) beta the forward pass used
-        """
-    @property
-    def gamma(self) -> typing.Any:
-        """
-        -gamma: the (C,) gamma the forward pass used
-        """
-    @property
-    def gradient_for_beta(self) -> typing.Any:
-        """
-        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
-        """
-    @property
-    def gradient_for_gamma(self) -> typing.Any:
-        """
-        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
-        """
-    @property
-    def group_normalization(self) -> typing.Any:
-        """
-        -groupNormalization: the kernel that made the state
-        """
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-    @property
-    def number_of_groups(self) -> int:
-        """
-        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
-        """
-class CNNGroupNormalization(CNNKernel):
-    """
-    MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, gamma and beta per channel.
-    """
-    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
-        """
-        -initWithDevice:dataSource:
-        """
-    def reload_gamma_and_beta_from_data_source(self) -> None:
-        """
-        -reloadGammaAndBetaFromDataSource
-        """
-    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
-        """
-        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
-        """
-    @property
-    def data_source(self) -> typing.Any:
-        ...
-    @property
-    def epsilon(self) -> float:
-        """
-        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
-        """
-    @epsilon.setter
-    def epsilon(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def number_of_feature_channels(self) -> int:
-        ...
-    @property
-    def number_of_groups(self) -> int:
-        """
-        the data source's number_of_groups() when the kernel was made
-        """
-class CNNGroupNormalizationGradient(CNNGradientKernel):
-    """
-    MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -initWithDevice:
-        """
 class VectorDescriptor:
     """
     MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart

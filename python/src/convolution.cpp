@@ -1,6 +1,8 @@
 // Bindings of the convolution family (MPSCNNConvolution.h).
 #include "bindings.h"
 #include "kernels/convolution.h"
+#include "kernels/convolution_transpose.h"
+#include "kernels/fully_connected.h"
 
 namespace mpsgrad::python {
 namespace {
@@ -121,6 +123,44 @@ std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
 }
 
 Device deviceOf(py::object device) { return toDevice(device, "device"); }
+
+std::shared_ptr<CNNConvolutionGradientState> toConvolutionGradientState(py::handle value, const char* what) {
+    if (!py::isinstance<CNNConvolutionGradientState>(value))
+        throwTypeError(what, ": expected a CNNConvolutionGradientState, got ", std::string(py::repr(value.get_type())));
+    return value.cast<std::shared_ptr<CNNConvolutionGradientState>>();
+}
+
+// The transposed convolution's encode forms: those of CNNKernel, plus the ones sized by the
+// paired convolution's gradient state (returning only, as in MPS).
+py::object transposeEncode(py::object self, CommandBuffer& cb, py::handle source, py::handle destinationState,
+                           py::handle destinationImage, py::handle convolutionState, py::handle stateIsTemporary,
+                           bool batch) {
+    const char* name = batch ? "encode_batch" : "encode";
+    if (convolutionState.is_none())
+        return py::type::of<CNNKernel>().attr(name)(self, cb, source, destinationState, destinationImage,
+                                                    py::arg("destination_state_is_temporary") = stateIsTemporary);
+    if (!destinationState.is_none() || !destinationImage.is_none())
+        throwValueError(batch ? "convolution_gradient_states" : "convolution_gradient_state",
+                        ": the forms sized by a convolution gradient state return their result; pass no "
+                        "destination state or image");
+    auto& k = self.cast<CNNConvolutionTranspose&>();
+    const bool wantState = !stateIsTemporary.is_none();
+    const bool temporary = wantState && toBool(stateIsTemporary, "destination_state_is_temporary");
+    if (!batch) {
+        ImagePtr src = toImageBatch(py::make_tuple(source), "source_image").front();
+        StatePtr produced;
+        ImagePtr dst = k.encode(cb, src, toConvolutionGradientState(convolutionState, "convolution_gradient_state"),
+                                wantState ? &produced : nullptr, temporary);
+        return wantState ? py::object(py::make_tuple(dst, produced)) : py::cast(dst);
+    }
+    ImageBatch sources = toImageBatch(source, "source_images");
+    StateBatch states;
+    for (py::handle s : py::iter(convolutionState))
+        states.push_back(toConvolutionGradientState(s, "convolution_gradient_states"));
+    StateBatch produced;
+    ImageBatch dst = k.encodeBatch(cb, sources, states, wantState ? &produced : nullptr, temporary);
+    return wantState ? py::object(py::make_tuple(dst, produced)) : py::cast(dst);
+}
 
 }  // namespace
 
@@ -308,6 +348,111 @@ void bindConvolution(py::module_& m) {
              &CNNConvolutionGradient::reloadWeightsAndBiasesFromDataSource, "-reloadWeightsAndBiasesFromDataSource")
         .def("reload_weights_and_biases_with_command_buffer",
              &CNNConvolutionGradient::reloadWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
+             py::arg("state"), "-reloadWeightsAndBiasesWithCommandBuffer:state:");
+
+    // Fully connected: the convolution classes with a source-sized kernel (docs/fully_connected.md).
+    py::class_<CNNFullyConnected, CNNConvolution, std::shared_ptr<CNNFullyConnected>>(
+        m, "CNNFullyConnected",
+        "MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; "
+        "the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNFullyConnected>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"), "-[MPSCNNFullyConnected initWithDevice:weights:]");
+    py::class_<CNNFullyConnectedGradient, CNNConvolutionGradient, std::shared_ptr<CNNFullyConnectedGradient>>(
+        m, "CNNFullyConnectedGradient", "MPSCNNFullyConnectedGradient")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNFullyConnectedGradient>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"),
+             "-[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)");
+
+    // Transposed convolution (docs/convolution_transpose.md).
+    py::class_<CNNConvolutionTransposeGradientState, CNNConvolutionGradientState,
+               std::shared_ptr<CNNConvolutionTransposeGradientState>>(
+        m, "CNNConvolutionTransposeGradientState",
+        "MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state "
+        "sized the result (or None)")
+        .def_property_readonly("convolution_transpose", &CNNConvolutionTransposeGradientState::convolutionTranspose,
+                               "MPSCNNConvolutionTransposeGradientState.convolutionTranspose");
+    py::class_<CNNConvolutionTranspose, CNNKernel, std::shared_ptr<CNNConvolutionTranspose>>(
+        m, "CNNConvolutionTranspose",
+        "MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 "
+        "correlation with the OHWI weights used as given (not rotated)")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNConvolutionTranspose>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"), "-[MPSCNNConvolutionTranspose initWithDevice:weights:]")
+        .def_property_readonly("input_feature_channels", &CNNConvolutionTranspose::inputFeatureChannels)
+        .def_property_readonly("output_feature_channels", &CNNConvolutionTranspose::outputFeatureChannels)
+        .def_property_readonly("groups", &CNNConvolutionTranspose::groups)
+        .def_property_readonly("data_source", [](const CNNConvolutionTranspose& k) { return dataSourceObject(k.dataSource()); })
+        .def_property("kernel_offset_x", getter(&CNNConvolutionTranspose::kernelOffsetX), setter(&CNNConvolutionTranspose::kernelOffsetX, "kernel_offset_x"))
+        .def_property("kernel_offset_y", getter(&CNNConvolutionTranspose::kernelOffsetY), setter(&CNNConvolutionTranspose::kernelOffsetY, "kernel_offset_y"))
+        .def_property("accumulator_precision_option", getter(&CNNConvolutionTranspose::accumulatorPrecisionOption), setter(&CNNConvolutionTranspose::accumulatorPrecisionOption, "accumulator_precision_option"))
+        .def("encode",
+             [](py::object self, CommandBuffer& cb, py::handle source, py::handle destinationState,
+                py::handle destinationImage, py::handle convolutionState, py::handle stateIsTemporary) {
+                 return transposeEncode(self, cb, source, destinationState, destinationImage, convolutionState,
+                                        stateIsTemporary, false);
+             },
+             py::arg("command_buffer"), py::arg("source_image"), py::arg("destination_state") = py::none(),
+             py::arg("destination_image") = py::none(), py::kw_only(),
+             py::arg("convolution_gradient_state") = py::none(), py::arg("destination_state_is_temporary") = py::none(),
+             "The CNNKernel encode forms, and with convolution_gradient_state "
+             "-encodeToCommandBuffer:sourceImage:convolutionGradientState:[destinationState:"
+             "destinationStateIsTemporary:] (result sized to that convolution's source; returns the image, or "
+             "(image, state) with destination_state_is_temporary)")
+        .def("encode_batch",
+             [](py::object self, CommandBuffer& cb, py::handle sources, py::handle destinationStates,
+                py::handle destinationImages, py::handle convolutionStates, py::handle stateIsTemporary) {
+                 return transposeEncode(self, cb, sources, destinationStates, destinationImages, convolutionStates,
+                                        stateIsTemporary, true);
+             },
+             py::arg("command_buffer"), py::arg("source_images"), py::arg("destination_states") = py::none(),
+             py::arg("destination_images") = py::none(), py::kw_only(),
+             py::arg("convolution_gradient_states") = py::none(),
+             py::arg("destination_state_is_temporary") = py::none(),
+             "The CNNKernel batch encode forms, and with convolution_gradient_states "
+             "-encodeBatchToCommandBuffer:sourceImages:convolutionGradientStates:[destinationStates:"
+             "destinationStateIsTemporary:]")
+        .def("reload_weights_and_biases_from_data_source",
+             &CNNConvolutionTranspose::reloadWeightsAndBiasesFromDataSource, "-reloadWeightsAndBiasesFromDataSource")
+        .def("reload_weights_and_biases_with_command_buffer",
+             &CNNConvolutionTranspose::reloadWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
+             py::arg("state"), "-reloadWeightsAndBiasesWithCommandBuffer:state:")
+        .def("export_weights_and_biases_with_command_buffer",
+             &CNNConvolutionTranspose::exportWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
+             py::arg("result_state_can_be_temporary") = false,
+             "-exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:");
+    py::class_<CNNConvolutionTransposeGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionTransposeGradient>>(
+        m, "CNNConvolutionTransposeGradient", "MPSCNNConvolutionTransposeGradient")
+        .def(py::init([](py::object device, py::object weights) {
+                 return std::make_shared<CNNConvolutionTransposeGradient>(deviceOf(device), toDataSource(weights));
+             }),
+             py::arg("device"), py::arg("weights"),
+             "-[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)")
+        .def_property_readonly("source_gradient_feature_channels",
+                               &CNNConvolutionTransposeGradient::sourceGradientFeatureChannels)
+        .def_property_readonly("source_image_feature_channels",
+                               &CNNConvolutionTransposeGradient::sourceImageFeatureChannels)
+        .def_property_readonly("groups", &CNNConvolutionTransposeGradient::groups)
+        .def_property_readonly("data_source",
+                               [](const CNNConvolutionTransposeGradient& k) { return dataSourceObject(k.dataSource()); })
+        .def_property("gradient_option", getter(&CNNConvolutionTransposeGradient::gradientOption),
+                      [](CNNConvolutionTransposeGradient& k, py::handle value) {
+                          auto option = fromPython<CNNConvolutionGradientOption>(value, "gradient_option");
+                          if (uint32_t(option) < 1 || uint32_t(option) > 3)
+                              throwValueError("gradient_option: must be GRADIENT_WITH_DATA, "
+                                              "GRADIENT_WITH_WEIGHTS_AND_BIAS or ALL, got ", uint32_t(option));
+                          k.gradientOption = option;
+                      },
+                      "MPSCNNConvolutionTransposeGradient.gradientOption")
+        .def("reload_weights_and_biases_from_data_source",
+             &CNNConvolutionTransposeGradient::reloadWeightsAndBiasesFromDataSource,
+             "-reloadWeightsAndBiasesFromDataSource")
+        .def("reload_weights_and_biases_with_command_buffer",
+             &CNNConvolutionTransposeGradient::reloadWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
              py::arg("state"), "-reloadWeightsAndBiasesWithCommandBuffer:state:");
 }
 

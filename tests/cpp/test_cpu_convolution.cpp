@@ -151,7 +151,7 @@ TEST_P(CpuConvolution, DataGradientMatchesReference) {
 
     const std::vector<float> before = randomVector(bufferSize(p.destination, c.batch), 9, 10, 20);
     std::vector<float> dx = before;
-    cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), dx.data());
+    cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), nullptr, dx.data());
 
     ref::Expected ex(dx.size());
     ref::dataGradient(p, d.e, d.w, ex);
@@ -188,7 +188,7 @@ TEST_P(CpuConvolution, Deterministic) {
         std::vector<float> dw(c.weightCount(), 0.0f), db(size_t(c.outC), 0.0f);
         cpu::convolutionForward(fp, d.x.data(), d.w.data(), d.b.data(), d.neuronData.data(),
                                 y.data(), pre.data());
-        cpu::convolutionDataGradient(dp, d.e.data(), d.w.data(), dx.data());
+        cpu::convolutionDataGradient(dp, d.e.data(), d.w.data(), nullptr, dx.data());
         cpu::convolutionWeightGradient(wp, d.e.data(), d.x.data(), dw.data(), db.data());
         std::vector<float> all;
         for (auto* v : {&y, &pre, &dx, &dw, &db}) all.insert(all.end(), v->begin(), v->end());
@@ -329,7 +329,7 @@ TEST_P(CpuConvolutionAdjoint, DataGradientIsAdjointOfForward) {
 
     const ConvolutionDataGradientParams dp = dataGradientParams(c);
     std::vector<float> dx(bufferSize(dp.destination, c.batch), 0.0f);
-    cpu::convolutionDataGradient(dp, d.e.data(), d.w.data(), dx.data());
+    cpu::convolutionDataGradient(dp, d.e.data(), d.w.data(), nullptr, dx.data());
 
     double abs1 = 0.0, abs2 = 0.0;
     const double lhs = dotLayout(y, d.e, c.gradient(), c.batch, &abs1);  // E and Y share geometry

@@ -204,12 +204,13 @@ TEST_P(MetalConvolution, DataGradientMatchesCpu) {
     const std::vector<float> before = randomVector(bufferSize(p.destination, c.batch), 9, 10, 20);
 
     std::vector<float> cpuDx = before;
-    cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), cpuDx.data());
+    cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), nullptr, cpuDx.data());
 
     BufferSlice dx;
     runOnMetal([&](Backend& backend, CommandBuffer& cb) {
         dx = upload(backend, before, c.misalign);
-        backend.convolutionDataGradient(cb, p, upload(backend, d.e, c.misalign), upload(backend, d.w, c.misalign), dx);
+        backend.convolutionDataGradient(cb, p, upload(backend, d.e, c.misalign), upload(backend, d.w, c.misalign),
+                                        BufferSlice{}, dx);
     });
 
     ref::Expected ex(cpuDx.size());
@@ -298,7 +299,7 @@ TEST(MetalConvolutionDeterminism, GradientsAreBitwiseReproducible) {
             dx = upload(backend, std::vector<float>(bufferSize(dp.destination, c.batch), 0.0f));
             BufferSlice e = upload(backend, d.e);
             backend.convolutionWeightGradient(cb, wp, e, upload(backend, d.x), dw, db);
-            backend.convolutionDataGradient(cb, dp, e, upload(backend, d.w), dx);
+            backend.convolutionDataGradient(cb, dp, e, upload(backend, d.w), BufferSlice{}, dx);
         });
         std::vector<float> all = download(dw, c.weightCount());
         for (float v : download(db, size_t(c.outC))) all.push_back(v);
@@ -699,7 +700,7 @@ TEST(MetalConvolutionDeterminism, ThreadOrderDoesNotChangeResults) {
                 backend.convolutionForward(cb, fp, x, w, upload(backend, d.b),
                                            fp.neuron.hasChannelData ? upload(backend, d.neuronData) : BufferSlice{},
                                            y, fp.writePreactivation ? pre : BufferSlice{});
-                backend.convolutionDataGradient(cb, dp, e, w, dx);
+                backend.convolutionDataGradient(cb, dp, e, w, BufferSlice{}, dx);
                 backend.convolutionWeightGradient(cb, wp, e, x, dw, db);
             });
             std::vector<float> all;

@@ -136,26 +136,52 @@ TEST(MetalVariants, ConvolutionForwardEveryNeuronAndAlignment) {
     }
 }
 
-// Bindings: 0 gradient E, 1 weights, 2 destination dX.
+// Bindings: 0 gradient E, 1 weights, 2 destination dX; with and without the bias epilogue (the
+// transposed convolution's forward pass).
 TEST(MetalVariants, ConvolutionDataGradientEveryAlignment) {
     REQUIRE_METAL();
-    for (bool depthwise : {false, true}) {
-        const ConvCase c = variantConvCase(depthwise);
-        const ConvolutionDataGradientParams p = dataGradientParams(c);
-        const ConvData d = makeConvData(c, 60);
-        for (unsigned mask = 0; mask < 8; ++mask) {
-            const std::vector<float> x0 = noise(bufferSize(p.destination, c.batch), 3);
-            std::vector<float> x = x0;
-            cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), x.data());
-            BufferSlice mx;
-            runOnMetal([&](Backend& b, CommandBuffer& cb) {
-                mx = upload(b, x0, misaligned(mask, 2));
-                b.convolutionDataGradient(cb, p, upload(b, d.e, misaligned(mask, 0)),
-                                          upload(b, d.w, misaligned(mask, 1)), mx);
-            });
-            expectMatches(download(mx, x.size()), x,
-                          std::string(depthwise ? "depthwise" : "general") + " dX, mask " + std::to_string(mask));
+    for (bool depthwise : {false, true})
+        for (int hasBias : {0, 1}) {
+            const ConvCase c = variantConvCase(depthwise);
+            ConvolutionDataGradientParams p = dataGradientParams(c);
+            p.hasBias = hasBias;
+            const ConvData d = makeConvData(c, 60);
+            const std::vector<float> bias = noise(size_t(p.destination.channels), 9);
+            for (unsigned mask = 0; mask < 8; ++mask) {
+                const std::vector<float> x0 = noise(bufferSize(p.destination, c.batch), 3);
+                std::vector<float> x = x0;
+                cpu::convolutionDataGradient(p, d.e.data(), d.w.data(), bias.data(), x.data());
+                BufferSlice mx;
+                runOnMetal([&](Backend& b, CommandBuffer& cb) {
+                    mx = upload(b, x0, misaligned(mask, 2));
+                    b.convolutionDataGradient(cb, p, upload(b, d.e, misaligned(mask, 0)),
+                                              upload(b, d.w, misaligned(mask, 1)), upload(b, bias, false), mx);
+                });
+                expectMatches(download(mx, x.size()), x,
+                              std::string(depthwise ? "depthwise" : "general") + " dX, bias " +
+                                  std::to_string(hasBias) + ", mask " + std::to_string(mask));
+            }
         }
+}
+
+// The transposed convolution's weight rotation (one variant): exact copies, grouped and not, and
+// applying it twice (with the channel counts swapped) gives the weights back.
+TEST(MetalVariants, ConvolutionTransposeWeights) {
+    REQUIRE_METAL();
+    for (int groups : {1, 2}) {
+        ConvolutionTransposeWeightsParams p{groups, 3, 2, 8, 12};
+        const std::vector<float> w = noise(size_t(8 * 3 * 2 * 12 / groups), 11);
+        std::vector<float> r(w.size()), back(w.size());
+        cpu::convolutionTransposeWeights(p, w.data(), r.data());
+        ConvolutionTransposeWeightsParams q{groups, 3, 2, 12, 8};
+        cpu::convolutionTransposeWeights(q, r.data(), back.data());
+        EXPECT_EQ(back, w) << "rotating twice restores the weights";
+        BufferSlice mr;
+        runOnMetal([&](Backend& b, CommandBuffer& cb) {
+            mr = upload(b, std::vector<float>(w.size(), -1.0f), false);
+            b.convolutionTransposeWeights(cb, p, upload(b, w, false), mr);
+        });
+        EXPECT_EQ(download(mr, r.size()), r) << "groups " << groups;
     }
 }
 

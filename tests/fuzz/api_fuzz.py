@@ -475,6 +475,98 @@ def convolution_ops(r: random.Random, ctx: Context):
     check_close(np.asarray(state.gradient_for_biases), ref_db, "bias gradient")
 
 
+@family("fully_connected")
+def fully_connected_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    h, w = r.randint(1, 5), r.randint(1, 5)
+    cin, cout = r.choice([1, 3, 4, 8]), r.choice([1, 2, 5])
+    ctx.start_call()
+    d = m.CNNConvolutionDescriptor(w, h, cin, cout)
+    d.stride_in_pixels_y = ctx.bad(r, 1, [2, 3], what="stride_in_pixels_y")
+    wgt = random_array(r, cout, h, w, cin)
+    bias = random_array(r, cout)
+    source = m.CNNConvolutionWeightsDataSource(d, wgt, bias)
+    fc = m.CNNFullyConnected(ctx.device, source)
+    grad = m.CNNFullyConnectedGradient(ctx.device, source)
+    ctx.expect_rejected_if_invalid("CNNFullyConnected")
+    n = r.randint(1, 3)
+    x_arr = random_array(r, n, h, w, cin)
+    e_arr = random_array(r, n, 1, 1, cout)
+    ctx.start_call()
+    src_w = ctx.bad(r, w, [w + 1], what="source width")
+    xs = m.batch_from_numpy(random_array(r, n, h, src_w, cin) if src_w != w else x_arr, ctx.device)
+    cb = ctx.queue.command_buffer()
+    ys, states = fc.encode_batch(cb, xs, destination_state_is_temporary=False)
+    dxs = grad.encode_batch(cb, m.batch_from_numpy(e_arr, ctx.device), xs, states)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("fully connected encode")
+    x2, w2 = x_arr.reshape(n, -1).astype(np.float64), wgt.reshape(cout, -1).astype(np.float64)
+    e2 = e_arr.reshape(n, cout).astype(np.float64)
+    check_close(m.batch_to_numpy(ys).reshape(n, cout), x2 @ w2.T + bias, "fully connected forward")
+    check_close(m.batch_to_numpy(dxs).reshape(n, -1), e2 @ w2, "fully connected data gradient")
+    check_close(np.asarray(states[0].gradient_for_weights).reshape(cout, -1), e2.T @ x2, "fully connected dW")
+    check_close(np.asarray(states[0].gradient_for_biases), e2.sum(0), "fully connected dB")
+
+
+def transpose_reference(x, wgt, bias, e, s):
+    """x (H, W, I), wgt (O, k, k, I) used as given, stride s, offset 0 and kernel offset (k>>1) - (k-1)
+    (window top-left tap at -(k-1) in Z: the "full" placement), e (D, D', O): y, dx, dw, db."""
+    H, W, _ = x.shape
+    k = wgt.shape[1]
+    z = np.zeros(((H - 1) * s + 1, (W - 1) * s + 1, x.shape[2]))
+    z[::s, ::s] = x
+    zp = np.pad(z, ((k - 1, k - 1), (k - 1, k - 1), (0, 0)))
+    Dh, Dw = zp.shape[0] - k + 1, zp.shape[1] - k + 1
+    y = np.tile(bias.astype(np.float64), (Dh, Dw, 1))
+    dzp = np.zeros_like(zp)
+    dw = np.zeros(wgt.shape)
+    for ky in range(k):
+        for kx in range(k):
+            y += zp[ky:ky + Dh, kx:kx + Dw] @ wgt[:, ky, kx, :].T.astype(np.float64)
+            dzp[ky:ky + Dh, kx:kx + Dw] += e @ wgt[:, ky, kx, :].astype(np.float64)
+            dw[:, ky, kx, :] = np.einsum("hwo,hwi->oi", e, zp[ky:ky + Dh, kx:kx + Dw])
+    dx = dzp[k - 1:k - 1 + z.shape[0]:s, k - 1:k - 1 + z.shape[1]:s]
+    return y, dx, dw, e.sum((0, 1))
+
+
+@family("convolution_transpose")
+def convolution_transpose_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    k, s = r.choice([1, 2, 3]), r.choice([1, 2, 3])
+    cin, cout = r.choice([1, 3, 4]), r.choice([1, 4, 5])
+    h, w = r.randint(1, 4), r.randint(1, 4)
+    ctx.start_call()
+    d = m.CNNConvolutionDescriptor(k, k, cin, cout)
+    d.stride_in_pixels_x = d.stride_in_pixels_y = s
+    if r.random() < 0.1:
+        d.fused_neuron_descriptor = m.NNNeuronDescriptor(m.CNNNeuronType.RELU)
+        ctx.invalid.append("fused_neuron_descriptor")
+    wgt = random_array(r, cout, k, k, cin)
+    bias = random_array(r, cout)
+    source = m.CNNConvolutionWeightsDataSource(d, wgt, bias)
+    t = m.CNNConvolutionTranspose(ctx.device, source)
+    grad = m.CNNConvolutionTransposeGradient(ctx.device, source)
+    ctx.expect_rejected_if_invalid("CNNConvolutionTranspose")
+    t.padding = m.NNDefaultPadding(int(m.PaddingMethod.SIZE_FULL))
+    x_arr = random_array(r, h, w, cin)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    Dh, Dw = (h - 1) * s + k, (w - 1) * s + k
+    e_arr = random_array(r, Dh, Dw, cout)
+    ctx.start_call()
+    e_h = ctx.bad(r, Dh, [Dh + 1], what="gradient height")
+    cb = ctx.queue.command_buffer()
+    y, state = t.encode(cb, x, destination_state_is_temporary=False)
+    dx = grad.encode(cb, m.Image.from_numpy(random_array(r, e_h, Dw, cout) if e_h != Dh else e_arr, ctx.device),
+                     x, state)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("transpose encode")
+    ref_y, ref_dx, ref_dw, ref_db = transpose_reference(x_arr, wgt, bias, e_arr.astype(np.float64), s)
+    check_close(y.to_numpy()[0], ref_y, "transpose forward")
+    check_close(dx.to_numpy()[0], ref_dx, "transpose data gradient")
+    check_close(np.asarray(state.gradient_for_weights), ref_dw, "transpose weight gradient")
+    check_close(np.asarray(state.gradient_for_biases), ref_db, "transpose bias gradient")
+
+
 # ---------------------------------------------------------------------------------------------
 # pooling (2x2 stride 2, windows inside the image: edge mode ZERO never reads off-image)
 

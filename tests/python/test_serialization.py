@@ -71,6 +71,21 @@ def conv_source(seed="conv", neuron=None, bias=True, groups=1):
     return m.CNNConvolutionWeightsDataSource(d, w, b, label="weights")
 
 
+def fc_source(seed="fc"):
+    """A fully connected layer over the 7x9x8 test images (kernel = source size), 8 -> 6 channels."""
+    gen = rng(seed)
+    d = m.CNNConvolutionDescriptor(9, 7, 8, 6)
+    return m.CNNConvolutionWeightsDataSource(d, randn(gen, 6, 7, 9, 8), randn(gen, 6), label="fc")
+
+
+def transpose_source(seed="transpose"):
+    """A 2x-upsampling transposed convolution, 8 -> 4 channels (the 7x9x8 test images)."""
+    gen = rng(seed)
+    d = m.CNNConvolutionDescriptor(3, 3, 8, 4)
+    d.stride_in_pixels_x = d.stride_in_pixels_y = 2
+    return m.CNNConvolutionWeightsDataSource(d, randn(gen, 4, 3, 3, 8), randn(gen, 4), label="transpose")
+
+
 def set_cnn_properties(k):
     """Non-default values for every MPSCNNKernel property (not meant to run)."""
     k.options = int(m.KernelOptions.ALLOW_REDUCED_PRECISION | m.KernelOptions.VERBOSE)
@@ -206,6 +221,10 @@ FACTORIES = {
     "CNNConvolution[grouped,neuron,nobias]": lambda dev: m.CNNConvolution(
         dev, conv_source("g", m.NNNeuronDescriptor(m.CNNNeuronType.RELU, a=0.1), bias=False, groups=2)),
     "CNNConvolutionGradient": lambda dev: m.CNNConvolutionGradient(dev, conv_source()),
+    "CNNFullyConnected": lambda dev: m.CNNFullyConnected(dev, fc_source()),
+    "CNNFullyConnectedGradient": lambda dev: m.CNNFullyConnectedGradient(dev, fc_source()),
+    "CNNConvolutionTranspose": lambda dev: m.CNNConvolutionTranspose(dev, transpose_source()),
+    "CNNConvolutionTransposeGradient": lambda dev: m.CNNConvolutionTransposeGradient(dev, transpose_source()),
     "CNNSoftMax": lambda dev: m.CNNSoftMax(dev),
     "CNNLogSoftMax": lambda dev: m.CNNLogSoftMax(dev),
     "CNNSoftMaxGradient": lambda dev: m.CNNSoftMaxGradient(dev),
@@ -258,8 +277,11 @@ def configured(name, dev):
         set_binary_properties(k)
     if isinstance(k, m.CNNConvolution):
         k.accumulator_precision_option = m.NNConvolutionAccumulatorPrecisionOption.HALF
-    if isinstance(k, m.CNNConvolutionGradient):
+    if isinstance(k, (m.CNNConvolutionGradient, m.CNNConvolutionTransposeGradient)):
         k.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_DATA
+    if isinstance(k, m.CNNConvolutionTranspose):
+        k.accumulator_precision_option = m.NNConvolutionAccumulatorPrecisionOption.HALF
+        k.kernel_offset_x, k.kernel_offset_y = -3, 2
     if isinstance(k, m.NNCompare):
         k.comparison_type, k.threshold = m.NNComparisonType.GREATER_OR_EQUAL, 0.125
     if isinstance(k, (m.CNNBatchNormalization, m.CNNInstanceNormalization, m.CNNGroupNormalization)):
@@ -470,6 +492,14 @@ def output_cases():
     cases["CNNConvolutionGradient"] = lambda q, dev, k: forward_and_gradient(
         q, m.CNNConvolution(dev, conv_source()), k, [image(rng("x"), dev, 7, 9)],
         lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, 8), dev), lambda inputs, y: inputs[0])
+    cases["CNNFullyConnected"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9))]
+    cases["CNNFullyConnectedGradient"] = lambda q, dev, k: forward_and_gradient(
+        q, m.CNNFullyConnected(dev, fc_source()), k, [image(rng("x"), dev, 7, 9)],
+        lambda y: m.Image.from_numpy(randn(rng("g"), 1, 1, 6), dev), lambda inputs, y: inputs[0])
+    cases["CNNConvolutionTranspose"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9))]
+    cases["CNNConvolutionTransposeGradient"] = lambda q, dev, k: forward_and_gradient(
+        q, m.CNNConvolutionTranspose(dev, transpose_source()), k, [image(rng("x"), dev, 7, 9)],
+        lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, 4), dev), lambda inputs, y: inputs[0])
     for fwd_name, grad_name in (("CNNSoftMax", "CNNSoftMaxGradient"), ("CNNLogSoftMax", "CNNLogSoftMaxGradient")):
         cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
             q, getattr(m, f)(dev), k, [image(rng("x"), dev)], lambda y: image(rng("g"), dev),
@@ -854,7 +884,7 @@ def gradient_states(device):
     for k in (m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU)), m.CNNConvolution(device, conv_source()),
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
               m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.CNNInstanceNormalization(device, instance_source(8)),
-              m.CNNGroupNormalization(device, group_source(8, 2))):
+              m.CNNGroupNormalization(device, group_source(8, 2)), m.CNNConvolutionTranspose(device, transpose_source())):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

@@ -84,12 +84,16 @@ public:
                                     const BufferSlice& weights, const BufferSlice& biases,
                                     const BufferSlice& neuronData, const BufferSlice& destination,
                                     const BufferSlice& preactivation) = 0;
+    // biases (p.destination.channels floats) is read only when p.hasBias.
     virtual void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                          const BufferSlice& gradient, const BufferSlice& weights,
-                                         const BufferSlice& destination) = 0;
+                                         const BufferSlice& biases, const BufferSlice& destination) = 0;
     virtual void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                            const BufferSlice& gradient, const BufferSlice& source,
                                            const BufferSlice& weightGradient, const BufferSlice& biasGradient) = 0;
+    // Transposed convolution: the rotated, I/O-swapped weights (destination must not alias source).
+    virtual void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
+                                             const BufferSlice& source, const BufferSlice& destination) = 0;
 
     // ---- neuron family (metal/neuron_params.h) ----------------------------------------
     virtual void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,

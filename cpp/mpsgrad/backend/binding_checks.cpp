@@ -171,7 +171,8 @@ void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& sour
 }
 
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
-                                  const BufferSlice& weights, const BufferSlice& destination) {
+                                  const BufferSlice& weights, const BufferSlice& biases,
+                                  const BufferSlice& destination) {
     const char* op = "convolutionDataGradient";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
@@ -181,6 +182,18 @@ void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const 
     requireFloats(op, "weights", weights,
                   weightCount(op, p.gradient.channels, p.destination.channels, p.groups, p.kernelWidth,
                               p.kernelHeight));
+    if (p.hasBias) requireFloats(op, "biases", biases, p.destination.channels);
+}
+
+void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const BufferSlice& source,
+                                      const BufferSlice& destination) {
+    const char* op = "convolutionTransposeWeights";
+    const int64_t count = weightCount(op, p.outChannels, p.inChannels, p.groups, p.kernelWidth, p.kernelHeight);
+    requireFloats(op, "source", source, count);
+    requireFloats(op, "destination", destination, count);
+    if (source.buffer == destination.buffer &&
+        source.offset < destination.offset + size_t(count) * 4 && destination.offset < source.offset + size_t(count) * 4)
+        throwValueError(op, ": source and destination overlap");
 }
 
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,

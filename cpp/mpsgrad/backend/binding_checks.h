@@ -22,10 +22,13 @@ void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& sour
                              const BufferSlice& biases, const BufferSlice& neuronData,
                              const BufferSlice& destination, const BufferSlice& preactivation);
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
-                                  const BufferSlice& weights, const BufferSlice& destination);
+                                  const BufferSlice& weights, const BufferSlice& biases,
+                                  const BufferSlice& destination);
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& weightGradient,
                                     const BufferSlice& biasGradient);
+void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const BufferSlice& source,
+                                      const BufferSlice& destination);
 
 void checkNeuronForward(const NeuronForwardParams& p, const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination);

@@ -175,6 +175,15 @@ void reloadFromState(CommandBuffer& cb, ConvolutionWeights& w, const char* kerne
 
 }  // namespace
 
+ConvolutionWeights loadConvolutionWeights(const Device& device, CNNConvolutionDataSource& source) {
+    return loadWeights(device, source);
+}
+
+void reloadConvolutionWeights(CommandBuffer& cb, ConvolutionWeights& w, const char* kernelName,
+                              const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state) {
+    reloadFromState(cb, w, kernelName, state);
+}
+
 void ConvolutionWeights::checkReloadVisible(const CommandBuffer& cb) const {
     if (!reloadCompleted || *reloadCompleted || cb.id() == reloadCommandBufferId) return;
     auto reloadBuffer = reloadCommandBuffer.lock();
@@ -273,9 +282,15 @@ CNNConvolutionGradientState::CNNConvolutionGradientState(std::shared_ptr<CNNConv
                                                          const CNNConvolutionDescriptor& descriptor,
                                                          int64_t sourceWidth, int64_t sourceHeight, bool temporary,
                                                          const CommandBuffer* cb)
-    : NNGradientState(convolution ? convolution->device() : Device("cpu"), temporary, cb),
-      convolution_(std::move(convolution)),
-      descriptor_(descriptor) {
+    : CNNConvolutionGradientState(convolution ? convolution->device() : Device("cpu"), convolution, descriptor,
+                                  sourceWidth, sourceHeight, temporary, cb) {}
+
+CNNConvolutionGradientState::CNNConvolutionGradientState(const Device& device,
+                                                         std::shared_ptr<CNNConvolution> convolution,
+                                                         const CNNConvolutionDescriptor& descriptor,
+                                                         int64_t sourceWidth, int64_t sourceHeight, bool temporary,
+                                                         const CommandBuffer* cb)
+    : NNGradientState(device, temporary, cb), convolution_(std::move(convolution)), descriptor_(descriptor) {
     addBuffer(size_t(descriptor.weightCount()) * sizeof(float));
     addBuffer(size_t(descriptor.outputFeatureChannels) * sizeof(float));
     snapshot.sourceWidth = sourceWidth;
@@ -340,19 +355,20 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
     weights_.checkReloadVisible(cb);
     auto* state = states.empty() ? nullptr : dynamic_cast<CNNConvolutionGradientState*>(states.front().get());
     if (!states.empty() && !state)
-        throwTypeError("destination_state: CNNConvolution writes a CNNConvolutionGradientState, got a ",
+        throwTypeError("destination_state: ", className(), " writes a CNNConvolutionGradientState, got a ",
                        states.front()->className());
+    const Offset at = forwardOffset();
     int64_t totalImages = 0;
     for (const auto& dispatch : dispatches) {
         if (dispatch.sourceChannels != d.inputFeatureChannels)
-            throwValueError("source_image: CNNConvolution reads ", d.inputFeatureChannels,
+            throwValueError("source_image: ", className(), " reads ", d.inputFeatureChannels,
                             " input feature channels but the source image provides ", dispatch.sourceChannels,
                             " (feature_channels ", dispatch.source->featureChannels(),
                             ", source_feature_channel_offset ", sourceFeatureChannelOffset, ")");
         checkDestinationChannels(*dispatch.destination, d.outputFeatureChannels);
-        windowOrigin(offset.x, clipRect.origin.x, dispatch.clip.origin.x, d.strideInPixelsX, dilatedKernelWidth(),
+        windowOrigin(at.x, clipRect.origin.x, dispatch.clip.origin.x, d.strideInPixelsX, dilatedKernelWidth(),
                      "offset.x");  // validated before anything is encoded
-        windowOrigin(offset.y, clipRect.origin.y, dispatch.clip.origin.y, d.strideInPixelsY, dilatedKernelHeight(),
+        windowOrigin(at.y, clipRect.origin.y, dispatch.clip.origin.y, d.strideInPixelsY, dilatedKernelHeight(),
                      "offset.y");
         if (state) {
             const auto& first = dispatches.front();
@@ -377,9 +393,9 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         const auto& first = dispatches.front();
         ForwardSnapshot& s = state->snapshot;
         // The offset of the pixels actually written, so the gradient meets the forward geometry.
-        s.offset = Offset{effectiveOffset(offset.x, clipRect.origin.x, first.clip.origin.x, d.strideInPixelsX, "offset.x"),
-                          effectiveOffset(offset.y, clipRect.origin.y, first.clip.origin.y, d.strideInPixelsY, "offset.y"),
-                          offset.z};
+        s.offset = Offset{effectiveOffset(at.x, clipRect.origin.x, first.clip.origin.x, d.strideInPixelsX, "offset.x"),
+                          effectiveOffset(at.y, clipRect.origin.y, first.clip.origin.y, d.strideInPixelsY, "offset.y"),
+                          at.z};
         s.clipRect = first.clip;
         s.edgeMode = edgeMode;
         s.kernelWidth = d.kernelWidth;
@@ -449,9 +465,9 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         // A clip rectangle that started left of / above the destination was moved onto it; the
         // window moves by the same number of output pixels (times the stride), so destination
         // pixel clip_rect.origin + p keeps reading offset + stride * p (spec §1.2).
-        p.windowLeftX = windowOrigin(offset.x, clipRect.origin.x, u.clip.origin.x, d.strideInPixelsX,
+        p.windowLeftX = windowOrigin(at.x, clipRect.origin.x, u.clip.origin.x, d.strideInPixelsX,
                                      dilatedKernelWidth(), "offset.x");
-        p.windowTopY = windowOrigin(offset.y, clipRect.origin.y, u.clip.origin.y, d.strideInPixelsY,
+        p.windowTopY = windowOrigin(at.y, clipRect.origin.y, u.clip.origin.y, d.strideInPixelsY,
                                     dilatedKernelHeight(), "offset.y");
         BufferSlice preactivation;
         if (state && fused) {
@@ -557,7 +573,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                                           {&x, "source_image"},
                                           {destinations[i].get(), "destination_gradient"}})
             if (image->numberOfImages() != 1)
-                throwValueError(what, ": CNNConvolutionGradient needs images with number_of_images == 1, got ",
+                throwValueError(what, ": ", className(), " needs images with number_of_images == 1, got ",
                                 image->numberOfImages(),
                                 "; pass a batch as a list of single images (Image.batch_representation())");
         // Single images: the only image a z offset can select is image 0.
@@ -652,7 +668,8 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.clipWidth = checked::toInt32(clip.size.width, "clip_rect.size.width");
             p.clipHeight = checked::toInt32(clip.size.height, "clip_rect.size.height");
             if (p.clipWidth > 0 && p.clipHeight > 0)
-                backend.convolutionDataGradient(cb, p, gradient, weights_.weights, dst.storage(clip.origin.z));
+                backend.convolutionDataGradient(cb, p, gradient, weights_.weights, BufferSlice{},
+                                                dst.storage(clip.origin.z));
         }
         if (wantWeights) {
             ConvolutionWeightGradientParams p{};

@@ -148,13 +148,24 @@ struct ConvolutionWeights {
     void checkReloadVisible(const CommandBuffer& cb) const;
 };
 
+// Shared by the kernels of the family (convolution, fully connected, transposed convolution).
+// Reads a data source between load and purge into fresh device buffers (batch norm folded).
+ConvolutionWeights loadConvolutionWeights(const Device& device, CNNConvolutionDataSource& source);
+// Encodes a copy of a weights state into fresh buffers of `w` (-reloadWeightsAndBiasesWithCommandBuffer:state:).
+void reloadConvolutionWeights(CommandBuffer& cb, ConvolutionWeights& w, const char* kernelName,
+                              const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
+
 class CNNConvolution;
 
 // MPSCNNConvolutionGradientState
-class CNNConvolutionGradientState final : public NNGradientState {
+class CNNConvolutionGradientState : public NNGradientState {
 public:
     CNNConvolutionGradientState(std::shared_ptr<CNNConvolution> convolution, const CNNConvolutionDescriptor& descriptor,
                                 int64_t sourceWidth, int64_t sourceHeight, bool temporary, const CommandBuffer* cb);
+    // On `device` (the state of a transposed convolution, whose upstream `convolution` may be null).
+    CNNConvolutionGradientState(const Device& device, std::shared_ptr<CNNConvolution> convolution,
+                                const CNNConvolutionDescriptor& descriptor, int64_t sourceWidth,
+                                int64_t sourceHeight, bool temporary, const CommandBuffer* cb);
     const char* className() const override { return "CNNConvolutionGradientState"; }
 
     // OHWI float32, summed over the batch.
@@ -180,7 +191,8 @@ private:
 };
 
 // MPSCNNConvolution
-class CNNConvolution final : public CNNKernel {
+// Not final: CNNFullyConnected (kernels/fully_connected.h) is a convolution, as in MPS.
+class CNNConvolution : public CNNKernel {
 public:
     // -initWithDevice:weights:
     CNNConvolution(const Device& device, std::shared_ptr<CNNConvolutionDataSource> dataSource);
@@ -224,6 +236,9 @@ protected:
     int64_t destinationFeatureChannels(const Image&) const override { return outputFeatureChannels(); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
+    // The offset the window is centred on (the `offset` property; a fully connected layer
+    // ignores it and centres the kernel on the whole source).
+    virtual Offset forwardOffset() const { return offset; }
 
 private:
     std::shared_ptr<CNNConvolutionDataSource> dataSource_;
@@ -234,7 +249,8 @@ private:
 enum class CNNConvolutionGradientOption : uint32_t { GradientWithData = 1, GradientWithWeightsAndBias = 2, All = 3 };
 
 // MPSCNNConvolutionGradient
-class CNNConvolutionGradient final : public CNNGradientKernel {
+// Not final: CNNFullyConnectedGradient is one.
+class CNNConvolutionGradient : public CNNGradientKernel {
 public:
     // -initWithDevice:weights: (use the forward convolution's data source)
     CNNConvolutionGradient(const Device& device, std::shared_ptr<CNNConvolutionDataSource> dataSource);

@@ -12,8 +12,10 @@
 #include "core/serialization.h"
 #include "kernels/arithmetic.h"
 #include "kernels/convolution.h"
+#include "kernels/convolution_transpose.h"
 #include "kernels/batch_normalization.h"
 #include "kernels/dropout.h"
+#include "kernels/fully_connected.h"
 #include "kernels/group_normalization.h"
 #include "kernels/instance_normalization.h"
 #include "kernels/loss.h"
@@ -264,6 +266,66 @@ void CNNConvolutionGradient::encodeWithCoder(serial::Writer& w) const {
 std::shared_ptr<CNNConvolutionGradient> CNNConvolutionGradient::initWithCoder(serial::Reader& r,
                                                                               const Device& device) {
     auto kernel = std::make_shared<CNNConvolutionGradient>(device, readWeights(r));
+    kernel->decodeGradientKernelProperties(r);
+    kernel->gradientOption = static_cast<CNNConvolutionGradientOption>(r.oneOf("gradient_option", {1, 2, 3}));
+    return kernel;
+}
+
+// ---- fully connected: the convolution payloads, under their own class tags ---------------------------
+
+std::shared_ptr<CNNFullyConnected> CNNFullyConnected::initWithCoder(serial::Reader& r, const Device& device) {
+    auto source = readWeights(r);
+    auto kernel = asSerializationError(r, "descriptor", [&] { return std::make_shared<CNNFullyConnected>(device, source); });
+    kernel->decodeCNNKernelProperties(r);
+    kernel->accumulatorPrecisionOption =
+        static_cast<NNConvolutionAccumulatorPrecisionOption>(r.oneOf("accumulator_precision_option", {0, 1}));
+    return kernel;
+}
+
+std::shared_ptr<CNNFullyConnectedGradient> CNNFullyConnectedGradient::initWithCoder(serial::Reader& r,
+                                                                                    const Device& device) {
+    auto source = readWeights(r);
+    auto kernel = asSerializationError(r, "descriptor",
+                                       [&] { return std::make_shared<CNNFullyConnectedGradient>(device, source); });
+    kernel->decodeGradientKernelProperties(r);
+    kernel->gradientOption = static_cast<CNNConvolutionGradientOption>(r.oneOf("gradient_option", {1, 2, 3}));
+    return kernel;
+}
+
+// ---- transposed convolution: the weights as given, then the kernel properties -------------------------
+
+void CNNConvolutionTranspose::encodeWithCoder(serial::Writer& w) const {
+    writeKernelWeights(w, weights_.given, dataSource_);
+    encodeCNNKernelProperties(w);
+    w.i64(kernelOffsetX);
+    w.i64(kernelOffsetY);
+    w.u32(static_cast<uint32_t>(accumulatorPrecisionOption));
+}
+
+std::shared_ptr<CNNConvolutionTranspose> CNNConvolutionTranspose::initWithCoder(serial::Reader& r,
+                                                                              const Device& device) {
+    auto source = readWeights(r);
+    auto kernel = asSerializationError(r, "descriptor",
+                                       [&] { return std::make_shared<CNNConvolutionTranspose>(device, source); });
+    kernel->decodeCNNKernelProperties(r);
+    kernel->kernelOffsetX = r.i64("kernel_offset_x");
+    kernel->kernelOffsetY = r.i64("kernel_offset_y");
+    kernel->accumulatorPrecisionOption =
+        static_cast<NNConvolutionAccumulatorPrecisionOption>(r.oneOf("accumulator_precision_option", {0, 1}));
+    return kernel;
+}
+
+void CNNConvolutionTransposeGradient::encodeWithCoder(serial::Writer& w) const {
+    writeKernelWeights(w, weights_.given, dataSource_);
+    encodeGradientKernelProperties(w);
+    w.u32(static_cast<uint32_t>(gradientOption));
+}
+
+std::shared_ptr<CNNConvolutionTransposeGradient> CNNConvolutionTransposeGradient::initWithCoder(serial::Reader& r,
+                                                                                              const Device& device) {
+    auto source = readWeights(r);
+    auto kernel = asSerializationError(
+        r, "descriptor", [&] { return std::make_shared<CNNConvolutionTransposeGradient>(device, source); });
     kernel->decodeGradientKernelProperties(r);
     kernel->gradientOption = static_cast<CNNConvolutionGradientOption>(r.oneOf("gradient_option", {1, 2, 3}));
     return kernel;
@@ -959,6 +1021,10 @@ void registerBuiltinClasses() {
     addKernel("CNNNeuronGradient", &CNNNeuronGradient::initWithCoder);
     addKernel("CNNConvolution", &CNNConvolution::initWithCoder);
     addKernel("CNNConvolutionGradient", &CNNConvolutionGradient::initWithCoder);
+    addKernel("CNNFullyConnected", &CNNFullyConnected::initWithCoder);
+    addKernel("CNNFullyConnectedGradient", &CNNFullyConnectedGradient::initWithCoder);
+    addKernel("CNNConvolutionTranspose", &CNNConvolutionTranspose::initWithCoder);
+    addKernel("CNNConvolutionTransposeGradient", &CNNConvolutionTransposeGradient::initWithCoder);
     addKernel("CNNAdd", &CNNArithmetic::initWithCoder<CNNAdd>);
     addKernel("CNNSubtract", &CNNArithmetic::initWithCoder<CNNSubtract>);
     addKernel("CNNMultiply", &CNNArithmetic::initWithCoder<CNNMultiply>);

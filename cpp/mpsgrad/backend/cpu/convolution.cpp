@@ -383,10 +383,105 @@ void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* 
     convolutionForward(f, gradient, rotated.data(), nullptr, nullptr, destination, nullptr);
 }
 
+// A 1x1 incoming gradient (a fully connected layer, or any layer with a one-pixel result):
+// Z holds one sample, so destination pixel (y, x) meets at most one tap and
+// dX[n][y][x][c] = sum_o E[n][o] * W[o][kH-1-ty][kW-1-tx][c] with windowTopY + y + dilationY*ty == 0.
+// One product E (images x Cog) * W (Cog x kH*kW*Cig) per group gives every value; the scatter
+// then writes them (zero for pixels no tap reaches). Columns are split across the threads.
+void dataGradientOnePixel(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, float* destination) {
+    const ImageLayout& E = p.gradient;
+    const ImageLayout& D = p.destination;
+    const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
+    const int kW = p.kernelWidth, kH = p.kernelHeight, K = kH * kW * Cig;
+    std::vector<float> r(size_t(p.batch) * G * K);  // r[n][g][k]
+    constexpr int kColumns = 2048;
+    const int chunks = ceilDiv(K, kColumns);
+    parallelFor(int64_t(G) * chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+            const int g = int(item / chunks), k0 = int(item % chunks) * kColumns;
+            const int nk = std::min(kColumns, K - k0);
+            blas::sgemm(false, false, p.batch, nk, Cog, 1.0f, gradient + pixelIndex(E, 0, 0, 0) + g * Cog,
+                        E.imageStride, weights + size_t(g) * Cog * K + k0, K, 0.0f,
+                        r.data() + size_t(g) * K + k0, G * K);
+        }
+    });
+    // The tap of a destination coordinate (-1: none): windowStart + v + dilation*t == 0.
+    auto tapOf = [](int windowStart, int v, int dilation, int taps) {
+        const int d = -(windowStart + v);
+        if (d < 0 || d % dilation) return -1;
+        return d / dilation < taps ? d / dilation : -1;
+    };
+    parallelFor(int64_t(p.batch) * p.clipHeight, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+            const int n = int(row / p.clipHeight), y = int(row % p.clipHeight);
+            const int ty = tapOf(p.windowTopY, y, p.dilationY, kH);
+            for (int x = 0; x < p.clipWidth; ++x) {
+                const int tx = tapOf(p.windowLeftX, x, p.dilationX, kW);
+                float* dst = destination + pixelIndex(D, n, p.clipY + y, p.clipX + x);
+                if (ty < 0 || tx < 0) {
+                    std::fill(dst, dst + D.channels, 0.0f);
+                    continue;
+                }
+                const size_t tap = size_t((kH - 1 - ty) * kW + (kW - 1 - tx)) * Cig;
+                for (int g = 0; g < G; ++g)
+                    std::memcpy(dst + g * Cig, r.data() + (size_t(n) * G + g) * K + tap, size_t(Cig) * sizeof(float));
+            }
+        }
+    });
+}
+
+}  // namespace
+
+namespace {
+
+void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, float* destination);
+
+// dX[..][c] += biases[c] over the clip (the forward pass of a transposed convolution), after
+// the products: the order a convolution's epilogue uses (products first, then the bias) is
+// not needed here, the transposed convolution has no bitwise-compatibility requirement.
+void addBiases(const ConvolutionDataGradientParams& p, const float* biases, float* destination) {
+    const ImageLayout& D = p.destination;
+    parallelFor(int64_t(p.batch) * p.clipHeight, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+            const int n = int(row / p.clipHeight), y = int(row % p.clipHeight);
+            for (int x = 0; x < p.clipWidth; ++x) {
+                float* dst = destination + pixelIndex(D, n, p.clipY + y, p.clipX + x);
+                for (int c = 0; c < D.channels; ++c) dst[c] += biases[c];
+            }
+        }
+    });
+}
+
 }  // namespace
 
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
-                             const float* weights, float* destination) {
+                             const float* weights, const float* biases, float* destination) {
+    if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
+    dataGradientProducts(p, gradient, weights, destination);
+    if (p.hasBias && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0) addBiases(p, biases, destination);
+}
+
+void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const float* source,
+                                 float* destination) {
+    const int G = p.groups, kW = p.kernelWidth, kH = p.kernelHeight;
+    if (G < 1 || kW < 1 || kH < 1 || p.outChannels % G || p.inChannels % G) invalid("bad transpose-weights geometry");
+    const int Og = p.outChannels / G, Ig = p.inChannels / G;
+    for (int g = 0; g < G; ++g)
+        for (int oo = 0; oo < Og; ++oo)
+            for (int ky = 0; ky < kH; ++ky)
+                for (int kx = 0; kx < kW; ++kx) {
+                    const float* s = source + ((size_t(g * Og + oo) * kH + ky) * kW + kx) * Ig;
+                    for (int ii = 0; ii < Ig; ++ii)
+                        destination[((size_t(g * Ig + ii) * kH + (kH - 1 - ky)) * kW + (kW - 1 - kx)) * Og + oo] = s[ii];
+                }
+}
+
+namespace {
+
+void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, float* destination) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& D = p.destination;
     checkCommon(p.batch, p.groups, D.channels, E.channels, p.kernelWidth, p.kernelHeight,
@@ -411,6 +506,10 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
 
     if (Cig == 1 && Cog == 1) {
         dataGradientDepthwise(p, gradient, weights, destination, tapsY, tapsX);
+        return;
+    }
+    if (E.width == 1 && E.height == 1) {
+        dataGradientOnePixel(p, gradient, weights, destination);
         return;
     }
     if (sX == 1 && sY == 1) {
@@ -522,6 +621,8 @@ void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float
         }
     });
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Weight and bias gradients

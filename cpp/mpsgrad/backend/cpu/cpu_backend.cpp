@@ -223,10 +223,11 @@ public:
 
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
-                                 const BufferSlice& destination) override {
-        bindings::checkConvolutionDataGradient(p, gradient, weights, destination);
+                                 const BufferSlice& biases, const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, biases, destination);
         encode(cb, [=] {
-            cpu::convolutionDataGradient(p, gradient.floats(), weights.floats(), destination.floats());
+            cpu::convolutionDataGradient(p, gradient.floats(), weights.floats(), biases.floats(),
+                                         destination.floats());
         });
     }
 
@@ -238,6 +239,12 @@ public:
             cpu::convolutionWeightGradient(p, gradient.floats(), source.floats(), weightGradient.floats(),
                                            biasGradient.floats());
         });
+    }
+
+    void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
+                                     const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkConvolutionTransposeWeights(p, source, destination);
+        encode(cb, [=] { cpu::convolutionTransposeWeights(p, source.floats(), destination.floats()); });
     }
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,

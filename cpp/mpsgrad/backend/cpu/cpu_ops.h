@@ -25,8 +25,11 @@ namespace mpsgrad::cpu {
 void convolutionForward(const ConvolutionParams& p, const float* source, const float* weights,
                         const float* biases, const float* neuronData, float* destination,
                         float* preactivation);
+// biases may be null when !hasBias.
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
-                             const float* weights, float* destination);
+                             const float* weights, const float* biases, float* destination);
+void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const float* source,
+                                 float* destination);
 // weightGradient may be null unless computeWeights, biasGradient unless computeBiases.
 void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const float* gradient,
                                const float* source, float* weightGradient, float* biasGradient);

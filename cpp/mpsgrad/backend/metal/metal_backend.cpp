@@ -68,10 +68,10 @@ public:
 
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
-                                 const BufferSlice& destination) override {
-        bindings::checkConvolutionDataGradient(p, gradient, weights, destination);
+                                 const BufferSlice& biases, const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, biases, destination);
         AutoreleaseScope pool;
-        encodeConvolutionDataGradient(ctx_, cb, p, gradient, weights, destination);
+        encodeConvolutionDataGradient(ctx_, cb, p, gradient, weights, biases, destination);
     }
 
     void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
@@ -80,6 +80,13 @@ public:
         bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient);
         AutoreleaseScope pool;
         encodeConvolutionWeightGradient(ctx_, cb, p, gradient, source, weightGradient, biasGradient);
+    }
+
+    void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
+                                     const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkConvolutionTransposeWeights(p, source, destination);
+        AutoreleaseScope pool;
+        encodeConvolutionTransposeWeights(ctx_, cb, p, source, destination);
     }
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,

@@ -196,7 +196,7 @@ void encodeConvolutionForward(MetalContext& ctx, CommandBuffer& cb, ConvolutionP
 
 void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, ConvolutionDataGradientParams p,
                                    const BufferSlice& gradient, const BufferSlice& weights,
-                                   const BufferSlice& destination) {
+                                   const BufferSlice& biases, const BufferSlice& destination) {
     const char* op = "convolution_data_gradient";
     const Geometry g = checkGeometry(op, p.batch, p.groups, p.destination.channels, p.gradient.channels,
                                      p.kernelWidth, p.kernelHeight, p.strideX, p.strideY, p.dilationX, p.dilationY);
@@ -206,6 +206,7 @@ void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, Convolu
     const BufferSlice grad = bindImage(op, "gradient", gradient, p.gradient, p.batch);
     const BufferSlice dst = bindImage(op, "destination", destination, p.destination, p.batch);
     checkFloats(op, "weights", weights, int64_t(p.gradient.channels) * g.rowLength);
+    if (p.hasBias) checkFloats(op, "biases", biases, p.destination.channels);
     if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) {
         metalCommandBuffer(cb);
         return;
@@ -221,7 +222,8 @@ void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, Convolu
     const Pipeline& pipeline =
         ctx.pipelines->get(g.depthwise ? "convolution_data_gradient_depthwise" : "convolution_data_gradient", constants);
     KernelDispatch dispatch(pipeline);
-    dispatch.params(p).buffer(1, grad).buffer(2, weights).buffer(3, dst);
+    // Binding 4 is read only when hasBias; the weights stand in for it otherwise.
+    dispatch.params(p).buffer(1, grad).buffer(2, weights).buffer(3, dst).buffer(4, p.hasBias ? biases : weights);
     if (g.depthwise) {
         dispatch.encodeThreads(ctx, cb,
                                MTL::Size(ceilDiv(p.destination.channels, 4), p.clipWidth, p.batch * p.clipHeight));
@@ -234,6 +236,18 @@ void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, Convolu
     if (layers > INT32_MAX) throwValueError(op, ": groups x strideX x strideY is too large");
     dispatch.encodeThreadgroups(ctx, cb, MTL::Size(ceilDiv(phasePixels, kTileM), ceilDiv(g.inPerGroup, kTileN), layers),
                                 kGemmThreads);
+}
+
+void encodeConvolutionTransposeWeights(MetalContext& ctx, CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
+                                       const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "convolution_transpose_weights";
+    const Geometry g = checkGeometry(op, 1, p.groups, p.inChannels, p.outChannels, p.kernelWidth, p.kernelHeight,
+                                     1, 1, 1, 1);
+    checkFloats(op, "source", source, int64_t(p.outChannels) * g.rowLength);
+    checkFloats(op, "destination", destination, int64_t(p.outChannels) * g.rowLength);
+    KernelDispatch dispatch(ctx.pipelines->get(op, FunctionConstants()));
+    dispatch.params(p).buffer(1, source).buffer(2, destination);
+    dispatch.encodeThreads(ctx, cb, MTL::Size(g.inPerGroup, g.taps, p.outChannels));
 }
 
 // ------------------------------------------------------------------------------------------

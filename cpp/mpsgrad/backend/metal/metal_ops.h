@@ -42,7 +42,9 @@ void encodeConvolutionForward(MetalContext& ctx, CommandBuffer& cb, ConvolutionP
                               const BufferSlice& destination, const BufferSlice& preactivation);
 void encodeConvolutionDataGradient(MetalContext& ctx, CommandBuffer& cb, ConvolutionDataGradientParams p,
                                    const BufferSlice& gradient, const BufferSlice& weights,
-                                   const BufferSlice& destination);
+                                   const BufferSlice& biases, const BufferSlice& destination);
+void encodeConvolutionTransposeWeights(MetalContext& ctx, CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
+                                       const BufferSlice& source, const BufferSlice& destination);
 void encodeConvolutionWeightGradient(MetalContext& ctx, CommandBuffer& cb, ConvolutionWeightGradientParams p,
                                      const BufferSlice& gradient, const BufferSlice& source,
                                      const BufferSlice& weightGradient, const BufferSlice& biasGradient);
