@@ -160,6 +160,26 @@ def prelu():
     return m.NNNeuronDescriptor.prelu([0.1, 0.2, 0.3, 0.4])
 
 
+def neuron_type_kernels():
+    """The per-type CNNNeuron subclasses, parameters off their defaults."""
+    return {
+        "CNNNeuronAbsolute": lambda dev: m.CNNNeuronAbsolute(dev),
+        "CNNNeuronSigmoid": lambda dev: m.CNNNeuronSigmoid(dev),
+        "CNNNeuronSoftSign": lambda dev: m.CNNNeuronSoftSign(dev),
+        "CNNNeuronReLU": lambda dev: m.CNNNeuronReLU(dev, 0.25),
+        "CNNNeuronELU": lambda dev: m.CNNNeuronELU(dev, 0.5),
+        "CNNNeuronPReLU": lambda dev: m.CNNNeuronPReLU(dev, [0.5, -0.25, 0.125, 2.0]),
+        "CNNNeuronLinear": lambda dev: m.CNNNeuronLinear(dev, -1.5, 0.25),
+        "CNNNeuronHardSigmoid": lambda dev: m.CNNNeuronHardSigmoid(dev, 0.25, 0.375),
+        "CNNNeuronTanH": lambda dev: m.CNNNeuronTanH(dev, 1.5, 0.5),
+        "CNNNeuronSoftPlus": lambda dev: m.CNNNeuronSoftPlus(dev, 1.5, 0.5),
+        "CNNNeuronReLUN": lambda dev: m.CNNNeuronReLUN(dev, 0.125, 2.5),
+        "CNNNeuronPower": lambda dev: m.CNNNeuronPower(dev, 0.5, 4.0, 2.0),
+        "CNNNeuronExponential": lambda dev: m.CNNNeuronExponential(dev, 0.5, 0.25, 2.0),
+        "CNNNeuronLogarithm": lambda dev: m.CNNNeuronLogarithm(dev, 0.25, 4.0, 10.0),
+    }
+
+
 def bn_source(seed="bn", c=4):
     gen = rng(seed)
     return m.CNNBatchNormalizationWeightsDataSource(
@@ -182,6 +202,7 @@ FACTORIES = {
     "CNNNeuron": lambda dev: m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.TANH, a=1.5, b=0.5)),
     "CNNNeuron[prelu]": lambda dev: m.CNNNeuron(dev, prelu()),
     "CNNNeuronGradient": lambda dev: m.CNNNeuronGradient(dev, m.NNNeuronDescriptor(m.CNNNeuronType.ELU, a=0.7)),
+    **neuron_type_kernels(),
     "CNNConvolution": lambda dev: m.CNNConvolution(dev, conv_source()),
     "CNNConvolution[grouped,neuron,nobias]": lambda dev: m.CNNConvolution(
         dev, conv_source("g", m.NNNeuronDescriptor(m.CNNNeuronType.RELU, a=0.1), bias=False, groups=2)),
@@ -438,6 +459,8 @@ def output_cases():
                  "CNNSoftMax", "CNNLogSoftMax"):
         cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev))]
     cases["CNNNeuron[prelu]"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, c=4))]
+    for name in neuron_type_kernels():
+        cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, c=4))]
     cases["CNNNeuronGradient"] = lambda q, dev, k: forward_and_gradient(
         q, m.CNNNeuron(dev, k.neuron_descriptor), k, [image(rng("x"), dev)], lambda y: image(rng("g"), dev),
         lambda inputs, y: inputs[0])
@@ -475,6 +498,10 @@ def output_cases():
                        ("CNNBatchNormalizationStatisticsGradient", "statistics_gradient"),
                        ("CNNBatchNormalizationGradient", "gradient")):
         cases[name] = (lambda r: lambda q, dev, k: batch_normalization_pass(q, dev, **{r: k}))(role)
+    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
+                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
+        cases[name] = lambda q, dev, k: optimizer_steps(q, dev, k)
+    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = lambda q, dev, k: loss_outputs(q, dev, k)
     return cases
 
 
@@ -507,11 +534,6 @@ def batch_normalization_pass(q, dev, forward=None, statistics=None, statistics_g
     cb.wait_until_completed()
     return [m.batch_to_numpy(ys), np.array(state.gradient_for_gamma), np.array(state.gradient_for_beta),
             m.batch_to_numpy(dxs)]
-    for name in ("NNOptimizerStochasticGradientDescent", "NNOptimizerStochasticGradientDescent[plain]",
-                 "NNOptimizerRMSProp", "NNOptimizerAdam"):
-        cases[name] = optimizer_steps
-    cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
-    return cases
 
 
 def optimizer_steps(q, dev, k):

@@ -90,6 +90,14 @@ std::shared_ptr<CNNNeuron> CNNNeuron::initWithCoder(serial::Reader& r, const Dev
     return kernel;
 }
 
+template <class Derived, CNNNeuronType Type>
+std::shared_ptr<Derived> CNNNeuronOfType<Derived, Type>::initWithCoder(serial::Reader& r, const Device& device) {
+    NNNeuronDescriptor d = readNeuronDescriptor(r, "neuron_descriptor");
+    auto kernel = asSerializationError(r, "neuron_descriptor", [&] { return std::make_shared<Derived>(device, d); });
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
 void CNNNeuronGradient::encodeWithCoder(serial::Writer& w) const {
     w.object(descriptor_.serialize());
     encodeGradientKernelProperties(w);
@@ -764,6 +772,20 @@ void addKernel(const char* tag, F initWithCoder) {
 void registerBuiltinClasses() {
     addKernel("CNNNeuron", &CNNNeuron::initWithCoder);
     addKernel("CNNNeuronGradient", &CNNNeuronGradient::initWithCoder);
+    addKernel("CNNNeuronAbsolute", &CNNNeuronAbsolute::initWithCoder);
+    addKernel("CNNNeuronELU", &CNNNeuronELU::initWithCoder);
+    addKernel("CNNNeuronHardSigmoid", &CNNNeuronHardSigmoid::initWithCoder);
+    addKernel("CNNNeuronLinear", &CNNNeuronLinear::initWithCoder);
+    addKernel("CNNNeuronPReLU", &CNNNeuronPReLU::initWithCoder);
+    addKernel("CNNNeuronReLUN", &CNNNeuronReLUN::initWithCoder);
+    addKernel("CNNNeuronReLU", &CNNNeuronReLU::initWithCoder);
+    addKernel("CNNNeuronSigmoid", &CNNNeuronSigmoid::initWithCoder);
+    addKernel("CNNNeuronSoftPlus", &CNNNeuronSoftPlus::initWithCoder);
+    addKernel("CNNNeuronSoftSign", &CNNNeuronSoftSign::initWithCoder);
+    addKernel("CNNNeuronTanH", &CNNNeuronTanH::initWithCoder);
+    addKernel("CNNNeuronPower", &CNNNeuronPower::initWithCoder);
+    addKernel("CNNNeuronExponential", &CNNNeuronExponential::initWithCoder);
+    addKernel("CNNNeuronLogarithm", &CNNNeuronLogarithm::initWithCoder);
     addKernel("CNNConvolution", &CNNConvolution::initWithCoder);
     addKernel("CNNConvolutionGradient", &CNNConvolutionGradient::initWithCoder);
     addKernel("CNNAdd", &CNNArithmetic::initWithCoder<CNNAdd>);
