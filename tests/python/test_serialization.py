@@ -153,7 +153,21 @@ def set_family_properties(k):
         k.source_size = (4, 3, 1)
     if isinstance(k, m.CNNUpsamplingBilinear):
         k.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
+    if isinstance(k, m.NNPad):
+        k.fill_value = 0.375
+        k.padding_size_after = (2, 0, 3)
     return k
+
+
+def reshape_pad_kernels():
+    """The reshape and pad family (MPSNNReshape.h)."""
+    return {
+        "NNReshape": lambda dev: m.NNReshape(dev),
+        "NNReshapeGradient": lambda dev: m.NNReshapeGradient(dev),
+        "NNPad": lambda dev: m.NNPad(dev, (1, 2, 0), (3, 1, 4)),
+        "NNPad[fill_value_array]": lambda dev: m.NNPad(dev, (1, 0, 1), (0, 2, 3), fill_value_array=[0.5] * 16),
+        "NNPadGradient": lambda dev: m.NNPadGradient(dev),
+    }
 
 
 def prelu():
@@ -214,6 +228,7 @@ FACTORIES = {
     **arithmetic_kernels(),
     **family_kernels(),
     **batch_normalization_kernels(),
+    **reshape_pad_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
         dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
     "NNOptimizerStochasticGradientDescent[plain]": lambda dev: m.NNOptimizerStochasticGradientDescent(dev, 0.5),
@@ -491,6 +506,14 @@ def output_cases():
             ("CNNDropoutGradient", lambda dev: m.CNNDropout(dev, 0.625, 2**63 + 12345, (1, 0, 1)))):
         cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
             q, f(dev), k, [image(rng("x"), dev, 7, 9)],
+            lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+            lambda inputs, y: inputs[0]))(forward)
+    for name in ("NNReshape", "NNPad", "NNPad[fill_value_array]"):
+        cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9, c=6))]
+    for grad_name, forward in (("NNReshapeGradient", lambda dev: m.NNReshape(dev)),
+                               ("NNPadGradient", lambda dev: m.NNPad(dev, (2, 1, 1), (1, 3, 2)))):
+        cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
+            q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
             lambda inputs, y: inputs[0]))(forward)
     for name, role in (("CNNBatchNormalization", "forward"), ("CNNBatchNormalization[prelu]", "forward"),
@@ -798,7 +821,7 @@ def gradient_states(device):
     out = []
     for k in (m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU)), m.CNNConvolution(device, conv_source()),
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
-              m.CNNDropout(device, 0.5, 1, (1, 1, 1))):
+              m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0))):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

@@ -17,6 +17,7 @@
 #include "kernels/optimizers.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
+#include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
 
@@ -754,6 +755,71 @@ std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device&
     return k;
 }
 
+// ---- reshape and pad -------------------------------------------------------------------------------
+
+void NNReshape::encodeWithCoder(serial::Writer& w) const { encodeCNNKernelProperties(w); }
+
+std::shared_ptr<NNReshape> NNReshape::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNReshape>(device);
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNReshapeGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<NNReshapeGradient> NNReshapeGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNReshapeGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+namespace {
+
+void writeCoordinate(serial::Writer& w, const ImageCoordinate& c) {
+    w.u64(c.x);
+    w.u64(c.y);
+    w.u64(c.channel);
+}
+
+ImageCoordinate readCoordinate(serial::Reader& r, const char* what) {
+    ImageCoordinate c;
+    c.x = r.u64(what);
+    c.y = r.u64(what);
+    c.channel = r.u64(what);
+    if (c.x > uint64_t(INT32_MAX) || c.y > uint64_t(INT32_MAX) || c.channel > uint64_t(INT32_MAX))
+        r.fail(what, "padding sizes must be at most 2**31 - 1");
+    return c;
+}
+
+}  // namespace
+
+void NNPad::encodeWithCoder(serial::Writer& w) const {
+    writeCoordinate(w, paddingSizeBefore);
+    writeCoordinate(w, paddingSizeAfter);
+    w.f32(fillValue);
+    w.floats(fillValueArray_);
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<NNPad> NNPad::initWithCoder(serial::Reader& r, const Device& device) {
+    ImageCoordinate before = readCoordinate(r, "padding_size_before");
+    ImageCoordinate after = readCoordinate(r, "padding_size_after");
+    float fill = r.f32("fill_value");
+    std::vector<float> fillArray = r.floats("fill_value_array");
+    auto kernel = std::make_shared<NNPad>(device, before, after, std::move(fillArray));
+    kernel->fillValue = fill;
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNPadGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<NNPadGradient> NNPadGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNPadGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -825,6 +891,10 @@ void registerBuiltinClasses() {
     addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
     addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);
     addKernel("CNNLoss", &CNNLoss::initWithCoder);
+    addKernel("NNReshape", &NNReshape::initWithCoder);
+    addKernel("NNReshapeGradient", &NNReshapeGradient::initWithCoder);
+    addKernel("NNPad", &NNPad::initWithCoder);
+    addKernel("NNPadGradient", &NNPadGradient::initWithCoder);
 
 
     Registry<State>::instance().add("CNNConvolutionWeightsAndBiasesState", [](Reader& r, const Device& device,
