@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronELU', 'CNNNeuronExponential', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronLinear', 'CNNNeuronLogarithm', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronSigmoid', 'CNNNeuronSoftPlus', 'CNNNeuronSoftSign', 'CNNNeuronTanH', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1401,6 +1401,118 @@ class CNNNeuron(CNNKernel):
         """
         MPSCNNNeuron.neuronType
         """
+class CNNNeuronAbsolute(CNNNeuron):
+    """
+    MPSCNNNeuronAbsolute: the Absolute neuron, f(x) = |x|. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronAbsolute initWithDevice:]
+        """
+class CNNNeuronSigmoid(CNNNeuron):
+    """
+    MPSCNNNeuronSigmoid: the Sigmoid neuron, f(x) = 1 / (1 + exp(-x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronSigmoid initWithDevice:]
+        """
+class CNNNeuronSoftSign(CNNNeuron):
+    """
+    MPSCNNNeuronSoftSign: the SoftSign neuron, f(x) = x / (1 + |x|). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronSoftSign initWithDevice:]
+        """
+class CNNNeuronReLU(CNNNeuron):
+    """
+    MPSCNNNeuronReLU: the ReLU neuron, f(x) = x >= 0 ? x : a*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)
+        """
+class CNNNeuronELU(CNNNeuron):
+    """
+    MPSCNNNeuronELU: the ELU neuron, f(x) = x >= 0 ? x : a*(exp(x) - 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronELU initWithDevice:a:]
+        """
+class CNNNeuronPReLU(CNNNeuron):
+    """
+    MPSCNNNeuronPReLU: the PReLU neuron, f(x) = x >= 0 ? x : a[channel]*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        -[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or one per channel of the source image); count is len(a)
+        """
+class CNNNeuronLinear(CNNNeuron):
+    """
+    MPSCNNNeuronLinear: the Linear neuron, f(x) = a*x + b. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -[MPSCNNNeuronLinear initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronHardSigmoid(CNNNeuron):
+    """
+    MPSCNNNeuronHardSigmoid: the HardSigmoid neuron, f(x) = clamp(a*x + b, 0, 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+        """
+        -[MPSCNNNeuronHardSigmoid initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronTanH(CNNNeuron):
+    """
+    MPSCNNNeuronTanH: the TanH neuron, f(x) = a*tanh(b*x). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronTanH initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronSoftPlus(CNNNeuron):
+    """
+    MPSCNNNeuronSoftPlus: the SoftPlus neuron, f(x) = a*log(1 + exp(b*x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronSoftPlus initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronReLUN(CNNNeuron):
+    """
+    MPSCNNNeuronReLUN: the ReLUN neuron, f(x) = min(x >= 0 ? x : a*x, b). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
+        """
+        -[MPSCNNNeuronReLUN initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronPower(CNNNeuron):
+    """
+    MPSCNNNeuronPower: the Power neuron, f(x) = (a*x + b)^c. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronPower initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronExponential(CNNNeuron):
+    """
+    MPSCNNNeuronExponential: the Exponential neuron, f(x) = c^(a*x + b), c = -1 meaning base e. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        """
+        -[MPSCNNNeuronExponential initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronLogarithm(CNNNeuron):
+    """
+    MPSCNNNeuronLogarithm: the Logarithm neuron, f(x) = log_c(a*x + b), c = -1 meaning the natural log. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        """
+        -[MPSCNNNeuronLogarithm initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
 class CNNNeuronGradient(CNNGradientKernel):
     """
     MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the derivative of the x >= 0 branch is used, as MPS documents.
@@ -1836,125 +1948,6 @@ class CNNConvolutionGradient(CNNGradientKernel):
     def gradient_option(self) -> CNNConvolutionGradientOption:
         """
         MPSCNNConvolutionGradient.gradientOption
-        """
-    @gradient_option.setter
-    def gradient_option(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def groups(self) -> int:
-        ...
-    @property
-    def source_gradient_feature_channels(self) -> int:
-        ...
-    @property
-    def source_image_feature_channels(self) -> int:
-        ...
-class CNNFullyConnected(CNNConvolution):
-    """
-    MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
-    """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
-        """
-        -[MPSCNNFullyConnected initWithDevice:weights:]
-        """
-class CNNFullyConnectedGradient(CNNConvolutionGradient):
-    """
-    MPSCNNFullyConnectedGradient
-    """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
-        """
-        -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
-        """
-class CNNConvolutionTransposeGradientState(CNNConvolutionGradientState):
-    """
-    MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state sized the result (or None)
-    """
-    @property
-    def convolution_transpose(self) -> ...:
-        """
-        MPSCNNConvolutionTransposeGradientState.convolutionTranspose
-        """
-class CNNConvolutionTranspose(CNNKernel):
-    """
-    MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
-    """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
-        """
-        -[MPSCNNConvolutionTranspose initWithDevice:weights:]
-        """
-    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, convolution_gradient_state: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
-        """
-        The CNNKernel encode forms, and with convolution_gradient_state -encodeToCommandBuffer:sourceImage:convolutionGradientState:[destinationState:destinationStateIsTemporary:] (result sized to that convolution's source; returns the image, or (image, state) with destination_state_is_temporary)
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, convolution_gradient_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
-        """
-        The CNNKernel batch encode forms, and with convolution_gradient_states -encodeBatchToCommandBuffer:sourceImages:convolutionGradientStates:[destinationStates:destinationStateIsTemporary:]
-        """
-    def export_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, result_state_can_be_temporary: bool = False) -> CNNConvolutionWeightsAndBiasesState:
-        """
-        -exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:
-        """
-    def reload_weights_and_biases_from_data_source(self) -> None:
-        """
-        -reloadWeightsAndBiasesFromDataSource
-        """
-    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
-        """
-        -reloadWeightsAndBiasesWithCommandBuffer:state:
-        """
-    @property
-    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
-        ...
-    @accumulator_precision_option.setter
-    def accumulator_precision_option(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def data_source(self) -> typing.Any:
-        ...
-    @property
-    def groups(self) -> int:
-        ...
-    @property
-    def input_feature_channels(self) -> int:
-        ...
-    @property
-    def kernel_offset_x(self) -> int:
-        ...
-    @kernel_offset_x.setter
-    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
-        ...
-    @property
-    def kernel_offset_y(self) -> int:
-        ...
-    @kernel_offset_y.setter
-    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
-        ...
-    @property
-    def output_feature_channels(self) -> int:
-        ...
-class CNNConvolutionTransposeGradient(CNNGradientKernel):
-    """
-    MPSCNNConvolutionTransposeGradient
-    """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
-        """
-        -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
-        """
-    def reload_weights_and_biases_from_data_source(self) -> None:
-        """
-        -reloadWeightsAndBiasesFromDataSource
-        """
-    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
-        """
-        -reloadWeightsAndBiasesWithCommandBuffer:state:
-        """
-    @property
-    def data_source(self) -> typing.Any:
-        ...
-    @property
-    def gradient_option(self) -> CNNConvolutionGradientOption:
-        """
-        MPSCNNConvolutionTransposeGradient.gradientOption
         """
     @gradient_option.setter
     def gradient_option(self, arg1: typing.Any) -> None:
@@ -3560,6 +3553,107 @@ class CNNDropoutGradient(CNNGradientKernel):
     @property
     def seed(self) -> int:
         ...
+class ImageCoordinate:
+    """
+    MPSImageCoordinate: a pixel position and feature channel
+    """
+    __hash__: typing.ClassVar[None] = None
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __init__(self, x: typing.Any = 0, y: typing.Any = 0, channel: typing.Any = 0) -> None:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def channel(self) -> int:
+        ...
+    @property
+    def x(self) -> int:
+        ...
+    @property
+    def y(self) -> int:
+        ...
+class NNReshapeGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNReshape writes for NNReshapeGradient (both shapes)
+    """
+class NNPadGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNPad writes for NNPadGradient (the source index every written element copied)
+    """
+class NNReshape(CNNKernel):
+    """
+    MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y must be 0 and clip_rect must not cut the destination.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNReshape initWithDevice:]
+        """
+    def encode(self, command_buffer: typing.Any, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
+        """
+        MPSCNNKernel's encode forms (see CNNKernel.encode; the returning forms keep the source's shape), and with reshaped_width/height/feature_channels the macOS 11 forms -encodeToCommandBuffer:sourceImage:[destinationState:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (returns the image, or (image, state) with destination_state_is_temporary).
+        """
+    def encode_batch(self, command_buffer: typing.Any, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
+        """
+        MPSCNNKernel's batch encode forms, and with reshaped_width/height/feature_channels -encodeBatchToCommandBuffer:sourceImages:[destinationStates:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (macOS 11).
+        """
+class NNReshapeGradient(CNNGradientKernel):
+    """
+    MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNReshapeGradient initWithDevice:]
+        """
+class NNPad(CNNKernel):
+    """
+    MPSNNPad: copies the source into the destination, filling outside the source by edge_mode: ZERO, CONSTANT (fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE (np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).
+    """
+    def __init__(self, device: typing.Any, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
+        """
+        -[MPSNNPad initWithDevice:[paddingSizeBefore:paddingSizeAfter:[fillValueArray:]]]: sizes as ImageCoordinate or (x, y, channel); fill_value_array holds one value per channel written (CONSTANT).
+        """
+    @property
+    def fill_value(self) -> float:
+        """
+        MPSNNPad.fillValue (edge mode CONSTANT; ignored when fill_value_array was given)
+        """
+    @fill_value.setter
+    def fill_value(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def fill_value_array(self) -> list[float]:
+        """
+        The initializer's per-channel fill values (empty: fill_value is used)
+        """
+    @property
+    def padding_size_after(self) -> ImageCoordinate:
+        """
+        MPSNNPad.paddingSizeAfter
+        """
+    @padding_size_after.setter
+    def padding_size_after(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def padding_size_before(self) -> ImageCoordinate:
+        """
+        MPSNNPad.paddingSizeBefore (x, y: the returning encode forms; channel: always)
+        """
+    @padding_size_before.setter
+    def padding_size_before(self, arg1: typing.Any) -> None:
+        ...
+class NNPadGradient(CNNGradientKernel):
+    """
+    MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element (a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNPadGradient initWithDevice:]
+        """
 class SerializationError(ValueError):
     pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:

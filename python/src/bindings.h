@@ -39,6 +39,7 @@ void bindLoss(py::module_& m);        // losses (issue 14)
 void bindPooling(py::module_& m);
 void bindUpsampling(py::module_& m);
 void bindDropout(py::module_& m);
+void bindReshapePad(py::module_& m);  // reshape and pad (issue 13)
 
 // True once the interpreter is shutting down: no Python API may be called from then on (a
 // thread acquiring the GIL would be stopped by the interpreter mid-destructor).

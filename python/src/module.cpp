@@ -31,6 +31,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindPooling(m);
     bindUpsampling(m);
     bindDropout(m);
+    bindReshapePad(m);  // issue 13
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));

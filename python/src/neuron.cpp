@@ -25,6 +25,79 @@ CNNNeuronType neuronTypeArgument(py::handle type) {
     return static_cast<CNNNeuronType>(t);
 }
 
+// A per-type MPSCNNNeuron subclass (thin: its init fixes the neuron type).
+template <class K>
+py::class_<K, CNNNeuron, std::shared_ptr<K>> neuronClass(py::module_& m, const char* name, const char* formula) {
+    const std::string doc = std::string("MPS") + name + ": the " + neuronTypeName(K::kType) +
+                            " neuron, f(x) = " + formula +
+                            ". A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of "
+                            "CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.";
+    return py::class_<K, CNNNeuron, std::shared_ptr<K>>(m, name, doc.c_str());
+}
+
+// The type's documented default parameters (NNNeuronDescriptor(type) without a, b, c).
+NNNeuronDescriptor neuronDefaults(CNNNeuronType type) { return NNNeuronDescriptor::withType(type); }
+
+template <class K>
+void bindNoParameterNeuron(py::module_& m, const char* name, const char* formula) {
+    neuronClass<K>(m, name, formula)
+        .def(py::init([](py::object device) { return std::make_shared<K>(neuronDevice(device)); }), py::arg("device"),
+             (std::string("-[MPS") + name + " initWithDevice:]").c_str());
+}
+
+template <class K>
+void bindABNeuron(py::module_& m, const char* name, const char* formula) {
+    const NNNeuronDescriptor d = neuronDefaults(K::kType);
+    neuronClass<K>(m, name, formula)
+        .def(py::init([](py::object device, float a, float b) { return std::make_shared<K>(neuronDevice(device), a, b); }),
+             py::arg("device"), py::arg("a") = d.a, py::arg("b") = d.b,
+             (std::string("-[MPS") + name + " initWithDevice:a:b:] (defaults: docs/neurons.md)").c_str());
+}
+
+template <class K>
+void bindABCNeuron(py::module_& m, const char* name, const char* formula) {
+    const NNNeuronDescriptor d = neuronDefaults(K::kType);
+    neuronClass<K>(m, name, formula)
+        .def(py::init([](py::object device, float a, float b, float c) {
+                 return std::make_shared<K>(neuronDevice(device), a, b, c);
+             }),
+             py::arg("device"), py::arg("a") = d.a, py::arg("b") = d.b, py::arg("c") = d.c,
+             (std::string("-[MPS") + name + " initWithDevice:a:b:c:] (defaults: docs/neurons.md)").c_str());
+}
+
+void bindNeuronTypes(py::module_& m) {
+    bindNoParameterNeuron<CNNNeuronAbsolute>(m, "CNNNeuronAbsolute", "|x|");
+    bindNoParameterNeuron<CNNNeuronSigmoid>(m, "CNNNeuronSigmoid", "1 / (1 + exp(-x))");
+    bindNoParameterNeuron<CNNNeuronSoftSign>(m, "CNNNeuronSoftSign", "x / (1 + |x|)");
+    neuronClass<CNNNeuronReLU>(m, "CNNNeuronReLU", "x >= 0 ? x : a*x")
+        .def(py::init([](py::object device, float a) {
+                 return std::make_shared<CNNNeuronReLU>(neuronDevice(device), a);
+             }),
+             py::arg("device"), py::arg("a") = neuronDefaults(CNNNeuronType::ReLU).a,
+             "-[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)");
+    neuronClass<CNNNeuronELU>(m, "CNNNeuronELU", "x >= 0 ? x : a*(exp(x) - 1)")
+        .def(py::init([](py::object device, float a) {
+                 return std::make_shared<CNNNeuronELU>(neuronDevice(device), a);
+             }),
+             py::arg("device"), py::arg("a") = neuronDefaults(CNNNeuronType::ELU).a, "-[MPSCNNNeuronELU initWithDevice:a:]");
+    neuronClass<CNNNeuronPReLU>(m, "CNNNeuronPReLU", "x >= 0 ? x : a[channel]*x")
+        .def(py::init([](py::object device, std::vector<float> a) {
+                 if (a.empty()) throwValueError("a: PReLU needs at least one per-channel value");
+                 return std::make_shared<CNNNeuronPReLU>(neuronDevice(device), a.data(), a.size());
+             }),
+             py::arg("device"), py::arg("a"),
+             "-[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or "
+             "one per channel of the source image); count is len(a)");
+    bindABNeuron<CNNNeuronLinear>(m, "CNNNeuronLinear", "a*x + b");
+    bindABNeuron<CNNNeuronHardSigmoid>(m, "CNNNeuronHardSigmoid", "clamp(a*x + b, 0, 1)");
+    bindABNeuron<CNNNeuronTanH>(m, "CNNNeuronTanH", "a*tanh(b*x)");
+    bindABNeuron<CNNNeuronSoftPlus>(m, "CNNNeuronSoftPlus", "a*log(1 + exp(b*x))");
+    bindABNeuron<CNNNeuronReLUN>(m, "CNNNeuronReLUN", "min(x >= 0 ? x : a*x, b)");
+    bindABCNeuron<CNNNeuronPower>(m, "CNNNeuronPower", "(a*x + b)^c");
+    bindABCNeuron<CNNNeuronExponential>(m, "CNNNeuronExponential", "c^(a*x + b), c = -1 meaning base e");
+    bindABCNeuron<CNNNeuronLogarithm>(m, "CNNNeuronLogarithm", "log_c(a*x + b), c = -1 meaning the natural log");
+}
+
 }  // namespace
 
 void bindNeuron(py::module_& m) {
@@ -107,6 +180,7 @@ void bindNeuron(py::module_& m) {
         .def_property_readonly("c", &CNNNeuron::c, "MPSCNNNeuron.c")
         .def_property_readonly("data", &CNNNeuron::data, "MPSCNNNeuron.data (PReLU's per-channel a; empty otherwise)")
         .def_property_readonly("neuron_descriptor", &CNNNeuron::neuronDescriptor);
+    bindNeuronTypes(m);
 
     py::class_<CNNNeuronGradient, CNNGradientKernel, std::shared_ptr<CNNNeuronGradient>>(
         m, "CNNNeuronGradient",

@@ -168,11 +168,45 @@ def set_family_properties(k):
         k.source_size = (4, 3, 1)
     if isinstance(k, m.CNNUpsamplingBilinear):
         k.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
+    if isinstance(k, m.NNPad):
+        k.fill_value = 0.375
+        k.padding_size_after = (2, 0, 3)
     return k
+
+
+def reshape_pad_kernels():
+    """The reshape and pad family (MPSNNReshape.h)."""
+    return {
+        "NNReshape": lambda dev: m.NNReshape(dev),
+        "NNReshapeGradient": lambda dev: m.NNReshapeGradient(dev),
+        "NNPad": lambda dev: m.NNPad(dev, (1, 2, 0), (3, 1, 4)),
+        "NNPad[fill_value_array]": lambda dev: m.NNPad(dev, (1, 0, 1), (0, 2, 3), fill_value_array=[0.5] * 16),
+        "NNPadGradient": lambda dev: m.NNPadGradient(dev),
+    }
 
 
 def prelu():
     return m.NNNeuronDescriptor.prelu([0.1, 0.2, 0.3, 0.4])
+
+
+def neuron_type_kernels():
+    """The per-type CNNNeuron subclasses, parameters off their defaults."""
+    return {
+        "CNNNeuronAbsolute": lambda dev: m.CNNNeuronAbsolute(dev),
+        "CNNNeuronSigmoid": lambda dev: m.CNNNeuronSigmoid(dev),
+        "CNNNeuronSoftSign": lambda dev: m.CNNNeuronSoftSign(dev),
+        "CNNNeuronReLU": lambda dev: m.CNNNeuronReLU(dev, 0.25),
+        "CNNNeuronELU": lambda dev: m.CNNNeuronELU(dev, 0.5),
+        "CNNNeuronPReLU": lambda dev: m.CNNNeuronPReLU(dev, [0.5, -0.25, 0.125, 2.0]),
+        "CNNNeuronLinear": lambda dev: m.CNNNeuronLinear(dev, -1.5, 0.25),
+        "CNNNeuronHardSigmoid": lambda dev: m.CNNNeuronHardSigmoid(dev, 0.25, 0.375),
+        "CNNNeuronTanH": lambda dev: m.CNNNeuronTanH(dev, 1.5, 0.5),
+        "CNNNeuronSoftPlus": lambda dev: m.CNNNeuronSoftPlus(dev, 1.5, 0.5),
+        "CNNNeuronReLUN": lambda dev: m.CNNNeuronReLUN(dev, 0.125, 2.5),
+        "CNNNeuronPower": lambda dev: m.CNNNeuronPower(dev, 0.5, 4.0, 2.0),
+        "CNNNeuronExponential": lambda dev: m.CNNNeuronExponential(dev, 0.5, 0.25, 2.0),
+        "CNNNeuronLogarithm": lambda dev: m.CNNNeuronLogarithm(dev, 0.25, 4.0, 10.0),
+    }
 
 
 def bn_source(seed="bn", c=4):
@@ -217,6 +251,7 @@ FACTORIES = {
     "CNNNeuron": lambda dev: m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.TANH, a=1.5, b=0.5)),
     "CNNNeuron[prelu]": lambda dev: m.CNNNeuron(dev, prelu()),
     "CNNNeuronGradient": lambda dev: m.CNNNeuronGradient(dev, m.NNNeuronDescriptor(m.CNNNeuronType.ELU, a=0.7)),
+    **neuron_type_kernels(),
     "CNNConvolution": lambda dev: m.CNNConvolution(dev, conv_source()),
     "CNNConvolution[grouped,neuron,nobias]": lambda dev: m.CNNConvolution(
         dev, conv_source("g", m.NNNeuronDescriptor(m.CNNNeuronType.RELU, a=0.1), bias=False, groups=2)),
@@ -233,6 +268,7 @@ FACTORIES = {
     **family_kernels(),
     **batch_normalization_kernels(),
     **instance_group_kernels(),
+    **reshape_pad_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
         dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
     "NNOptimizerStochasticGradientDescent[plain]": lambda dev: m.NNOptimizerStochasticGradientDescent(dev, 0.5),
@@ -486,6 +522,8 @@ def output_cases():
                  "CNNSoftMax", "CNNLogSoftMax"):
         cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev))]
     cases["CNNNeuron[prelu]"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, c=4))]
+    for name in neuron_type_kernels():
+        cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, c=4))]
     cases["CNNNeuronGradient"] = lambda q, dev, k: forward_and_gradient(
         q, m.CNNNeuron(dev, k.neuron_descriptor), k, [image(rng("x"), dev)], lambda y: image(rng("g"), dev),
         lambda inputs, y: inputs[0])
@@ -524,6 +562,14 @@ def output_cases():
             ("CNNDropoutGradient", lambda dev: m.CNNDropout(dev, 0.625, 2**63 + 12345, (1, 0, 1)))):
         cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
             q, f(dev), k, [image(rng("x"), dev, 7, 9)],
+            lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+            lambda inputs, y: inputs[0]))(forward)
+    for name in ("NNReshape", "NNPad", "NNPad[fill_value_array]"):
+        cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9, c=6))]
+    for grad_name, forward in (("NNReshapeGradient", lambda dev: m.NNReshape(dev)),
+                               ("NNPadGradient", lambda dev: m.NNPad(dev, (2, 1, 1), (1, 3, 2)))):
+        cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
+            q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
             lambda inputs, y: inputs[0]))(forward)
     for name, role in (("CNNBatchNormalization", "forward"), ("CNNBatchNormalization[prelu]", "forward"),
@@ -884,7 +930,8 @@ def gradient_states(device):
     for k in (m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU)), m.CNNConvolution(device, conv_source()),
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
               m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.CNNInstanceNormalization(device, instance_source(8)),
-              m.CNNGroupNormalization(device, group_source(8, 2)), m.CNNConvolutionTranspose(device, transpose_source())):
+              m.CNNGroupNormalization(device, group_source(8, 2)), m.CNNConvolutionTranspose(device, transpose_source()),
+              m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0))):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

@@ -21,6 +21,7 @@
 #include "metal/dropout_params.h"
 #include "metal/loss_params.h"        // losses (issue 14)
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
+#include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
 
 namespace mpsgrad {
 
@@ -199,6 +200,17 @@ public:
     // The forward pass (source X, destination Y) and the gradient (source G, destination dX).
     virtual void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
                          const BufferSlice& destination) = 0;
+
+    // ---- reshape and pad family (metal/reshape_pad_params.h) -----------------------------
+    // The HWC-order copy between two shapes of the same element count (reshape and its gradient).
+    virtual void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
+                             const BufferSlice& destination) = 0;
+    // maps: the int32 index tables, fill: one float per destination channel.
+    virtual void padForward(CommandBuffer& cb, const PadParams& p, const BufferSlice& source,
+                            const BufferSlice& destination, const BufferSlice& maps, const BufferSlice& fill) = 0;
+    // maps: the int32 CSR tables (p.listCount ints).
+    virtual void padGradient(CommandBuffer& cb, const PadGradientParams& p, const BufferSlice& gradient,
+                             const BufferSlice& destination, const BufferSlice& maps) = 0;
 };
 
 }  // namespace mpsgrad

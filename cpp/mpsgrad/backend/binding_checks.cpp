@@ -481,4 +481,79 @@ void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results
     requireFloats(op, "results", results, 2 * (int64_t(p.resultIndex) + p.batch));
 }
 
+// ---- reshape and pad family: the kernels trust their index tables, so every entry is checked.
+
+namespace {
+
+const int32_t* ints(const BufferSlice& slice) {
+    return reinterpret_cast<const int32_t*>(static_cast<const char*>(slice.buffer->contents()) + slice.offset);
+}
+
+// count entries of `table`, each -1 or in [0, limit).
+void requireIndices(const char* op, const char* name, const int32_t* table, int64_t count, int64_t limit) {
+    for (int64_t i = 0; i < count; ++i)
+        if (table[i] < -1 || table[i] >= limit)
+            throwValueError(op, ": ", name, "[", i, "] = ", table[i], " is outside [-1, ", limit, ")");
+}
+
+// A CSR axis: starts[size + 1] non-decreasing from 0 within listSize; list entries in [0, limit).
+void requireTranspose(const char* op, const char* name, const int32_t* maps, int64_t total, int32_t start,
+                      int64_t size, int32_t list, int64_t limit) {
+    if (start < 0 || int64_t(start) + size + 1 > total || list < 0 || list > total)
+        throwValueError(op, ": the ", name, " table lies outside the maps binding");
+    const int32_t* s = maps + start;
+    if (s[0] != 0) throwValueError(op, ": the ", name, " table must start at 0");
+    for (int64_t i = 0; i < size; ++i)
+        if (s[i + 1] < s[i]) throwValueError(op, ": the ", name, " table decreases at ", i);
+    if (int64_t(list) + s[size] > total) throwValueError(op, ": the ", name, " list lies outside the maps binding");
+    for (int32_t j = 0; j < s[size]; ++j)
+        if (maps[list + j] < 0 || maps[list + j] >= limit)
+            throwValueError(op, ": the ", name, " list holds ", maps[list + j], ", outside [0, ", limit, ")");
+}
+
+}  // namespace
+
+void checkReshapeCopy(const ReshapeParams& p, const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "reshape_copy";
+    requireBatch(op, p.batch);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    const uint64_t from = checked::product({p.source.width, p.source.height, p.source.channels}, op);
+    const uint64_t to = checked::product({p.destination.width, p.destination.height, p.destination.channels}, op);
+    if (from != to)
+        throwValueError(op, ": the source holds ", from, " elements per image but the destination ", to);
+}
+
+void checkPadForward(const PadParams& p, const BufferSlice& source, const BufferSlice& destination,
+                     const BufferSlice& maps, const BufferSlice& fill) {
+    const char* op = "pad_forward";
+    requireBatch(op, p.batch);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    const int64_t count = int64_t(p.clipWidth) + p.clipHeight + p.destination.channels;
+    requireFloats(op, "maps", maps, count);
+    requireFloats(op, "fill", fill, p.destination.channels);
+    if (count == 0) return;
+    const int32_t* m = ints(maps);
+    requireIndices(op, "mapX", m, p.clipWidth, p.source.width);
+    requireIndices(op, "mapY", m + p.clipWidth, p.clipHeight, p.source.height);
+    requireIndices(op, "mapC", m + p.clipWidth + p.clipHeight, p.destination.channels, p.source.channels);
+}
+
+void checkPadGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
+                      const BufferSlice& maps) {
+    const char* op = "pad_gradient";
+    requireBatch(op, p.batch);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    if (p.listCount < 0) throwValueError(op, ": listCount ", p.listCount, " is negative");
+    requireFloats(op, "maps", maps, p.listCount);
+    if (p.listCount == 0) throwValueError(op, ": the maps binding is empty");
+    const int32_t* m = ints(maps);
+    requireTranspose(op, "x", m, p.listCount, p.startX, p.destination.width, p.listX, p.gradient.width);
+    requireTranspose(op, "y", m, p.listCount, p.startY, p.destination.height, p.listY, p.gradient.height);
+    requireTranspose(op, "channel", m, p.listCount, p.startC, p.destination.channels, p.listC, p.gradient.channels);
+}
+
 }  // namespace mpsgrad::bindings

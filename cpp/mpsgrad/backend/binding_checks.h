@@ -82,4 +82,10 @@ void checkLossElements(const LossElementsParams& p, const BufferSlice& source, c
 void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
 void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
 
+void checkReshapeCopy(const ReshapeParams& p, const BufferSlice& source, const BufferSlice& destination);
+void checkPadForward(const PadParams& p, const BufferSlice& source, const BufferSlice& destination,
+                     const BufferSlice& maps, const BufferSlice& fill);
+void checkPadGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
+                      const BufferSlice& maps);
+
 }  // namespace mpsgrad::bindings

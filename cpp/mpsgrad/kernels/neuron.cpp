@@ -109,6 +109,13 @@ CNNNeuron::CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescr
     data_ = uploadNeuronData(device_, descriptor_);
 }
 
+CNNNeuron::CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor, CNNNeuronType type)
+    : CNNNeuron(device, neuronDescriptor) {
+    if (neuronDescriptor.neuronType != type)
+        throwValueError("neuron_descriptor: this class is the ", neuronTypeName(type), " neuron, got a descriptor of type ",
+                        neuronTypeName(neuronDescriptor.neuronType));
+}
+
 StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNNeuronGradientState>(
         device_, descriptor_.neuronType,

@@ -93,7 +93,7 @@ private:
 // The destination has the channels the source provides after source_feature_channel_offset and
 // source_feature_channel_max_count. result_state gives a CNNNeuronGradientState, so the training
 // encode forms (destination_state / destination_state_is_temporary) work.
-class CNNNeuron final : public CNNKernel {
+class CNNNeuron : public CNNKernel {
 public:
     // -initWithDevice:neuronDescriptor: (ValueError for a type out of range or PReLU without data)
     CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
@@ -111,6 +111,9 @@ public:
     static std::shared_ptr<CNNNeuron> initWithCoder(serial::Reader& reader, const Device& device);
 
 protected:
+    // For the per-type subclasses: ValueError naming `what` unless the descriptor has type `type`.
+    CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor, CNNNeuronType type);
+
     void encodeWithCoder(serial::Writer& writer) const override;
     int64_t destinationFeatureChannels(const Image& source) const override { return availableSourceChannels(source); }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
@@ -120,6 +123,104 @@ private:
     NNNeuronDescriptor descriptor_;
     BufferSlice data_;  // PReLU's per-channel a on the device
 };
+
+// ---- the per-type MPSCNNNeuron subclasses ----------------------------------------------------------
+// MPSCNNNeuronLinear, ...ReLU, ...PReLU, ...Sigmoid, ...HardSigmoid, ...TanH, ...Absolute, ...SoftPlus,
+// ...SoftSign, ...ELU, ...ReLUN, ...Power, ...Exponential, ...Logarithm: CNNNeurons of a fixed type
+// built with MPS's per-type initializers (-initWithDevice:[a:[b:[c:]]], deprecated by Apple since
+// 10.14 in favour of -initWithDevice:neuronDescriptor:). They compute exactly what CNNNeuron computes
+// with NNNeuronDescriptor::withType(type, a, b, c); they serialize under their own class tag with
+// CNNNeuron's payload. The constructor taking a descriptor is the decoder's (-initWithCoder:device:)
+// and rejects a descriptor of another type.
+template <class Derived, CNNNeuronType Type>
+class CNNNeuronOfType : public CNNNeuron {
+public:
+    static constexpr CNNNeuronType kType = Type;
+    CNNNeuronOfType(const Device& device, const NNNeuronDescriptor& d) : CNNNeuron(device, d, Type) {}
+
+    // -initWithCoder:device: (SerializationError for a payload of another neuron type)
+    static std::shared_ptr<Derived> initWithCoder(serial::Reader& reader, const Device& device);
+};
+
+#define MPSGRAD_NEURON_CLASS_NAME(Name) \
+    const char* className() const override { return #Name; }
+
+class CNNNeuronAbsolute final : public CNNNeuronOfType<CNNNeuronAbsolute, CNNNeuronType::Absolute> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    explicit CNNNeuronAbsolute(const Device& device) : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType)) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronAbsolute)
+};
+
+class CNNNeuronSigmoid final : public CNNNeuronOfType<CNNNeuronSigmoid, CNNNeuronType::Sigmoid> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    explicit CNNNeuronSigmoid(const Device& device) : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType)) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronSigmoid)
+};
+
+class CNNNeuronSoftSign final : public CNNNeuronOfType<CNNNeuronSoftSign, CNNNeuronType::SoftSign> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    explicit CNNNeuronSoftSign(const Device& device) : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType)) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronSoftSign)
+};
+
+// -initWithDevice:a: (f = x >= 0 ? x : a*x)
+class CNNNeuronReLU final : public CNNNeuronOfType<CNNNeuronReLU, CNNNeuronType::ReLU> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    CNNNeuronReLU(const Device& device, float a) : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType, a)) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronReLU)
+};
+
+// -initWithDevice:a: (f = x >= 0 ? x : a*(exp(x) - 1))
+class CNNNeuronELU final : public CNNNeuronOfType<CNNNeuronELU, CNNNeuronType::ELU> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    CNNNeuronELU(const Device& device, float a) : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType, a)) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronELU)
+};
+
+// -initWithDevice:a:count: (one a per feature channel)
+class CNNNeuronPReLU final : public CNNNeuronOfType<CNNNeuronPReLU, CNNNeuronType::PReLU> {
+public:
+    using CNNNeuronOfType::CNNNeuronOfType;
+    CNNNeuronPReLU(const Device& device, const float* a, size_t count)
+        : CNNNeuronOfType(device, NNNeuronDescriptor::preluWithData(std::vector<float>(a, a + count))) {}
+    MPSGRAD_NEURON_CLASS_NAME(CNNNeuronPReLU)
+};
+
+// The -initWithDevice:a:b: classes.
+#define MPSGRAD_NEURON_AB_CLASS(Name, Type)                                                                  \
+    class Name final : public CNNNeuronOfType<Name, CNNNeuronType::Type> {                                    \
+    public:                                                                                                   \
+        using CNNNeuronOfType::CNNNeuronOfType;                                                               \
+        Name(const Device& device, float a, float b)                                                          \
+            : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType, a, b)) {}                           \
+        MPSGRAD_NEURON_CLASS_NAME(Name)                                                                       \
+    };
+MPSGRAD_NEURON_AB_CLASS(CNNNeuronLinear, Linear)            // a*x + b
+MPSGRAD_NEURON_AB_CLASS(CNNNeuronHardSigmoid, HardSigmoid)  // clamp(a*x + b, 0, 1)
+MPSGRAD_NEURON_AB_CLASS(CNNNeuronTanH, TanH)                // a*tanh(b*x)
+MPSGRAD_NEURON_AB_CLASS(CNNNeuronSoftPlus, SoftPlus)        // a*log(1 + exp(b*x))
+MPSGRAD_NEURON_AB_CLASS(CNNNeuronReLUN, ReLUN)              // min(x >= 0 ? x : a*x, b)
+#undef MPSGRAD_NEURON_AB_CLASS
+
+// The -initWithDevice:a:b:c: classes.
+#define MPSGRAD_NEURON_ABC_CLASS(Name, Type)                                                                 \
+    class Name final : public CNNNeuronOfType<Name, CNNNeuronType::Type> {                                    \
+    public:                                                                                                   \
+        using CNNNeuronOfType::CNNNeuronOfType;                                                               \
+        Name(const Device& device, float a, float b, float c)                                                 \
+            : CNNNeuronOfType(device, NNNeuronDescriptor::withType(kType, a, b, c)) {}                        \
+        MPSGRAD_NEURON_CLASS_NAME(Name)                                                                       \
+    };
+MPSGRAD_NEURON_ABC_CLASS(CNNNeuronPower, Power)              // (a*x + b)^c
+MPSGRAD_NEURON_ABC_CLASS(CNNNeuronExponential, Exponential)  // c^(a*x + b), c = -1: base e
+MPSGRAD_NEURON_ABC_CLASS(CNNNeuronLogarithm, Logarithm)      // log_c(a*x + b), c = -1: natural log
+#undef MPSGRAD_NEURON_ABC_CLASS
+#undef MPSGRAD_NEURON_CLASS_NAME
 
 // MPSCNNNeuronGradient: dX = G * f'(X), primary G = dL/dY, secondary = the forward INPUT X.
 // At the kinks of ReLU, PReLU, ELU and ReLUN the derivative of the x >= 0 branch is used (MPS's

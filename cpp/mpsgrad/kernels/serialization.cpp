@@ -22,6 +22,7 @@
 #include "kernels/optimizers.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
+#include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
 
@@ -91,6 +92,14 @@ void CNNNeuron::encodeWithCoder(serial::Writer& w) const {
 
 std::shared_ptr<CNNNeuron> CNNNeuron::initWithCoder(serial::Reader& r, const Device& device) {
     auto kernel = std::make_shared<CNNNeuron>(device, readNeuronDescriptor(r, "neuron_descriptor"));
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+template <class Derived, CNNNeuronType Type>
+std::shared_ptr<Derived> CNNNeuronOfType<Derived, Type>::initWithCoder(serial::Reader& r, const Device& device) {
+    NNNeuronDescriptor d = readNeuronDescriptor(r, "neuron_descriptor");
+    auto kernel = asSerializationError(r, "neuron_descriptor", [&] { return std::make_shared<Derived>(device, d); });
     kernel->decodeCNNKernelProperties(r);
     return kernel;
 }
@@ -994,6 +1003,71 @@ std::shared_ptr<NNInitialGradient> NNInitialGradient::initWithCoder(serial::Read
     return k;
 }
 
+// ---- reshape and pad -------------------------------------------------------------------------------
+
+void NNReshape::encodeWithCoder(serial::Writer& w) const { encodeCNNKernelProperties(w); }
+
+std::shared_ptr<NNReshape> NNReshape::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNReshape>(device);
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNReshapeGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<NNReshapeGradient> NNReshapeGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNReshapeGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+namespace {
+
+void writeCoordinate(serial::Writer& w, const ImageCoordinate& c) {
+    w.u64(c.x);
+    w.u64(c.y);
+    w.u64(c.channel);
+}
+
+ImageCoordinate readCoordinate(serial::Reader& r, const char* what) {
+    ImageCoordinate c;
+    c.x = r.u64(what);
+    c.y = r.u64(what);
+    c.channel = r.u64(what);
+    if (c.x > uint64_t(INT32_MAX) || c.y > uint64_t(INT32_MAX) || c.channel > uint64_t(INT32_MAX))
+        r.fail(what, "padding sizes must be at most 2**31 - 1");
+    return c;
+}
+
+}  // namespace
+
+void NNPad::encodeWithCoder(serial::Writer& w) const {
+    writeCoordinate(w, paddingSizeBefore);
+    writeCoordinate(w, paddingSizeAfter);
+    w.f32(fillValue);
+    w.floats(fillValueArray_);
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<NNPad> NNPad::initWithCoder(serial::Reader& r, const Device& device) {
+    ImageCoordinate before = readCoordinate(r, "padding_size_before");
+    ImageCoordinate after = readCoordinate(r, "padding_size_after");
+    float fill = r.f32("fill_value");
+    std::vector<float> fillArray = r.floats("fill_value_array");
+    auto kernel = std::make_shared<NNPad>(device, before, after, std::move(fillArray));
+    kernel->fillValue = fill;
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNPadGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<NNPadGradient> NNPadGradient::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNPadGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -1019,6 +1093,20 @@ void addState(const char* tag, F initWithCoder) {
 void registerBuiltinClasses() {
     addKernel("CNNNeuron", &CNNNeuron::initWithCoder);
     addKernel("CNNNeuronGradient", &CNNNeuronGradient::initWithCoder);
+    addKernel("CNNNeuronAbsolute", &CNNNeuronAbsolute::initWithCoder);
+    addKernel("CNNNeuronELU", &CNNNeuronELU::initWithCoder);
+    addKernel("CNNNeuronHardSigmoid", &CNNNeuronHardSigmoid::initWithCoder);
+    addKernel("CNNNeuronLinear", &CNNNeuronLinear::initWithCoder);
+    addKernel("CNNNeuronPReLU", &CNNNeuronPReLU::initWithCoder);
+    addKernel("CNNNeuronReLUN", &CNNNeuronReLUN::initWithCoder);
+    addKernel("CNNNeuronReLU", &CNNNeuronReLU::initWithCoder);
+    addKernel("CNNNeuronSigmoid", &CNNNeuronSigmoid::initWithCoder);
+    addKernel("CNNNeuronSoftPlus", &CNNNeuronSoftPlus::initWithCoder);
+    addKernel("CNNNeuronSoftSign", &CNNNeuronSoftSign::initWithCoder);
+    addKernel("CNNNeuronTanH", &CNNNeuronTanH::initWithCoder);
+    addKernel("CNNNeuronPower", &CNNNeuronPower::initWithCoder);
+    addKernel("CNNNeuronExponential", &CNNNeuronExponential::initWithCoder);
+    addKernel("CNNNeuronLogarithm", &CNNNeuronLogarithm::initWithCoder);
     addKernel("CNNConvolution", &CNNConvolution::initWithCoder);
     addKernel("CNNConvolutionGradient", &CNNConvolutionGradient::initWithCoder);
     addKernel("CNNFullyConnected", &CNNFullyConnected::initWithCoder);
@@ -1069,6 +1157,10 @@ void registerBuiltinClasses() {
     addKernel("NNForwardLoss", &NNForwardLoss::initWithCoder);
     addKernel("NNLossGradient", &NNLossGradient::initWithCoder);
     addKernel("NNInitialGradient", &NNInitialGradient::initWithCoder);
+    addKernel("NNReshape", &NNReshape::initWithCoder);
+    addKernel("NNReshapeGradient", &NNReshapeGradient::initWithCoder);
+    addKernel("NNPad", &NNPad::initWithCoder);
+    addKernel("NNPadGradient", &NNPadGradient::initWithCoder);
 
 
     addState("CNNNormalizationGammaAndBetaState", &CNNNormalizationGammaAndBetaState::initWithCoder);

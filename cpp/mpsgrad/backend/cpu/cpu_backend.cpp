@@ -416,6 +416,23 @@ public:
         encode(cb, [=] { cpu::dropout(p, source, destination); });
     }
 
+    // ---- reshape and pad family ---------------------------------------------------------------
+    void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
+                     const BufferSlice& destination) override {
+        bindings::checkReshapeCopy(p, source, destination);
+        encode(cb, [=] { cpu::reshapeCopy(p, source, destination); });
+    }
+    void padForward(CommandBuffer& cb, const PadParams& p, const BufferSlice& source, const BufferSlice& destination,
+                    const BufferSlice& maps, const BufferSlice& fill) override {
+        bindings::checkPadForward(p, source, destination, maps, fill);
+        encode(cb, [=] { cpu::padForward(p, source, destination, maps, fill); });
+    }
+    void padGradient(CommandBuffer& cb, const PadGradientParams& p, const BufferSlice& gradient,
+                     const BufferSlice& destination, const BufferSlice& maps) override {
+        bindings::checkPadGradient(p, gradient, destination, maps);
+        encode(cb, [=] { cpu::padGradient(p, gradient, destination, maps); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

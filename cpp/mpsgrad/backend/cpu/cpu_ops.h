@@ -12,6 +12,7 @@
 #include "../../../../metal/batch_normalization_params.h"
 #include "../../../../metal/pooling_params.h"
 #include "../../../../metal/upsampling_params.h"
+#include "../../../../metal/reshape_pad_params.h"
 #include "../../../../metal/dropout_params.h"
 #include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
@@ -111,5 +112,13 @@ void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gr
 
 // ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
 void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
+
+// ---- reshape and pad family (metal/reshape_pad_params.h; reshape_pad.cpp); bindings checked by
+// bindings::checkReshapeCopy / checkPadForward / checkPadGradient
+void reshapeCopy(const ReshapeParams& p, const BufferSlice& source, const BufferSlice& destination);
+void padForward(const PadParams& p, const BufferSlice& source, const BufferSlice& destination, const BufferSlice& maps,
+                const BufferSlice& fill);
+void padGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
+                 const BufferSlice& maps);
 
 }  // namespace mpsgrad::cpu

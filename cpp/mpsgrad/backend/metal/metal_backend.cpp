@@ -243,6 +243,26 @@ public:
         encodeDropout(ctx_, cb, p, source, destination);
     }
 
+    // ---- reshape and pad family
+    void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
+                     const BufferSlice& destination) override {
+        bindings::checkReshapeCopy(p, source, destination);
+        AutoreleaseScope pool;
+        encodeReshapeCopy(ctx_, cb, p, source, destination);
+    }
+    void padForward(CommandBuffer& cb, const PadParams& p, const BufferSlice& source, const BufferSlice& destination,
+                    const BufferSlice& maps, const BufferSlice& fill) override {
+        bindings::checkPadForward(p, source, destination, maps, fill);
+        AutoreleaseScope pool;
+        encodePadForward(ctx_, cb, p, source, destination, maps, fill);
+    }
+    void padGradient(CommandBuffer& cb, const PadGradientParams& p, const BufferSlice& gradient,
+                     const BufferSlice& destination, const BufferSlice& maps) override {
+        bindings::checkPadGradient(p, gradient, destination, maps);
+        AutoreleaseScope pool;
+        encodePadGradient(ctx_, cb, p, gradient, destination, maps);
+    }
+
 private:
     MetalContext ctx_;
 };

@@ -15,6 +15,7 @@
 #include "metal/utility_params.h"
 #include "metal/pooling_params.h"
 #include "metal/upsampling_params.h"
+#include "metal/reshape_pad_params.h"
 #include "metal/dropout_params.h"
 
 namespace mpsgrad {
@@ -135,5 +136,13 @@ void encodeUpsamplingGradient(MetalContext& ctx, CommandBuffer& cb, UpsamplingGr
 // ---- dropout family (metal/dropout.metal; metal_dropout.cpp)
 void encodeDropout(MetalContext& ctx, CommandBuffer& cb, DropoutParams p, const BufferSlice& source,
                    const BufferSlice& destination);
+
+// ---- reshape and pad family (metal/reshape_pad.metal; metal_reshape_pad.cpp)
+void encodeReshapeCopy(MetalContext& ctx, CommandBuffer& cb, ReshapeParams p, const BufferSlice& source,
+                       const BufferSlice& destination);
+void encodePadForward(MetalContext& ctx, CommandBuffer& cb, PadParams p, const BufferSlice& source,
+                      const BufferSlice& destination, const BufferSlice& maps, const BufferSlice& fill);
+void encodePadGradient(MetalContext& ctx, CommandBuffer& cb, PadGradientParams p, const BufferSlice& gradient,
+                       const BufferSlice& destination, const BufferSlice& maps);
 
 }  // namespace mpsgrad::metal_backend
