@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -3440,6 +3440,338 @@ class CNNDropoutGradient(CNNGradientKernel):
         ...
     @property
     def seed(self) -> int:
+        ...
+class LocalNormalizationKind:
+    """
+    Which forward kernel a CNNLocalNormalizationGradientState comes from
+    
+    Members:
+    
+      CROSS_CHANNEL
+    
+      SPATIAL
+    
+      LOCAL_CONTRAST
+    """
+    CROSS_CHANNEL: typing.ClassVar[LocalNormalizationKind]
+    LOCAL_CONTRAST: typing.ClassVar[LocalNormalizationKind]
+    SPATIAL: typing.ClassVar[LocalNormalizationKind]
+    __members__: typing.ClassVar[dict[str, LocalNormalizationKind]]
+    @typing.overload
+    def __eq__(self, other: LocalNormalizationKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: LocalNormalizationKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNLocalNormalizationGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the cross-channel, spatial and local contrast normalization kernels write for their gradients: the forward geometry, window and parameters
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def kind(self) -> LocalNormalizationKind:
+        ...
+class CNNCrossChannelNormalization(CNNKernel):
+    """
+    MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
+    """
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+        """
+        -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalization(CNNKernel):
+    """
+    MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNLocalContrastNormalization(CNNKernel):
+    """
+    MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+        """
+        -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
         ...
 class SerializationError(ValueError):
     pass

@@ -30,6 +30,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindPooling(m);
     bindUpsampling(m);
     bindDropout(m);
+    bindLocalNormalization(m);  // cross-channel, spatial, local contrast normalization (issue 12)
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));

@@ -13,6 +13,7 @@
 #include "../../../../metal/pooling_params.h"
 #include "../../../../metal/upsampling_params.h"
 #include "../../../../metal/dropout_params.h"
+#include "../../../../metal/normalization_params.h"
 #include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
@@ -101,5 +102,11 @@ void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gr
 
 // ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
 void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
+
+// ---- cross-channel / spatial / local contrast normalization (metal/normalization_params.h;
+// normalization.cpp). source = the forward input X for both ops.
+void normalizationForward(const NormalizationParams& p, const float* source, float* destination);
+void normalizationGradient(const NormalizationParams& p, const float* gradient, const float* source,
+                           float* destination);
 
 }  // namespace mpsgrad::cpu
