@@ -141,7 +141,9 @@ kernel void normalization_gradient(constant NormalizationParams& params [[buffer
     const int px = p.clipX + t.x;
     const int py = p.clipY + t.y;
     float result = 0.0f;
-    if (kNormalizationKind == kNormalizationCrossChannel) {
+    if (px >= p.source.width || py >= p.source.height) {
+        // A dX pixel outside X is no input of the forward pass (off-image reads are the constant 0).
+    } else if (kNormalizationKind == kNormalizationCrossChannel) {
         const int jx = px - p.centerX;
         const int jy = py - p.centerY;
         if (jx >= 0 && jy >= 0 && jx < p.gradientWidth && jy < p.gradientHeight) {

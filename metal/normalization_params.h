@@ -27,7 +27,8 @@
 // gradientY + jy), is the gradient of the output of the window centered at X pixel (centerX + jx,
 // centerY + jy). Window j contributes to every in-image X pixel among its taps:
 //   dX(v) = sum over windows u whose taps include v of G(u) * dY(u)/dX(v)
-// with the exact derivatives of docs/normalization.md. Pixels no window reaches get 0.
+// with the exact derivatives of docs/normalization.md. Pixels no window reaches, and dX pixels
+// outside X (when dX is larger), get 0.
 #pragma once
 
 #include "common_params.h"

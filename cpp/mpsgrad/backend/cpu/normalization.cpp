@@ -183,6 +183,11 @@ void normalizationGradient(const NormalizationParams& p, const float* gradient, 
             for (int32_t xi = 0; xi < p.clipWidth; ++xi) {
                 const int32_t px = p.clipX + xi;
                 float* d = destination + pixelIndex(p.destination, n, px, py);
+                // A dX pixel outside X is no input of the forward pass (off-image reads are the constant 0).
+                if (px >= p.source.width || py >= p.source.height) {
+                    for (int32_t c = 0; c < C; ++c) d[c] = 0.0f;
+                    continue;
+                }
                 if (p.kind != kNormalizationCrossChannel) {
                     for (int32_t c = 0; c < C; ++c) d[c] = windowGradient(p, x, gradient, n, px, py, c);
                     continue;
