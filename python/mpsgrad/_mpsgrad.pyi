@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronELU', 'CNNNeuronExponential', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronLinear', 'CNNNeuronLogarithm', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronSigmoid', 'CNNNeuronSoftPlus', 'CNNNeuronSoftSign', 'CNNNeuronTanH', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1400,118 +1400,6 @@ class CNNNeuron(CNNKernel):
     def neuron_type(self) -> CNNNeuronType:
         """
         MPSCNNNeuron.neuronType
-        """
-class CNNNeuronAbsolute(CNNNeuron):
-    """
-    MPSCNNNeuronAbsolute: the Absolute neuron, f(x) = |x|. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSCNNNeuronAbsolute initWithDevice:]
-        """
-class CNNNeuronSigmoid(CNNNeuron):
-    """
-    MPSCNNNeuronSigmoid: the Sigmoid neuron, f(x) = 1 / (1 + exp(-x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSCNNNeuronSigmoid initWithDevice:]
-        """
-class CNNNeuronSoftSign(CNNNeuron):
-    """
-    MPSCNNNeuronSoftSign: the SoftSign neuron, f(x) = x / (1 + |x|). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSCNNNeuronSoftSign initWithDevice:]
-        """
-class CNNNeuronReLU(CNNNeuron):
-    """
-    MPSCNNNeuronReLU: the ReLU neuron, f(x) = x >= 0 ? x : a*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
-        """
-        -[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)
-        """
-class CNNNeuronELU(CNNNeuron):
-    """
-    MPSCNNNeuronELU: the ELU neuron, f(x) = x >= 0 ? x : a*(exp(x) - 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
-        """
-        -[MPSCNNNeuronELU initWithDevice:a:]
-        """
-class CNNNeuronPReLU(CNNNeuron):
-    """
-    MPSCNNNeuronPReLU: the PReLU neuron, f(x) = x >= 0 ? x : a[channel]*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
-        """
-        -[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or one per channel of the source image); count is len(a)
-        """
-class CNNNeuronLinear(CNNNeuron):
-    """
-    MPSCNNNeuronLinear: the Linear neuron, f(x) = a*x + b. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
-        """
-        -[MPSCNNNeuronLinear initWithDevice:a:b:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronHardSigmoid(CNNNeuron):
-    """
-    MPSCNNNeuronHardSigmoid: the HardSigmoid neuron, f(x) = clamp(a*x + b, 0, 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
-        """
-        -[MPSCNNNeuronHardSigmoid initWithDevice:a:b:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronTanH(CNNNeuron):
-    """
-    MPSCNNNeuronTanH: the TanH neuron, f(x) = a*tanh(b*x). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
-        """
-        -[MPSCNNNeuronTanH initWithDevice:a:b:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronSoftPlus(CNNNeuron):
-    """
-    MPSCNNNeuronSoftPlus: the SoftPlus neuron, f(x) = a*log(1 + exp(b*x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
-        """
-        -[MPSCNNNeuronSoftPlus initWithDevice:a:b:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronReLUN(CNNNeuron):
-    """
-    MPSCNNNeuronReLUN: the ReLUN neuron, f(x) = min(x >= 0 ? x : a*x, b). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
-        """
-        -[MPSCNNNeuronReLUN initWithDevice:a:b:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronPower(CNNNeuron):
-    """
-    MPSCNNNeuronPower: the Power neuron, f(x) = (a*x + b)^c. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
-        """
-        -[MPSCNNNeuronPower initWithDevice:a:b:c:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronExponential(CNNNeuron):
-    """
-    MPSCNNNeuronExponential: the Exponential neuron, f(x) = c^(a*x + b), c = -1 meaning base e. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
-        """
-        -[MPSCNNNeuronExponential initWithDevice:a:b:c:] (defaults: docs/neurons.md)
-        """
-class CNNNeuronLogarithm(CNNNeuron):
-    """
-    MPSCNNNeuronLogarithm: the Logarithm neuron, f(x) = log_c(a*x + b), c = -1 meaning the natural log. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
-    """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
-        """
-        -[MPSCNNNeuronLogarithm initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
 class CNNNeuronGradient(CNNGradientKernel):
     """
@@ -3553,14 +3441,43 @@ class CNNDropoutGradient(CNNGradientKernel):
     @property
     def seed(self) -> int:
         ...
-class ImageCoordinate:
+class LocalNormalizationKind:
     """
-    MPSImageCoordinate: a pixel position and feature channel
+    Which forward kernel a CNNLocalNormalizationGradientState comes from
+    
+    Members:
+    
+      CROSS_CHANNEL
+    
+      SPATIAL
+    
+      LOCAL_CONTRAST
     """
-    __hash__: typing.ClassVar[None] = None
-    def __eq__(self, arg0: typing.Any) -> bool:
+    CROSS_CHANNEL: typing.ClassVar[LocalNormalizationKind]
+    LOCAL_CONTRAST: typing.ClassVar[LocalNormalizationKind]
+    SPATIAL: typing.ClassVar[LocalNormalizationKind]
+    __members__: typing.ClassVar[dict[str, LocalNormalizationKind]]
+    @typing.overload
+    def __eq__(self, other: LocalNormalizationKind) -> bool:
         ...
-    def __init__(self, x: typing.Any = 0, y: typing.Any = 0, channel: typing.Any = 0) -> None:
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: LocalNormalizationKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
         ...
     def __reduce__(self) -> typing.Any:
         ...
@@ -3568,92 +3485,294 @@ class ImageCoordinate:
         ...
     def __repr__(self) -> str:
         ...
-    @property
-    def channel(self) -> int:
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
         ...
     @property
-    def x(self) -> int:
+    def name(self) -> str:
         ...
     @property
-    def y(self) -> int:
+    def value(self) -> int:
         ...
-class NNReshapeGradientState(NNGradientState):
+class CNNLocalNormalizationGradientState(NNGradientState):
     """
-    The MPSNNGradientState NNReshape writes for NNReshapeGradient (both shapes)
+    The MPSNNGradientState the cross-channel, spatial and local contrast normalization kernels write for their gradients: the forward geometry, window and parameters
     """
-class NNPadGradientState(NNGradientState):
-    """
-    The MPSNNGradientState NNPad writes for NNPadGradient (the source index every written element copied)
-    """
-class NNReshape(CNNKernel):
-    """
-    MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y must be 0 and clip_rect must not cut the destination.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSNNReshape initWithDevice:]
-        """
-    def encode(self, command_buffer: typing.Any, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
-        """
-        MPSCNNKernel's encode forms (see CNNKernel.encode; the returning forms keep the source's shape), and with reshaped_width/height/feature_channels the macOS 11 forms -encodeToCommandBuffer:sourceImage:[destinationState:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (returns the image, or (image, state) with destination_state_is_temporary).
-        """
-    def encode_batch(self, command_buffer: typing.Any, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
-        """
-        MPSCNNKernel's batch encode forms, and with reshaped_width/height/feature_channels -encodeBatchToCommandBuffer:sourceImages:[destinationStates:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (macOS 11).
-        """
-class NNReshapeGradient(CNNGradientKernel):
-    """
-    MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.
-    """
-    def __init__(self, device: typing.Any) -> None:
-        """
-        -[MPSNNReshapeGradient initWithDevice:]
-        """
-class NNPad(CNNKernel):
-    """
-    MPSNNPad: copies the source into the destination, filling outside the source by edge_mode: ZERO, CONSTANT (fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE (np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).
-    """
-    def __init__(self, device: typing.Any, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
-        """
-        -[MPSNNPad initWithDevice:[paddingSizeBefore:paddingSizeAfter:[fillValueArray:]]]: sizes as ImageCoordinate or (x, y, channel); fill_value_array holds one value per channel written (CONSTANT).
-        """
     @property
-    def fill_value(self) -> float:
-        """
-        MPSNNPad.fillValue (edge mode CONSTANT; ignored when fill_value_array was given)
-        """
-    @fill_value.setter
-    def fill_value(self, arg1: typing.SupportsFloat) -> None:
+    def alpha(self) -> float:
         ...
     @property
-    def fill_value_array(self) -> list[float]:
-        """
-        The initializer's per-channel fill values (empty: fill_value is used)
-        """
-    @property
-    def padding_size_after(self) -> ImageCoordinate:
-        """
-        MPSNNPad.paddingSizeAfter
-        """
-    @padding_size_after.setter
-    def padding_size_after(self, arg1: typing.Any) -> None:
+    def beta(self) -> float:
         ...
     @property
-    def padding_size_before(self) -> ImageCoordinate:
-        """
-        MPSNNPad.paddingSizeBefore (x, y: the returning encode forms; channel: always)
-        """
-    @padding_size_before.setter
-    def padding_size_before(self, arg1: typing.Any) -> None:
+    def delta(self) -> float:
         ...
-class NNPadGradient(CNNGradientKernel):
+    @property
+    def kind(self) -> LocalNormalizationKind:
+        ...
+class CNNCrossChannelNormalization(CNNKernel):
     """
-    MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element (a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.
+    MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
         """
-        -[MPSNNPadGradient initWithDevice:]
+        -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
         """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalization(CNNKernel):
+    """
+    MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNLocalContrastNormalization(CNNKernel):
+    """
+    MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+        """
+        -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
 class SerializationError(ValueError):
     pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:

@@ -40,6 +40,8 @@ void bindPooling(py::module_& m);
 void bindUpsampling(py::module_& m);
 void bindDropout(py::module_& m);
 void bindReshapePad(py::module_& m);  // reshape and pad (issue 13)
+// ---- cross-channel, spatial and local contrast normalization (issue 12 item 4)
+void bindLocalNormalization(py::module_& m);
 
 // True once the interpreter is shutting down: no Python API may be called from then on (a
 // thread acquiring the GIL would be stopped by the interpreter mid-destructor).

@@ -32,6 +32,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindUpsampling(m);
     bindDropout(m);
     bindReshapePad(m);  // issue 13
+    bindLocalNormalization(m);  // cross-channel, spatial, local contrast normalization (issue 12)
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));

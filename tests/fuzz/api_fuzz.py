@@ -793,6 +793,78 @@ def instance_group_normalization_ops(r: random.Random, ctx: Context):
 
 
 # ---------------------------------------------------------------------------------------------
+# cross-channel / spatial / local contrast normalization (forward vs NumPy, gradient vs float64
+# finite differences of the same NumPy forward)
+
+
+def local_normalization_reference(kind, x, k, alpha, beta, delta, p0=1.0, pm=0.0, ps=1.0):
+    """Y (H, W, C float64) of MPS's formulas; windows centered on each pixel, zeros off the image."""
+    x = np.asarray(x, np.float64)
+    if kind == "cross":
+        c = x.shape[2]
+        sq = np.pad(x * x, ((0, 0), (0, 0), (k >> 1, (k - 1) >> 1)))
+        return x * (delta + alpha / k * sum(sq[..., i:i + c] for i in range(k))) ** -beta
+    h, w = x.shape[:2]
+    xp = np.pad(x, ((k >> 1, (k - 1) >> 1), (k >> 1, (k - 1) >> 1), (0, 0)))
+    taps = np.stack([xp[ty:ty + h, tx:tx + w] for ty in range(k) for tx in range(k)])
+    if kind == "spatial":
+        return x * (delta + alpha / (k * k) * np.sum(taps * taps, axis=0)) ** -beta
+    mean = taps.mean(axis=0)
+    var = ((taps - mean) ** 2).mean(axis=0)
+    return pm + ps * (x - p0 * mean) * (delta + alpha * var) ** -beta
+
+
+@family("local_normalization")
+def local_normalization_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    kind = r.choice(["cross", "spatial", "contrast"])
+    size = r.randint(1, 4)
+    ctx.start_call()
+    if kind == "cross":
+        names = ("CNNCrossChannelNormalization", "CNNCrossChannelNormalizationGradient")
+        args = (ctx.bad(r, size, [0, -1, 2**63, 2**64, "3", None, 1.5], what="kernel_size"),)
+    else:
+        names = ("CNNSpatialNormalization", "CNNSpatialNormalizationGradient") if kind == "spatial" else \
+            ("CNNLocalContrastNormalization", "CNNLocalContrastNormalizationGradient")
+        args = (ctx.bad(r, size, [0, -2, 2**63, "3", None], what="kernel_width"),
+                ctx.bad(r, size, [size + 1, 0, 2**64], what="kernel_height (must equal kernel_width)"))
+    forward = getattr(m, names[0])(ctx.device, *args)
+    gradient = getattr(m, names[1])(ctx.device, *args)
+    ctx.expect_rejected_if_invalid(names[0])
+    params = dict(alpha=r.choice([0.0, 0.5, 1.0]), beta=r.choice([0.5, 0.75, 2.0]), delta=r.choice([0.5, 1.0, 2.0]))
+    if kind == "contrast":
+        params.update(p0=r.choice([0.0, 1.0, 0.5]), pm=r.choice([0.0, 0.25]), ps=r.choice([1.0, 2.0]))
+    ctx.start_call()
+    for k in (forward, gradient):
+        for name, value in params.items():
+            setattr(k, name, value)
+    forward.alpha = ctx.bad(r, params["alpha"], [-1.0, float("nan"), "x", None], what="alpha")
+    forward.delta = ctx.bad(r, params["delta"], [0.0, -0.5, float("inf")], what="delta")
+    forward.edge_mode = ctx.bad(r, m.ImageEdgeMode.ZERO, [m.ImageEdgeMode.CLAMP], what="edge_mode")
+    h, w, c = r.randint(1, 3), r.randint(1, 3), r.randint(1, 5)
+    x_arr = random_array(r, h, w, c)
+    g_arr = random_array(r, h, w, c)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    cb = ctx.queue.command_buffer()
+    y, state = forward.encode(cb, x, destination_state_is_temporary=r.random() < 0.5)
+    dx = gradient.encode(cb, m.Image.from_numpy(g_arr, ctx.device), x, state)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid(f"{names[0]} encode")
+    f = lambda v: local_normalization_reference(kind, v, size, **params)
+    check_close(y.to_numpy()[0], f(x_arr), f"{names[0]} forward")
+    xd, hstep = x_arr.astype(np.float64), 1e-6
+    ref_dx = np.zeros_like(xd)
+    for i in np.ndindex(xd.shape):
+        keep = xd[i]
+        xd[i] = keep + hstep
+        up = np.sum(f(xd) * g_arr)
+        xd[i] = keep - hstep
+        ref_dx[i] = (up - np.sum(f(xd) * g_arr)) / (2 * hstep)
+        xd[i] = keep
+    check_close(dx.to_numpy()[0], ref_dx, f"{names[1]} (finite differences)", tol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
 # the worker: runs cases [first, first + count) of a seed and reports each outcome as a JSON line
 
 ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError")

@@ -160,6 +160,28 @@ def family_kernels():
     return out
 
 
+def local_normalization_kernels():
+    """Cross-channel, spatial and local contrast normalization, forward and gradient."""
+    out = {}
+    for suffix in ("", "Gradient"):
+        out["CNNCrossChannelNormalization" + suffix] = (
+            lambda cls: lambda dev: getattr(m, cls)(dev, 4))("CNNCrossChannelNormalization" + suffix)
+        for name in ("CNNSpatialNormalization", "CNNLocalContrastNormalization"):
+            out[name + suffix] = (lambda cls: lambda dev: getattr(m, cls)(dev, 3, 3))(name + suffix)
+    return out
+
+
+LOCAL_NORMALIZATION = tuple(getattr(m, n) for n in local_normalization_kernels())
+
+
+def set_local_normalization_parameters(k):
+    """alpha, beta, delta (and p0, pm, ps) off their defaults, still valid."""
+    k.alpha, k.beta, k.delta = 0.75, 0.625, 0.5
+    if hasattr(k, "p0"):
+        k.p0, k.pm, k.ps = 0.875, 0.125, 1.5
+    return k
+
+
 def set_family_properties(k):
     """The properties of the pooling / upsampling / dropout classes beyond their base class."""
     if isinstance(k, (m.CNNPoolingAverage, m.CNNPoolingAverageGradient)):
@@ -171,6 +193,8 @@ def set_family_properties(k):
     if isinstance(k, m.NNPad):
         k.fill_value = 0.375
         k.padding_size_after = (2, 0, 3)
+    if isinstance(k, LOCAL_NORMALIZATION):
+        set_local_normalization_parameters(k)
     return k
 
 
@@ -269,6 +293,7 @@ FACTORIES = {
     **batch_normalization_kernels(),
     **instance_group_kernels(),
     **reshape_pad_kernels(),
+    **local_normalization_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
         dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
     "NNOptimizerStochasticGradientDescent[plain]": lambda dev: m.NNOptimizerStochasticGradientDescent(dev, 0.5),
@@ -572,6 +597,15 @@ def output_cases():
             q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
             lambda inputs, y: inputs[0]))(forward)
+    for name in local_normalization_kernels():
+        if "Gradient" in name:
+            cases[name] = (lambda f: lambda q, dev, k: forward_and_gradient(
+                q, set_local_normalization_parameters(getattr(m, f)(dev, *k_args(k))), k,
+                [image(rng("x"), dev, 7, 9)],
+                lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+                lambda inputs, y: inputs[0]))(name[:-len("Gradient")])
+        else:
+            cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9))]
     for name, role in (("CNNBatchNormalization", "forward"), ("CNNBatchNormalization[prelu]", "forward"),
                        ("CNNBatchNormalizationStatistics", "statistics"),
                        ("CNNBatchNormalizationStatisticsGradient", "statistics_gradient"),
@@ -700,12 +734,18 @@ def binary_forward(q, dev, k):
 OUTPUTS = output_cases()
 
 
+def k_args(k):
+    """The constructor's window arguments of a local normalization kernel."""
+    return (k.kernel_size,) if hasattr(k, "kernel_size") else (k.kernel_width, k.kernel_height)
+
+
 def runnable(name, dev):
     """A kernel with non-default properties that still runs on the test images."""
     k = FACTORIES[name](dev)
     k.label = "run"
     if isinstance(k, m.CNNKernel):
-        k.edge_mode = m.ImageEdgeMode.CLAMP if not isinstance(k, (m.CNNSoftMax, m.CNNLogSoftMax)) else k.edge_mode
+        k.edge_mode = m.ImageEdgeMode.CLAMP if not isinstance(k, (m.CNNSoftMax, m.CNNLogSoftMax, *LOCAL_NORMALIZATION)) \
+            else k.edge_mode
         k.padding = m.NNDefaultPadding(int(m.PaddingMethod.SIZE_VALID_ONLY)) if isinstance(k, m.CNNConvolution) \
             else k.padding
     if hasattr(k, "primary_scale"):
@@ -716,6 +756,8 @@ def runnable(name, dev):
         k.comparison_type = m.NNComparisonType.LESS
     if isinstance(k, (m.CNNPoolingAverage, m.CNNPoolingAverageGradient)):
         k.zero_pad_size_x, k.zero_pad_size_y = 1, 1
+    if isinstance(k, LOCAL_NORMALIZATION):
+        set_local_normalization_parameters(k)
     if isinstance(k, m.CNNUpsamplingBilinear) and not k.align_corners:
         k.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
     return k
@@ -931,7 +973,7 @@ def gradient_states(device):
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
               m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.CNNInstanceNormalization(device, instance_source(8)),
               m.CNNGroupNormalization(device, group_source(8, 2)), m.CNNConvolutionTranspose(device, transpose_source()),
-              m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0))):
+              m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0)), m.CNNSpatialNormalization(device, 3, 3)):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

@@ -17,6 +17,7 @@
 #include "metal/neuron_params.h"
 #include "metal/softmax_params.h"
 #include "metal/pooling_params.h"
+#include "metal/normalization_params.h"
 #include "metal/upsampling_params.h"
 #include "metal/dropout_params.h"
 #include "metal/loss_params.h"        // losses (issue 14)
@@ -189,6 +190,13 @@ public:
     // source = the forward input X (only its size matters, and it may be empty, for average pooling).
     virtual void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
                                  const BufferSlice& source, const BufferSlice& destination) = 0;
+
+    // ---- cross-channel / spatial / local contrast normalization (metal/normalization_params.h)
+    // source = the forward input X (both ops).
+    virtual void normalizationForward(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& source,
+                                      const BufferSlice& destination) = 0;
+    virtual void normalizationGradient(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& gradient,
+                                       const BufferSlice& source, const BufferSlice& destination) = 0;
 
     // ---- upsampling family (metal/upsampling_params.h) -----------------------------------
     virtual void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,

@@ -1,6 +1,7 @@
 #include "backend/binding_checks.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/checked.h"
@@ -318,6 +319,51 @@ void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gra
     requireImage(op, "output", p.output, p.batch, output);
     requireImage(op, "destination", p.destination, p.batch, destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+}
+
+namespace {
+
+// What both normalization ops bind: the source X and the destination (Y or dX).
+void requireNormalization(const char* op, const NormalizationParams& p, const BufferSlice& source,
+                          const BufferSlice& destination) {
+    requireBatch(op, p.batch);
+    if (p.kind < kNormalizationCrossChannel || p.kind > kNormalizationLocalContrast)
+        throwValueError(op, ": unknown normalization kind ", p.kind);
+    requirePositive(op, "kernelWidth", p.kernelWidth);
+    requirePositive(op, "kernelHeight", p.kernelHeight);
+    requirePositive(op, "channelSize", p.channelSize);
+    if (p.source.channels != p.destination.channels)
+        throwValueError(op, ": the source and destination channel counts differ");
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    // Window taps are computed in 32-bit ints by the kernels.
+    const int64_t limit = int64_t(1) << 30;
+    if (std::abs(int64_t(p.centerX)) > limit || std::abs(int64_t(p.centerY)) > limit || p.kernelWidth > limit ||
+        p.kernelHeight > limit || p.channelSize > limit)
+        throwValueError(op, ": window geometry out of range");
+}
+
+}  // namespace
+
+void checkNormalizationForward(const NormalizationParams& p, const BufferSlice& source,
+                               const BufferSlice& destination) {
+    requireNormalization("normalizationForward", p, source, destination);
+}
+
+void checkNormalizationGradient(const NormalizationParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                                const BufferSlice& destination) {
+    const char* op = "normalizationGradient";
+    requireNormalization(op, p, source, destination);
+    if (p.gradient.channels != p.destination.channels)
+        throwValueError(op, ": the gradient and destination channel counts differ");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    if (p.gradientWidth < 0 || p.gradientHeight < 0 || p.gradientX < 0 || p.gradientY < 0 ||
+        int64_t(p.gradientX) + p.gradientWidth > p.gradient.width ||
+        int64_t(p.gradientY) + p.gradientHeight > p.gradient.height)
+        throwValueError(op, ": the ", p.gradientWidth, " x ", p.gradientHeight, " gradient windows from (",
+                        p.gradientX, ", ", p.gradientY, ") lie outside the ", p.gradient.width, " x ",
+                        p.gradient.height, " gradient image");
 }
 
 void checkBatchNormalizationStatistics(const BatchNormalizationParams& p, const BufferSlice& source,

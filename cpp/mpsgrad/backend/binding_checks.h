@@ -68,6 +68,14 @@ void checkGroupNormalizationForward(const GroupNormalizationParams& p, const Buf
 void checkGroupNormalizationGradient(const GroupNormalizationParams& p, const BufferSlice& gradient,
                                      const BufferSlice& source, const Backend::GroupNormalizationVectors& v,
                                      const BufferSlice& destination);
+// Cross-channel / spatial / local contrast normalization: source and destination hold the batch
+// (channels equal), the clip lies inside the destination, and for the gradient the gradient image
+// holds the batch and the gradientWidth x gradientHeight windows from (gradientX, gradientY).
+void checkNormalizationForward(const NormalizationParams& p, const BufferSlice& source,
+                               const BufferSlice& destination);
+void checkNormalizationGradient(const NormalizationParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                                const BufferSlice& destination);
+
 // Optimizers: gradient, values and result hold p.count floats, and so does every state vector
 // p's rule reads (state0 unless plain SGD without momentum, state1 for Adam, state2 for AMSGrad).
 void checkOptimizerUpdate(const OptimizerParams& p, const BufferSlice& gradient, const BufferSlice& values,

@@ -21,6 +21,7 @@
 #include "kernels/loss.h"
 #include "kernels/optimizers.h"
 #include "kernels/neuron.h"
+#include "kernels/normalization.h"
 #include "kernels/pooling.h"
 #include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
@@ -447,6 +448,72 @@ std::shared_ptr<T> makePooling(serial::Reader& r, const Device& device, const Po
 }
 
 }  // namespace
+
+// Local normalization (cross-channel, spatial, local contrast): the constructor arguments (window
+// width, height and channel size), the CNN(Gradient)Kernel properties, then alpha, beta, delta,
+// p0, pm, ps.
+template <class K>
+void writeLocalNormalization(serial::Writer& w, const K& k) {
+    w.i64(k.window().width);
+    w.i64(k.window().height);
+    w.i64(k.window().channels);
+}
+
+template <class T>
+std::shared_ptr<T> makeLocalNormalization(serial::Reader& r, const Device& device) {
+    const int64_t width = r.i64("kernel_width"), height = r.i64("kernel_height"), channels = r.i64("kernel_size");
+    if constexpr (std::is_same_v<T, CNNCrossChannelNormalization> ||
+                  std::is_same_v<T, CNNCrossChannelNormalizationGradient>) {
+        if (width != 1 || height != 1) throwValueError("kernel_width: a cross-channel window is 1x1 in space");
+        return std::make_shared<T>(device, channels);
+    } else {
+        if (channels != 1) throwValueError("kernel_size: a spatial window spans 1 channel");
+        return std::make_shared<T>(device, width, height);
+    }
+}
+
+void writeLocalNormalizationParameters(serial::Writer& w, const LocalNormalizationParameters& q) {
+    for (float v : {q.alpha, q.beta, q.delta, q.p0, q.pm, q.ps}) w.f32(v);
+}
+
+LocalNormalizationParameters readLocalNormalizationParameters(serial::Reader& r) {
+    LocalNormalizationParameters q;
+    q.alpha = r.f32("alpha");
+    q.beta = r.f32("beta");
+    q.delta = r.f32("delta");
+    q.p0 = r.f32("p0");
+    q.pm = r.f32("pm");
+    q.ps = r.f32("ps");
+    return q;
+}
+
+void CNNLocalNormalizationBase::encodeWithCoder(serial::Writer& w) const {
+    writeLocalNormalization(w, *this);
+    encodeCNNKernelProperties(w);
+    writeLocalNormalizationParameters(w, parameters);
+}
+
+template <class T>
+std::shared_ptr<T> CNNLocalNormalizationBase::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makeLocalNormalization<T>(r, device);
+    static_cast<CNNLocalNormalizationBase&>(*kernel).decodeCNNKernelProperties(r);
+    kernel->parameters = readLocalNormalizationParameters(r);
+    return kernel;
+}
+
+void CNNLocalNormalizationGradientBase::encodeWithCoder(serial::Writer& w) const {
+    writeLocalNormalization(w, *this);
+    encodeGradientKernelProperties(w);
+    writeLocalNormalizationParameters(w, parameters);
+}
+
+template <class T>
+std::shared_ptr<T> CNNLocalNormalizationGradientBase::initWithCoder(serial::Reader& r, const Device& device) {
+    auto kernel = makeLocalNormalization<T>(r, device);
+    static_cast<CNNLocalNormalizationGradientBase&>(*kernel).decodeGradientKernelProperties(r);
+    kernel->parameters = readLocalNormalizationParameters(r);
+    return kernel;
+}
 
 void CNNPooling::encodeWithCoder(serial::Writer& w) const {
     writePoolingGeometry(w, *this);
@@ -1135,6 +1202,17 @@ void registerBuiltinClasses() {
     addKernel("CNNPoolingAverageGradient", &CNNPoolingGradient::initWithCoder<CNNPoolingAverageGradient>);
     addKernel("CNNPoolingL2NormGradient", &CNNPoolingGradient::initWithCoder<CNNPoolingL2NormGradient>);
     addKernel("CNNDilatedPoolingMaxGradient", &CNNPoolingGradient::initWithCoder<CNNDilatedPoolingMaxGradient>);
+    addKernel("CNNCrossChannelNormalization",
+              &CNNLocalNormalizationBase::initWithCoder<CNNCrossChannelNormalization>);
+    addKernel("CNNSpatialNormalization", &CNNLocalNormalizationBase::initWithCoder<CNNSpatialNormalization>);
+    addKernel("CNNLocalContrastNormalization",
+              &CNNLocalNormalizationBase::initWithCoder<CNNLocalContrastNormalization>);
+    addKernel("CNNCrossChannelNormalizationGradient",
+              &CNNLocalNormalizationGradientBase::initWithCoder<CNNCrossChannelNormalizationGradient>);
+    addKernel("CNNSpatialNormalizationGradient",
+              &CNNLocalNormalizationGradientBase::initWithCoder<CNNSpatialNormalizationGradient>);
+    addKernel("CNNLocalContrastNormalizationGradient",
+              &CNNLocalNormalizationGradientBase::initWithCoder<CNNLocalContrastNormalizationGradient>);
     addKernel("CNNUpsamplingNearest", &CNNUpsampling::initWithCoder<CNNUpsamplingNearest>);
     addKernel("CNNUpsamplingBilinear", &CNNUpsampling::initWithCoder<CNNUpsamplingBilinear>);
     addKernel("CNNUpsamplingNearestGradient", &CNNUpsamplingGradient::initWithCoder<CNNUpsamplingNearestGradient>);

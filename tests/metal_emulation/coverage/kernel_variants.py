@@ -23,6 +23,7 @@ COMPARISONS = tuple(range(6))        # CompareTypeCode
 CLAMP_MODES = tuple(range(3))        # ArithmeticClampStateCode
 POOLING_MODES = tuple(range(3))      # metal/pooling_params.h: PoolingModeCode (max, average, L2)
 UPSAMPLING_MODES = tuple(range(2))   # metal/upsampling_params.h: UpsamplingModeCode
+NORMALIZATION_KINDS = tuple(range(3))  # metal/normalization_params.h: NormalizationKindCode
 
 # Values per (file stem, constant name); unlisted constants are bools.
 DOMAINS = {
@@ -31,6 +32,7 @@ DOMAINS = {
     ("arithmetic", "kStateMode"): CLAMP_MODES,
     ("pooling", "kPoolingMode"): POOLING_MODES,
     ("upsampling", "kUpsamplingMode"): UPSAMPLING_MODES,
+    ("normalization", "kNormalizationKind"): NORMALIZATION_KINDS,
 }
 
 

@@ -402,6 +402,18 @@ public:
         encode(cb, [=] { cpu::poolingGradient(p, gradient, source, destination); });
     }
 
+    // ---- cross-channel / spatial / local contrast normalization ---------------------------------
+    void normalizationForward(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& source,
+                              const BufferSlice& destination) override {
+        bindings::checkNormalizationForward(p, source, destination);
+        encode(cb, [=] { cpu::normalizationForward(p, source.floats(), destination.floats()); });
+    }
+    void normalizationGradient(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& gradient,
+                               const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkNormalizationGradient(p, gradient, source, destination);
+        encode(cb, [=] { cpu::normalizationGradient(p, gradient.floats(), source.floats(), destination.floats()); });
+    }
+
     // ---- upsampling and dropout families ------------------------------------------------------
     void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
                            const BufferSlice& destination) override {

@@ -14,6 +14,7 @@
 #include "../../../../metal/upsampling_params.h"
 #include "../../../../metal/reshape_pad_params.h"
 #include "../../../../metal/dropout_params.h"
+#include "../../../../metal/normalization_params.h"
 #include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
@@ -120,5 +121,10 @@ void padForward(const PadParams& p, const BufferSlice& source, const BufferSlice
                 const BufferSlice& fill);
 void padGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
                  const BufferSlice& maps);
+// ---- cross-channel / spatial / local contrast normalization (metal/normalization_params.h;
+// normalization.cpp). source = the forward input X for both ops.
+void normalizationForward(const NormalizationParams& p, const float* source, float* destination);
+void normalizationGradient(const NormalizationParams& p, const float* gradient, const float* source,
+                           float* destination);
 
 }  // namespace mpsgrad::cpu

@@ -226,6 +226,20 @@ public:
         encodePoolingGradient(ctx_, cb, p, gradient, source, destination);
     }
 
+    // ---- cross-channel / spatial / local contrast normalization
+    void normalizationForward(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& source,
+                              const BufferSlice& destination) override {
+        bindings::checkNormalizationForward(p, source, destination);
+        AutoreleaseScope pool;
+        encodeNormalizationForward(ctx_, cb, p, source, destination);
+    }
+    void normalizationGradient(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& gradient,
+                               const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkNormalizationGradient(p, gradient, source, destination);
+        AutoreleaseScope pool;
+        encodeNormalizationGradient(ctx_, cb, p, gradient, source, destination);
+    }
+
     // ---- upsampling and dropout families
     void upsamplingForward(CommandBuffer& cb, const UpsamplingParams& p, const BufferSlice& source,
                            const BufferSlice& destination) override {

@@ -14,6 +14,7 @@
 #include "metal/loss_params.h"
 #include "metal/utility_params.h"
 #include "metal/pooling_params.h"
+#include "metal/normalization_params.h"
 #include "metal/upsampling_params.h"
 #include "metal/reshape_pad_params.h"
 #include "metal/dropout_params.h"
@@ -126,6 +127,14 @@ void encodePoolingForward(MetalContext& ctx, CommandBuffer& cb, PoolingParams p,
                           const BufferSlice& destination);
 void encodePoolingGradient(MetalContext& ctx, CommandBuffer& cb, PoolingGradientParams p, const BufferSlice& gradient,
                            const BufferSlice& source, const BufferSlice& destination);
+
+// ---- cross-channel / spatial / local contrast normalization (metal/normalization.metal;
+// metal_normalization.cpp)
+void encodeNormalizationForward(MetalContext& ctx, CommandBuffer& cb, NormalizationParams p,
+                                const BufferSlice& source, const BufferSlice& destination);
+void encodeNormalizationGradient(MetalContext& ctx, CommandBuffer& cb, NormalizationParams p,
+                                 const BufferSlice& gradient, const BufferSlice& source,
+                                 const BufferSlice& destination);
 
 // ---- upsampling family (metal/upsampling.metal; metal_upsampling.cpp)
 void encodeUpsamplingForward(MetalContext& ctx, CommandBuffer& cb, UpsamplingParams p, const BufferSlice& source,
