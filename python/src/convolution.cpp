@@ -124,6 +124,10 @@ Device deviceOf(py::object device) { return toDevice(device, "device"); }
 
 }  // namespace
 
+std::shared_ptr<CNNConvolutionDataSource> toConvolutionDataSource(py::object object) {
+    return toDataSource(std::move(object));
+}
+
 void bindConvolution(py::module_& m) {
     py::enum_<CNNConvolutionGradientOption>(m, "CNNConvolutionGradientOption", "MPSCNNConvolutionGradientOption")
         .value("GRADIENT_WITH_DATA", CNNConvolutionGradientOption::GradientWithData)

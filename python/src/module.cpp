@@ -30,6 +30,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindPooling(m);
     bindUpsampling(m);
     bindDropout(m);
+    bindGraph(m);  // issue 15: after every family whose kernels and data sources it uses
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));
