@@ -290,3 +290,155 @@ def test_multi_output_graph(device):
     close(to_numpy(out), nhwc(F.relu(y)))
     assert len(inter) == 1
     close(to_numpy(inter[0]), nhwc(torch.sigmoid(y)))
+
+
+# ---- trainable nodes: a small network trained for several steps ------------------------------------
+
+
+class GPUSource(ConvSource):
+    """GPU-style update: SGD encoded on the graph's command buffer, in place on the exported weights."""
+
+    def __init__(self, device, w, b, lr):
+        super().__init__(w, b, lr)
+        self.optimizer = m.NNOptimizerStochasticGradientDescent(device, learning_rate=lr)
+
+    def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
+        self.updates += 1
+        self.optimizer.encode(command_buffer, gradient_state, source_state)
+        return source_state
+
+
+def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
+    X = nchw(x)
+    T = torch.tensor(labels.argmax(-1).reshape(-1))
+    params = [torch_weight(w1), torch.tensor(b1, dtype=torch.float64, requires_grad=True),
+              torch_weight(w2), torch.tensor(b2, dtype=torch.float64, requires_grad=True),
+              torch.tensor(gamma, dtype=torch.float64, requires_grad=True),
+              torch.tensor(beta, dtype=torch.float64, requires_grad=True)]
+    losses = []
+    for _ in range(steps):
+        W1, B1, W2, B2, G, Bb = params
+        y = F.conv2d(X, W1, B1, padding=1)
+        y = F.batch_norm(y, None, None, G, Bb, training=True, eps=1e-5)
+        y = F.avg_pool2d(F.max_pool2d(F.relu(y), 2), 3)
+        y = F.conv2d(y, W2, B2)
+        loss = F.cross_entropy(y.reshape(y.shape[0], -1), T, reduction="none")
+        losses.append(loss.detach().numpy())
+        for p in params:
+            p.grad = None
+        loss.sum().backward()
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+    return np.array(losses)
+
+
+@pytest.mark.parametrize("style", ["gpu", "cpu"])
+def test_training_small_network_matches_torch_sgd(device, style):
+    gen = rng("graph-network")
+    x = randn(gen, N, H, W, CIN)
+    w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
+    w2, b2 = randn(gen, 3, 1, 1, 4) * 0.5, randn(gen, 3) * 0.1
+    gamma, beta = 1.0 + 0.1 * randn(gen, 4), 0.1 * randn(gen, 4)
+    classes = np.eye(3, dtype=np.float32)[[0, 2]]
+    labels = classes.reshape(N, 1, 1, 3)
+    lr, steps = 0.05, 4
+
+    if style == "gpu":
+        ds1, ds2 = GPUSource(device, w1, b1, lr), GPUSource(device, w2, b2, lr)
+        training = m.NNTrainingStyle.UPDATE_DEVICE_GPU
+    else:
+        ds1, ds2 = ConvSource(w1, b1, lr), ConvSource(w2, b2, lr)
+        training = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    bn_source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
+    bn_source.learning_rate = lr
+    bn_source.momentum = 0.0
+
+    source = m.NNImageNode(Handle("x"))
+    conv1 = m.CNNConvolutionNode(source, ds1)
+    bn = m.CNNBatchNormalizationNode(conv1.result_image, bn_source)
+    relu = m.CNNNeuronReLUNode(bn.result_image)
+    pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+    avg = m.CNNPoolingAverageNode(pool.result_image, filter_size=3)
+    conv2 = m.CNNConvolutionNode(avg.result_image, ds2)
+    for node in (conv1, conv2, bn):
+        node.training_style = training
+    loss = m.CNNLossNode(conv2.result_image,
+                         m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
+    terminal = loss.training_graph()
+    graph = m.NNGraph(device, terminal[0].result_image, False)
+    assert graph.source_image_handles[0].label() == "x"
+
+    queue = m.CommandQueue(device)
+    xs = images(device, x)
+    losses = []
+    for _ in range(steps):
+        lab = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(labels[i])) for i in range(N)]
+        cb = queue.command_buffer()
+        assert graph.encode_batch(cb, [xs], [lab]) is None  # result not needed
+        cb.commit()
+        cb.wait_until_completed()
+        losses.append([float(la.loss_image.to_numpy().ravel()[0]) for la in lab])
+    # Exactly one update per trainable convolution per step.
+    assert ds1.updates == steps and ds2.updates == steps
+    expected = _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps)
+    np.testing.assert_allclose(np.array(losses), expected, rtol=2e-4, atol=2e-5)
+    assert np.sum(losses[-1]) < np.sum(losses[0])
+
+
+# ---- misuse --------------------------------------------------------------------------------------------
+
+
+def test_trainable_node_without_update_method_is_refused(device):
+    x, w, b = conv_problem("graph-misuse")
+    plain = m.CNNConvolutionWeightsDataSource(ConvSource(w, b).descriptor(), w, b)  # no update methods
+    source = m.NNImageNode()
+    conv = m.CNNConvolutionNode(source, plain)  # default style: UPDATE_DEVICE_GPU
+    terminal = mse_loss_node(conv.result_image).training_graph()
+    with pytest.raises(ValueError, match="training_style.*update_with_command_buffer"):
+        m.NNGraph(device, terminal[0].result_image)
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    terminal = mse_loss_node(conv.result_image).training_graph()
+    with pytest.raises(ValueError, match="update_with_gradient_state"):
+        m.NNGraph(device, terminal[0].result_image)
+
+
+def test_missing_labels_and_wrong_sources(device):
+    x, w, b = conv_problem("graph-misuse2")
+    source = m.NNImageNode()
+    conv = m.CNNConvolutionNode(source, ConvSource(w, b))
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    loss = mse_loss_node(conv.result_image)
+    graph = m.NNGraph(device, loss.training_graph()[0].result_image)
+    assert len(graph.source_state_handles) == 1
+    cb = m.CommandQueue(device).command_buffer()
+    xs = images(device, x)
+    with pytest.raises(ValueError, match="source_states.*labels"):
+        graph.encode_batch(cb, [xs])
+    with pytest.raises(ValueError, match="source_images.*1 source image handle"):
+        graph.encode_batch(cb, [xs, xs])
+    # A source image of the wrong size (channels) is refused by the first kernel, before any work.
+    wrong = [m.Image.from_numpy(np.zeros((1, H, W, CIN + 2), np.float32), device) for _ in range(N)]
+    target = np.zeros((N, H, W, COUT), np.float32)
+    with pytest.raises(ValueError):
+        graph.encode_batch(cb, [wrong], [labels_for(device, target)])
+
+
+def test_node_misuse_errors():
+    source = m.NNImageNode()
+    with pytest.raises(TypeError, match="handle"):
+        m.NNImageNode(42)
+    loss = mse_loss_node(source)
+    with pytest.raises(TypeError, match="its own gradient"):
+        loss.gradient_filter_with_source(source)
+    grad = m.CNNNeuronReLUNode(source).gradient_filter_with_source(m.NNImageNode())
+    with pytest.raises(TypeError, match="gradient nodes have no gradient"):
+        grad.gradient_filter_with_source(m.NNImageNode())
+    add = m.NNAdditionNode(source, source)
+    with pytest.raises(TypeError, match="gradient_filters_with_sources"):
+        add.gradient_filter_with_source(m.NNImageNode())
+    assert len(add.gradient_filters_with_source(m.NNImageNode())) == 2
+    with pytest.raises(ValueError, match="graph input"):
+        m.NNGraph(m.Device("cpu"), source)
+    with pytest.raises(ValueError, match="keep_probability"):
+        m.CNNDropoutNode(source, 1.5)
