@@ -177,6 +177,10 @@ std::vector<StateBatch> toStateBatches(const py::handle& value, const char* what
 }
 
 void bindNodes(py::module_& m) {
+    // The filter-node classes first: the image and state nodes' signatures name them.
+    py::class_<NNFilterNode, std::shared_ptr<NNFilterNode>> filter(m, "NNFilterNode", "MPSNNFilterNode (abstract)");
+    py::class_<NNGradientFilterNode, NNFilterNode, std::shared_ptr<NNGradientFilterNode>> gradientFilter(
+        m, "NNGradientFilterNode", "MPSNNGradientFilterNode (abstract)");
     py::enum_<NNTrainingStyle>(m, "NNTrainingStyle", "MPSNNTrainingStyle")
         .value("UPDATE_DEVICE_NONE", NNTrainingStyle::UpdateDeviceNone)
         .value("UPDATE_DEVICE_CPU", NNTrainingStyle::UpdateDeviceCPU)
@@ -221,8 +225,7 @@ void bindNodes(py::module_& m) {
         .def(py::init([](py::object handle) { return std::make_shared<NNLabelsNode>(toHandle(handle)); }),
              py::arg("handle") = py::none());
 
-    py::class_<NNFilterNode, std::shared_ptr<NNFilterNode>>(m, "NNFilterNode", "MPSNNFilterNode (abstract)")
-        .def_property_readonly("result_image", &NNFilterNode::resultImage, "MPSNNFilterNode.resultImage")
+    filter.def_property_readonly("result_image", &NNFilterNode::resultImage, "MPSNNFilterNode.resultImage")
         .def_property_readonly("result_state", &NNFilterNode::resultState, "MPSNNFilterNode.resultState")
         .def_property_readonly("result_states", &NNFilterNode::resultStates, "MPSNNFilterNode.resultStates")
         .def_readwrite("padding_policy", &NNFilterNode::paddingPolicy, "MPSNNFilterNode.paddingPolicy")
@@ -243,9 +246,7 @@ void bindNodes(py::module_& m) {
              },
              py::arg("source_gradient") = nullptr, py::arg("node_handler") = py::none(),
              "-trainingGraphWithSourceGradient:nodeHandler: — returns the terminal gradient nodes");
-    py::class_<NNGradientFilterNode, NNFilterNode, std::shared_ptr<NNGradientFilterNode>>(
-        m, "NNGradientFilterNode", "MPSNNGradientFilterNode (abstract)")
-        .def_property_readonly("forward_node", &NNGradientFilterNode::forwardNode);
+    gradientFilter.def_property_readonly("forward_node", &NNGradientFilterNode::forwardNode);
 }
 
 #define MPSGRAD_TRAINING_STYLE(Class) \
