@@ -442,3 +442,31 @@ def test_node_misuse_errors():
         m.NNGraph(m.Device("cpu"), source)
     with pytest.raises(ValueError, match="keep_probability"):
         m.CNNDropoutNode(source, 1.5)
+
+
+def test_exported_intermediate_read_counts_and_failed_encode(device):
+    x, w, b = conv_problem("graph-export")
+    source = m.NNImageNode()
+    tanh = m.CNNNeuronTanHNode(source)
+    tanh.result_image.export_from_graph = True
+    tanh.result_image.handle = Handle("t")
+    relu = m.CNNNeuronReLUNode(tanh.result_image)
+    graph = m.NNGraph(device, relu.result_image)
+    assert [h.label() for h in graph.intermediate_image_handles] == ["t"]
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    out, inter, _ = graph.encode_batch(cb, [images(device, x)], return_intermediates=True)
+    assert [img.read_count for img in inter[0]] == [1] * N  # temporary intermediates, read count 1
+    cb.commit()
+    cb.wait_until_completed()
+    close(m.batch_to_numpy(inter[0]), np.tanh(x.astype(np.float64)))
+    close(m.batch_to_numpy(out), np.maximum(np.tanh(x.astype(np.float64)), 0))
+
+    # A failed encode leaves a temporary source's read count as it was.
+    conv = m.CNNConvolutionNode(m.NNImageNode(), ConvSource(w, b))
+    bad = m.NNGraph(device, conv.result_image)
+    cb = queue.command_buffer()
+    t = m.TemporaryImage(cb, m.ImageDescriptor(width=W, height=H, feature_channels=CIN + 2))  # wrong channels
+    with pytest.raises(ValueError):
+        bad.encode(cb, [t])
+    assert t.read_count == 1
