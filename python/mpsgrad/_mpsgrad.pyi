@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientState', 'CNNGradientKernel', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronGradient', 'CNNNeuronGradientState', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingGradient', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientState', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNBinaryGradientState', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNGradientState', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsoluteNode', 'CNNNeuronELUNode', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinearNode', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPowerNode', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSignNode', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradientNode', 'NNLabelsNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -3441,24 +3441,96 @@ class CNNDropoutGradient(CNNGradientKernel):
     @property
     def seed(self) -> int:
         ...
-class LocalNormalizationKind:
+class NNFilterNode:
     """
-    Which forward kernel a CNNLocalNormalizationGradientState comes from
+    MPSNNFilterNode (abstract)
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def gradient_filter_with_source(self, source_gradient: NNImageNode) -> NNGradientFilterNode:
+        """
+        -gradientFilterWithSource:
+        """
+    def gradient_filter_with_sources(self, source_gradients: collections.abc.Sequence[NNImageNode]) -> NNGradientFilterNode:
+        """
+        -gradientFilterWithSources:
+        """
+    def gradient_filters_with_source(self, source_gradient: NNImageNode) -> list[NNGradientFilterNode]:
+        """
+        -gradientFiltersWithSource:
+        """
+    def gradient_filters_with_sources(self, source_gradients: collections.abc.Sequence[NNImageNode]) -> list[NNGradientFilterNode]:
+        """
+        -gradientFiltersWithSources:
+        """
+    def training_graph(self, source_gradient: NNImageNode = None, node_handler: typing.Any = None) -> list[NNFilterNode]:
+        """
+        -trainingGraphWithSourceGradient:nodeHandler: — returns the terminal gradient nodes
+        """
+    @property
+    def label(self) -> str:
+        """
+        MPSNNFilterNode.label
+        """
+    @label.setter
+    def label(self, arg0: str) -> None:
+        ...
+    @property
+    def padding_policy(self) -> NNPadding:
+        """
+        MPSNNFilterNode.paddingPolicy
+        """
+    @padding_policy.setter
+    def padding_policy(self, arg0: NNPadding) -> None:
+        ...
+    @property
+    def result_image(self) -> NNImageNode:
+        """
+        MPSNNFilterNode.resultImage
+        """
+    @property
+    def result_state(self) -> NNStateNode:
+        """
+        MPSNNFilterNode.resultState
+        """
+    @property
+    def result_states(self) -> list[NNStateNode]:
+        """
+        MPSNNFilterNode.resultStates
+        """
+    @property
+    def source_images(self) -> list[NNImageNode]:
+        ...
+    @property
+    def source_states(self) -> list[NNStateNode]:
+        ...
+class NNGradientFilterNode(NNFilterNode):
+    """
+    MPSNNGradientFilterNode (abstract)
+    """
+    @property
+    def forward_node(self) -> NNFilterNode:
+        ...
+class NNTrainingStyle:
+    """
+    MPSNNTrainingStyle
     
     Members:
     
-      CROSS_CHANNEL
+      UPDATE_DEVICE_NONE
     
-      SPATIAL
+      UPDATE_DEVICE_CPU
     
-      LOCAL_CONTRAST
+      UPDATE_DEVICE_GPU
     """
-    CROSS_CHANNEL: typing.ClassVar[LocalNormalizationKind]
-    LOCAL_CONTRAST: typing.ClassVar[LocalNormalizationKind]
-    SPATIAL: typing.ClassVar[LocalNormalizationKind]
-    __members__: typing.ClassVar[dict[str, LocalNormalizationKind]]
+    UPDATE_DEVICE_CPU: typing.ClassVar[NNTrainingStyle]
+    UPDATE_DEVICE_GPU: typing.ClassVar[NNTrainingStyle]
+    UPDATE_DEVICE_NONE: typing.ClassVar[NNTrainingStyle]
+    __members__: typing.ClassVar[dict[str, NNTrainingStyle]]
     @typing.overload
-    def __eq__(self, other: LocalNormalizationKind) -> bool:
+    def __eq__(self, other: NNTrainingStyle) -> bool:
         ...
     @typing.overload
     def __eq__(self, other: typing.Any) -> bool:
@@ -3474,7 +3546,7 @@ class LocalNormalizationKind:
     def __int__(self) -> int:
         ...
     @typing.overload
-    def __ne__(self, other: LocalNormalizationKind) -> bool:
+    def __ne__(self, other: NNTrainingStyle) -> bool:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
@@ -3495,289 +3567,555 @@ class LocalNormalizationKind:
     @property
     def value(self) -> int:
         ...
-class CNNLocalNormalizationGradientState(NNGradientState):
+class CNNBatchNormalizationFlags:
     """
-    The MPSNNGradientState the cross-channel, spatial and local contrast normalization kernels write for their gradients: the forward geometry, window and parameters
+    MPSCNNBatchNormalizationFlags
+    
+    Members:
+    
+      DEFAULT
+    
+      CALCULATE_STATISTICS_ALWAYS
+    
+      CALCULATE_STATISTICS_NEVER
     """
-    @property
-    def alpha(self) -> float:
+    CALCULATE_STATISTICS_ALWAYS: typing.ClassVar[CNNBatchNormalizationFlags]
+    CALCULATE_STATISTICS_NEVER: typing.ClassVar[CNNBatchNormalizationFlags]
+    DEFAULT: typing.ClassVar[CNNBatchNormalizationFlags]
+    __members__: typing.ClassVar[dict[str, CNNBatchNormalizationFlags]]
+    @typing.overload
+    def __eq__(self, other: CNNBatchNormalizationFlags) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CNNBatchNormalizationFlags) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
         ...
     @property
-    def beta(self) -> float:
+    def name(self) -> str:
         ...
     @property
-    def delta(self) -> float:
+    def value(self) -> int:
         ...
-    @property
-    def kind(self) -> LocalNormalizationKind:
-        ...
-class CNNCrossChannelNormalization(CNNKernel):
+class NNImageNode:
     """
-    MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
+    MPSNNImageNode
     """
-    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+    synchronize_resource: bool
+    @staticmethod
+    def exported_node_with_handle(handle: typing.Any = None) -> NNImageNode:
         """
-        -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
+        +exportedNodeWithHandle: (export_from_graph = True)
         """
-    @property
-    def alpha(self) -> float:
+    def __init__(self, handle: typing.Any = None) -> None:
         """
-        MPSCNNCrossChannelNormalization.alpha (default 1.0; must be >= 0)
+        -initWithHandle: / +nodeWithHandle: (a graph input)
         """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     @property
-    def beta(self) -> float:
+    def export_from_graph(self) -> bool:
         """
-        MPSCNNCrossChannelNormalization.beta (default 5.0)
+        MPSNNImageNode.exportFromGraph
         """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
+    @export_from_graph.setter
+    def export_from_graph(self, arg0: bool) -> None:
         ...
     @property
-    def delta(self) -> float:
+    def format(self) -> ImageFeatureChannelFormat:
         """
-        MPSCNNCrossChannelNormalization.delta (default 1.0; must be > 0)
+        MPSNNImageNode.format
         """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
+    @format.setter
+    def format(self, arg1: ImageFeatureChannelFormat) -> None:
         ...
     @property
-    def kernel_size(self) -> int:
+    def handle(self) -> typing.Any:
         """
-        kernelSize: channels in the window (default 5)
+        MPSNNImageNode.handle
         """
-class CNNSpatialNormalization(CNNKernel):
+    @handle.setter
+    def handle(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def image_allocator(self) -> ImageAllocator:
+        """
+        MPSNNImageNode.imageAllocator
+        """
+    @image_allocator.setter
+    def image_allocator(self, arg0: ImageAllocator) -> None:
+        ...
+    @property
+    def producer(self) -> NNFilterNode:
+        """
+        The filter node producing it (None: an input)
+        """
+    @property
+    def stop_gradient(self) -> bool:
+        """
+        MPSNNImageNode.stopGradient
+        """
+    @stop_gradient.setter
+    def stop_gradient(self, arg0: bool) -> None:
+        ...
+class NNStateNode:
     """
-    MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
+    MPSNNStateNode (from result_state)
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
-        """
-        -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
-        """
-    @property
-    def alpha(self) -> float:
-        """
-        MPSCNNSpatialNormalization.alpha (default 1.0; must be >= 0)
-        """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
+    export_from_graph: bool
+    handle: typing.Any
+    synchronize_resource: bool
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
     @property
-    def beta(self) -> float:
-        """
-        MPSCNNSpatialNormalization.beta (default 5.0)
-        """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
+    def producer(self) -> NNFilterNode:
         ...
-    @property
-    def delta(self) -> float:
-        """
-        MPSCNNSpatialNormalization.delta (default 1.0; must be > 0)
-        """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNLocalContrastNormalization(CNNKernel):
+class NNGradientStateNode(NNStateNode):
     """
-    MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
+    MPSNNGradientStateNode
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
-        """
-        -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
-        """
-    @property
-    def alpha(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.alpha (default 0.0; must be >= 0)
-        """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.beta (default 0.5)
-        """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.delta (default 1/1024; must be > 0)
-        """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def p0(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.p0 (default 1.0): weight of the mean
-        """
-    @p0.setter
-    def p0(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def pm(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.pm (default 0.0): added to the result
-        """
-    @pm.setter
-    def pm(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def ps(self) -> float:
-        """
-        MPSCNNLocalContrastNormalization.ps (default 1.0): scale of the result
-        """
-    @ps.setter
-    def ps(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
+class CNNConvolutionGradientStateNode(NNGradientStateNode):
     """
-    MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    MPSCNNConvolutionGradientStateNode
     """
-    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
-        """
-        -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
-        """
-    @property
-    def alpha(self) -> float:
-        """
-        MPSCNNCrossChannelNormalizationGradient.alpha (default 1.0; must be >= 0)
-        """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        """
-        MPSCNNCrossChannelNormalizationGradient.beta (default 5.0)
-        """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        """
-        MPSCNNCrossChannelNormalizationGradient.delta (default 1.0; must be > 0)
-        """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def kernel_size(self) -> int:
-        """
-        kernelSize: channels in the window (default 5)
-        """
-class CNNSpatialNormalizationGradient(CNNGradientKernel):
+class NNBinaryGradientStateNode(NNStateNode):
     """
-    MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    MPSNNBinaryGradientStateNode
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+class NNArithmeticGradientStateNode(NNBinaryGradientStateNode):
+    """
+    MPSNNArithmeticGradientStateNode
+    """
+class NNLabelsNode(NNStateNode):
+    """
+    MPSNNLabelsNode
+    """
+    def __init__(self, handle: typing.Any = None) -> None:
+        ...
+class CNNConvolutionNode(NNFilterNode):
+    """
+    MPSCNNConvolutionNode
+    """
+    accumulator_precision: NNConvolutionAccumulatorPrecisionOption
+    def __init__(self, source: NNImageNode, weights: typing.Any) -> None:
         """
-        -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        +nodeWithSource:weights:
         """
     @property
-    def alpha(self) -> float:
-        """
-        MPSCNNSpatialNormalizationGradient.alpha (default 1.0; must be >= 0)
-        """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
+    def convolution_gradient_state(self) -> NNStateNode:
         ...
     @property
-    def beta(self) -> float:
+    def training_style(self) -> NNTrainingStyle:
         """
-        MPSCNNSpatialNormalizationGradient.beta (default 5.0)
+        MPSNNTrainableNode.trainingStyle
         """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNConvolutionGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNConvolutionGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNBatchNormalizationNode(NNFilterNode):
+    """
+    MPSCNNBatchNormalizationNode
+    """
+    flags: CNNBatchNormalizationFlags
+    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
+        """
+        +nodeWithSource:dataSource:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNBatchNormalizationGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNBatchNormalizationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
         ...
     @property
-    def delta(self) -> float:
+    def training_style(self) -> NNTrainingStyle:
         """
-        MPSCNNSpatialNormalizationGradient.delta (default 1.0; must be > 0)
+        MPSNNTrainableNode.trainingStyle
         """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
+class CNNNeuronNode(NNFilterNode):
+    """
+    MPSCNNNeuronNode
+    """
+    def __init__(self, source: NNImageNode, descriptor: NNNeuronDescriptor) -> None:
+        """
+        +nodeWithSource:descriptor:
+        """
+    @property
+    def a(self) -> float:
+        ...
+    @property
+    def b(self) -> float:
+        ...
+    @property
+    def c(self) -> float:
+        ...
+    @property
+    def descriptor(self) -> NNNeuronDescriptor:
+        ...
+class CNNNeuronAbsoluteNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronELUNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronReLUNNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronLinearNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronReLUNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronSigmoidNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronHardSigmoidNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronSoftPlusNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronSoftSignNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronTanHNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronPowerNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        ...
+class CNNNeuronExponentialNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        ...
+class CNNNeuronLogarithmNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        ...
+class CNNNeuronGeLUNode(CNNNeuronNode):
+    """
+    MPSCNNNeuron*Node: a CNNNeuronNode of one neuron type; a, b, c default to the type's defaults
+    """
+    def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        ...
+class CNNNeuronGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNNeuronGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, descriptor: NNNeuronDescriptor) -> None:
+        ...
+class CNNPoolingNode(NNFilterNode):
+    """
+    MPSCNNPoolingNode
+    """
     @property
     def kernel_height(self) -> int:
         ...
     @property
     def kernel_width(self) -> int:
         ...
-class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNPoolingGradientNode(NNGradientFilterNode):
     """
-    MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    MPSCNNPoolingGradientNode (kind: PoolingKind)
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
-        """
-        -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
-        """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kind: PoolingKind, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        ...
+class CNNSoftMaxNode(NNFilterNode):
+    """
+    MPSCNNSoftMaxNode
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        ...
+class CNNSoftMaxGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode (log_softmax)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, log_softmax: bool = False) -> None:
+        ...
+class CNNUpsamplingNode(NNFilterNode):
+    """
+    MPSCNNUpsampling*Node
+    """
+class CNNUpsamplingGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNUpsampling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, bilinear: bool, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class CNNDropoutNode(NNFilterNode):
+    """
+    MPSCNNDropoutNode
+    """
+    def __init__(self, source: NNImageNode, keep_probability: typing.SupportsFloat | typing.SupportsIndex = 0.5, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] = (1, 1, 1)) -> None:
+        ...
+class CNNDropoutGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNDropoutGradientNode
+    """
+class NNBinaryArithmeticNode(NNFilterNode):
+    """
+    MPSNNBinaryArithmeticNode
+    """
     @property
-    def alpha(self) -> float:
-        """
-        MPSCNNLocalContrastNormalizationGradient.alpha (default 0.0; must be >= 0)
-        """
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
+    def bias(self) -> float:
+        ...
+    @bias.setter
+    def bias(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
-    def beta(self) -> float:
-        """
-        MPSCNNLocalContrastNormalizationGradient.beta (default 0.5)
-        """
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
+    def maximum_value(self) -> float:
+        ...
+    @maximum_value.setter
+    def maximum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
-    def delta(self) -> float:
-        """
-        MPSCNNLocalContrastNormalizationGradient.delta (default 1/1024; must be > 0)
-        """
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
+    def minimum_value(self) -> float:
+        ...
+    @minimum_value.setter
+    def minimum_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
-    def kernel_height(self) -> int:
+    def primary_scale(self) -> float:
+        ...
+    @primary_scale.setter
+    def primary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
-    def kernel_width(self) -> int:
+    def secondary_scale(self) -> float:
+        ...
+    @secondary_scale.setter
+    def secondary_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class NNArithmeticGradientNode(NNGradientFilterNode):
+    """
+    MPSNNArithmeticGradientNode (source_image: the other forward operand)
+    """
+    @property
+    def is_secondary_source_filter(self) -> bool:
+        ...
+class CNNLossNode(NNFilterNode):
+    """
+    MPSCNNLossNode
+    """
+    def __init__(self, source: NNImageNode, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        +nodeWithSource:lossDescriptor: (labels: input_labels)
+        """
+    @property
+    def input_labels(self) -> NNStateNode:
+        """
+        MPSCNNLossNode.inputLabels
+        """
+class NNInitialGradientNode(NNFilterNode):
+    """
+    MPSNNInitialGradientNode (a gradient of ones)
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        ...
+class NNGraph:
+    """
+    MPSNNGraph
+    """
+    destination_image_allocator: ImageAllocator
+    format: ImageFeatureChannelFormat
+    label: str
+    output_state_is_temporary: bool
+    def __init__(self, device: typing.Any, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
+        """
+        -initWithDevice:resultImage:resultImageIsNeeded: or, with a list of result images, -initWithDevice:resultImages:resultsAreNeeded: (a list of bools)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def encode(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, return_intermediates: bool = False) -> typing.Any:
+        """
+        -encodeToCommandBuffer:sourceImages:sourceStates:intermediateImages:destinationStates:. Returns the result (None when not needed), or (result, intermediate_images, destination_states)
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, return_intermediates: bool = False) -> typing.Any:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:sourceStates:intermediateImages:destinationStates: (one list of images per source handle, one list of states per source state handle)
+        """
+    def execute_async(self, source_images: typing.Any, completion_handler: collections.abc.Callable, source_states: typing.Any = None) -> Image:
+        """
+        -executeAsyncWithSourceImages:completionHandler: — the handler is called once with (image, None) or (None, error message); returns the image (valid once the handler ran)
+        """
+    def read_count_for_source_image_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def read_count_for_source_state_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def reload_from_data_sources(self) -> None:
         ...
     @property
-    def p0(self) -> float:
-        """
-        MPSCNNLocalContrastNormalizationGradient.p0 (default 1.0): weight of the mean
-        """
-    @p0.setter
-    def p0(self, arg1: typing.SupportsFloat) -> None:
+    def device(self) -> Device:
         ...
     @property
-    def pm(self) -> float:
-        """
-        MPSCNNLocalContrastNormalizationGradient.pm (default 0.0): added to the result
-        """
-    @pm.setter
-    def pm(self, arg1: typing.SupportsFloat) -> None:
+    def intermediate_image_handles(self) -> list:
         ...
     @property
-    def ps(self) -> float:
+    def nodes(self) -> list[NNFilterNode]:
         """
-        MPSCNNLocalContrastNormalizationGradient.ps (default 1.0): scale of the result
+        The filter nodes in encode order
         """
-    @ps.setter
-    def ps(self, arg1: typing.SupportsFloat) -> None:
+    @property
+    def result_handle(self) -> typing.Any:
+        ...
+    @property
+    def result_image_is_needed(self) -> bool:
+        ...
+    @property
+    def result_state_handles(self) -> list:
+        ...
+    @property
+    def source_image_handles(self) -> list:
+        ...
+    @property
+    def source_state_handles(self) -> list:
         ...
 class SerializationError(ValueError):
     pass
 def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.SupportsIndex = 3, kernel_height: typing.SupportsInt | typing.SupportsIndex = 3, input_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, output_feature_channels: typing.SupportsInt | typing.SupportsIndex = 0, neuron: typing.Any = None) -> CNNConvolutionDescriptor:
     """
     MPSCNNDepthWiseConvolutionDescriptor (channel multiplier 1: output == input channels); weights are (channels, kernel_height, kernel_width, 1)
+    """
+def CNNDilatedPoolingMaxNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, dilation_rate: typing.SupportsInt | typing.SupportsIndex) -> CNNPoolingNode:
+    """
+    MPSCNNDilatedPoolingMaxNode +nodeWithSource:filterSize:stride:dilationRate:
+    """
+def CNNLogSoftMaxNode(source: NNImageNode) -> CNNSoftMaxNode:
+    """
+    MPSCNNLogSoftMaxNode +nodeWithSource:
+    """
+def CNNPoolingAverageNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
+    """
+    MPSCNNPooling*Node: +nodeWithSource:filterSize:[stride:] or kernel_width/height, stride_in_pixels_x/y (edge mode Clamp)
+    """
+def CNNPoolingL2NormNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
+    """
+    MPSCNNPooling*Node: +nodeWithSource:filterSize:[stride:] or kernel_width/height, stride_in_pixels_x/y (edge mode Clamp)
+    """
+def CNNPoolingMaxNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
+    """
+    MPSCNNPooling*Node: +nodeWithSource:filterSize:[stride:] or kernel_width/height, stride_in_pixels_x/y (edge mode Clamp)
+    """
+def CNNUpsamplingBilinearNode(source: NNImageNode, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> CNNUpsamplingNode:
+    ...
+def CNNUpsamplingNearestNode(source: NNImageNode, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> CNNUpsamplingNode:
+    ...
+def NNAdditionNode(left_source: NNImageNode, right_source: NNImageNode) -> NNBinaryArithmeticNode:
+    """
+    +nodeWithLeftSource:rightSource:
+    """
+def NNDivisionNode(left_source: NNImageNode, right_source: NNImageNode) -> NNBinaryArithmeticNode:
+    """
+    +nodeWithLeftSource:rightSource:
+    """
+def NNMultiplicationNode(left_source: NNImageNode, right_source: NNImageNode) -> NNBinaryArithmeticNode:
+    """
+    +nodeWithLeftSource:rightSource:
+    """
+def NNSubtractionNode(left_source: NNImageNode, right_source: NNImageNode) -> NNBinaryArithmeticNode:
+    """
+    +nodeWithLeftSource:rightSource:
     """
 def _is_initialized(object: typing.Any) -> bool:
     """

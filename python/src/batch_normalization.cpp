@@ -468,6 +468,10 @@ void bindKernels(py::module_& m) {
 
 }  // namespace
 
+std::shared_ptr<CNNBatchNormalizationDataSource> toBatchNormalizationDataSource(py::object object) {
+    return toDataSource(std::move(object));
+}
+
 void bindBatchNormalization(py::module_& m) {
     bindStates(m);
     bindDataSources(m);

@@ -19,6 +19,11 @@
 #include "core/state.h"
 #include "conversions.h"
 
+namespace mpsgrad {
+class CNNConvolutionDataSource;
+class CNNBatchNormalizationDataSource;
+}  // namespace mpsgrad
+
 namespace mpsgrad::python {
 
 namespace py = pybind11;
@@ -42,6 +47,12 @@ void bindDropout(py::module_& m);
 void bindReshapePad(py::module_& m);  // reshape and pad (issue 13)
 // ---- cross-channel, spatial and local contrast normalization (issue 12 item 4)
 void bindLocalNormalization(py::module_& m);
+void bindGraph(py::module_& m);  // graph API (issue 15)
+
+// A Python (or built-in) data source as the C++ protocol object (convolution.cpp,
+// batch_normalization.cpp); TypeError naming the parameter otherwise.
+std::shared_ptr<CNNConvolutionDataSource> toConvolutionDataSource(py::object object);
+std::shared_ptr<CNNBatchNormalizationDataSource> toBatchNormalizationDataSource(py::object object);
 
 // True once the interpreter is shutting down: no Python API may be called from then on (a
 // thread acquiring the GIL would be stopped by the interpreter mid-destructor).

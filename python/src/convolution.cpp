@@ -164,6 +164,10 @@ py::object transposeEncode(py::object self, CommandBuffer& cb, py::handle source
 
 }  // namespace
 
+std::shared_ptr<CNNConvolutionDataSource> toConvolutionDataSource(py::object object) {
+    return toDataSource(std::move(object));
+}
+
 void bindConvolution(py::module_& m) {
     py::enum_<CNNConvolutionGradientOption>(m, "CNNConvolutionGradientOption", "MPSCNNConvolutionGradientOption")
         .value("GRADIENT_WITH_DATA", CNNConvolutionGradientOption::GradientWithData)

@@ -33,6 +33,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindDropout(m);
     bindReshapePad(m);  // issue 13
     bindLocalNormalization(m);  // cross-channel, spatial, local contrast normalization (issue 12)
+    bindGraph(m);  // issue 15: after every family whose kernels and data sources it uses
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));

@@ -865,6 +865,69 @@ def local_normalization_ops(r: random.Random, ctx: Context):
 
 
 # ---------------------------------------------------------------------------------------------
+# graph: a random chain of neuron nodes (optionally a residual addition), its inference result and
+# the input gradient of its training graph (MSE, reduction SUM) against NumPy; misused sources
+
+
+GRAPH_NEURONS = {
+    "relu": (lambda x: np.maximum(x, 0), lambda x: (x > 0).astype(np.float64)),
+    "tanh": (np.tanh, lambda x: 1 - np.tanh(x) ** 2),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), lambda x: np.exp(-x) / (1 + np.exp(-x)) ** 2),
+}
+
+
+@family("graph")
+def graph_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    names = [r.choice(sorted(GRAPH_NEURONS)) for _ in range(r.randint(1, 4))]
+    residual = r.random() < 0.5
+    node_class = {"relu": m.CNNNeuronReLUNode, "tanh": m.CNNNeuronTanHNode, "sigmoid": m.CNNNeuronSigmoidNode}
+    source = m.NNImageNode()
+    image = source
+    for name in names:
+        image = node_class[name](image).result_image
+    if residual:
+        image = m.NNAdditionNode(image, source).result_image
+    n, h, w, c = r.randint(1, 3), r.randint(1, 5), r.randint(1, 5), r.randint(1, 9)
+    x = random_array(r, n, h, w, c)
+    xs = [m.Image.from_numpy(x[i:i + 1], ctx.device) for i in range(n)]
+    t = random_array(r, n, h, w, c)
+
+    # forward and dL/dX in float64
+    values = [x.astype(np.float64)]
+    for name in names:
+        values.append(GRAPH_NEURONS[name][0](values[-1]))
+    y = values[-1] + (values[0] if residual else 0)
+    g = 2 * (y - t)
+    dx = g.copy()
+    for name, v in zip(reversed(names), reversed(values[:-1])):
+        dx = dx * GRAPH_NEURONS[name][1](v)
+    if residual:
+        dx = dx + g
+
+    inference = m.NNGraph(ctx.device, image)
+    ctx.start_call()
+    sources = ctx.bad(r, [xs], [[xs, xs], [], [[]], [xs[:1] + [None]]], what="source_images")
+    cb = ctx.queue.command_buffer()
+    out = inference.encode_batch(cb, sources)
+    ctx.expect_rejected_if_invalid("NNGraph.encode_batch")
+    run(ctx, cb)
+    check_close(m.batch_to_numpy(out), y, "graph inference")
+
+    loss = m.CNNLossNode(image, m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM))
+    training = m.NNGraph(ctx.device, loss.training_graph()[0].result_image)
+    labels = [m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(t[i])) for i in range(n)]
+    ctx.start_call()
+    label_batches = ctx.bad(r, [labels], [[], [labels[:-1] + [None]] if n > 1 else [[None]], [labels, labels]],
+                            what="source_states")
+    cb = ctx.queue.command_buffer()
+    grads = training.encode_batch(cb, [xs], label_batches)
+    ctx.expect_rejected_if_invalid("NNGraph.encode_batch (training)")
+    run(ctx, cb)
+    check_close(m.batch_to_numpy(grads), dx, "graph training dX", tol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
 # the worker: runs cases [first, first + count) of a seed and reports each outcome as a JSON line
 
 ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError")

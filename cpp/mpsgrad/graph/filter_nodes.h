@@ -1,0 +1,506 @@
+// Forward and gradient filter nodes of the kernel families mpsgrad has (spec §3.1 catalogue):
+// convolution, batch normalization (filter_nodes_trainable.cpp), neuron, pooling, softmax,
+// upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the initial gradient
+// (filter_nodes_binary.cpp). Each node composes its family's kernel classes only.
+#pragma once
+
+#include "graph/node.h"
+#include "kernels/arithmetic.h"
+#include "kernels/batch_normalization.h"
+#include "kernels/convolution.h"
+#include "kernels/dropout.h"
+#include "kernels/loss.h"
+#include "kernels/neuron.h"
+#include "kernels/pooling.h"
+#include "kernels/softmax.h"
+#include "kernels/upsampling.h"
+
+namespace mpsgrad {
+
+// ---- helpers shared by the family files ----------------------------------------------------------
+// Encodes a unary forward kernel with the returning form (result states when ctx.wantStates).
+NodeEncodeResult encodeUnaryKernel(CNNKernel& kernel, NodeEncodeContext& ctx, const ImageBatch& sources);
+// Encodes a gradient kernel: inputs [sourceGradient, sourceImage], states[0] the forward states.
+NodeEncodeResult encodeGradientKernel(CNNGradientKernel& kernel, NodeEncodeContext& ctx,
+                                      const std::vector<ImageBatch>& images, const std::vector<StateBatch>& states);
+
+// ---- convolution ---------------------------------------------------------------------------------
+// Data sources that can take a training step (the optional update methods of
+// MPSCNNConvolutionDataSource). The graph calls them for trainable convolution gradient nodes.
+class CNNConvolutionUpdatableDataSource {
+public:
+    virtual ~CNNConvolutionUpdatableDataSource() = default;
+    // -updateWithCommandBuffer:gradientState:sourceState: (GPU style). Returns the new weights
+    // state to reload the kernels from, or null (then the kernels reload from the data source).
+    virtual std::shared_ptr<CNNConvolutionWeightsAndBiasesState> updateWithCommandBuffer(
+        CommandBuffer& cb, const std::shared_ptr<CNNConvolutionGradientState>& gradientState,
+        const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& sourceState) = 0;
+    // -updateWithGradientState:sourceState: (CPU style, after completion). True: reload.
+    virtual bool updateWithGradientState(const std::shared_ptr<CNNConvolutionGradientState>& gradientState,
+                                         const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& sourceState) = 0;
+    // Which of the two the data source implements.
+    virtual bool supportsGPUUpdate() const = 0;
+    virtual bool supportsCPUUpdate() const = 0;
+};
+
+// MPSCNNConvolutionNode (MPSNNTrainableNode)
+class CNNConvolutionNode : public NNFilterNode {
+public:
+    // +nodeWithSource:weights:
+    CNNConvolutionNode(const ImageNodePtr& source, std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNConvolutionNode"; }
+
+    NNTrainingStyle trainingStyle = NNTrainingStyle::UpdateDeviceGPU;
+    NNConvolutionAccumulatorPrecisionOption accumulatorPrecision = NNConvolutionAccumulatorPrecisionOption::Float;
+    // -convolutionGradientState (= resultState)
+    StateNodePtr convolutionGradientState() { return resultState(); }
+    const std::shared_ptr<CNNConvolutionDataSource>& dataSource() const { return dataSource_; }
+    // The forward kernel (null until a graph bound the node).
+    const std::shared_ptr<CNNConvolution>& kernel() const { return kernel_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
+    void reloadFromDataSource() override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    std::shared_ptr<CNNConvolutionDataSource> dataSource_;
+    std::shared_ptr<CNNConvolution> kernel_;
+};
+
+// MPSCNNConvolutionGradientNode (MPSNNTrainableNode)
+class CNNConvolutionGradientNode : public NNGradientFilterNode {
+public:
+    // +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (weights null: the
+    // forward node's data source, once the node is built by gradient_filter_with_source).
+    CNNConvolutionGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                               const StateNodePtr& convolutionGradientState,
+                               std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNConvolutionGradientNode"; }
+
+    NNTrainingStyle trainingStyle = NNTrainingStyle::UpdateDeviceGPU;
+    const std::shared_ptr<CNNConvolutionGradient>& kernel() const { return kernel_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
+    void afterEncode(CommandBuffer& cb, const std::vector<StateBatch>& states) override;
+    void reloadFromDataSource() override;
+    // ValueError unless the data source can take the update this node's training style asks for.
+    void checkTrainable() const override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+    CNNConvolutionNode* forwardConvolution() const;
+    void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
+
+    std::shared_ptr<CNNConvolutionDataSource> weights_;
+    std::shared_ptr<CNNConvolutionGradient> kernel_;
+};
+
+// ---- batch normalization ----------------------------------------------------------------------------
+// MPSCNNBatchNormalizationFlags
+enum class CNNBatchNormalizationFlags : uint32_t {
+    Default = 0, CalculateStatisticsAutomatic = 0, CalculateStatisticsAlways = 1, CalculateStatisticsNever = 2,
+};
+
+// Data sources that can take a training step (optional MPSCNNBatchNormalizationDataSource methods).
+class CNNBatchNormalizationUpdatableDataSource {
+public:
+    virtual ~CNNBatchNormalizationUpdatableDataSource() = default;
+    // CPU style (after completion): -updateGammaAndBetaWithBatchNormalizationState: and
+    // -updateMeanAndVarianceWithBatchNormalizationState:. True: reload the kernel.
+    virtual bool updateGammaAndBeta(const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;
+    virtual bool updateMeanAndVariance(const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;
+};
+
+// MPSCNNBatchNormalizationNode (MPSNNTrainableNode)
+class CNNBatchNormalizationNode : public NNFilterNode {
+public:
+    // +nodeWithSource:dataSource:
+    CNNBatchNormalizationNode(const ImageNodePtr& source, std::shared_ptr<CNNBatchNormalizationDataSource> dataSource);
+    const char* className() const override { return "CNNBatchNormalizationNode"; }
+
+    CNNBatchNormalizationFlags flags = CNNBatchNormalizationFlags::Default;
+    NNTrainingStyle trainingStyle = NNTrainingStyle::UpdateDeviceGPU;
+    const std::shared_ptr<CNNBatchNormalizationDataSource>& dataSource() const { return dataSource_; }
+    const std::shared_ptr<CNNBatchNormalization>& kernel() const { return kernel_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
+    void reloadFromDataSource() override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    std::shared_ptr<CNNBatchNormalizationDataSource> dataSource_;
+    std::shared_ptr<CNNBatchNormalization> kernel_;
+    std::shared_ptr<CNNBatchNormalizationStatistics> statistics_;
+};
+
+// MPSCNNBatchNormalizationGradientNode (MPSNNTrainableNode): the statistics gradient over the whole
+// batch, then the gradient.
+class CNNBatchNormalizationGradientNode : public NNGradientFilterNode {
+public:
+    CNNBatchNormalizationGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                      const StateNodePtr& gradientState);
+    const char* className() const override { return "CNNBatchNormalizationGradientNode"; }
+
+    NNTrainingStyle trainingStyle = NNTrainingStyle::UpdateDeviceGPU;
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
+    void afterEncode(CommandBuffer& cb, const std::vector<StateBatch>& states) override;
+    void checkTrainable() const override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    CNNBatchNormalizationNode* forwardBatchNormalization() const;
+
+    std::shared_ptr<CNNBatchNormalizationStatisticsGradient> statisticsGradient_;
+    std::shared_ptr<CNNBatchNormalizationGradient> kernel_;
+};
+
+// ---- neuron ----------------------------------------------------------------------------------------
+// MPSCNNNeuronNode (+nodeWithSource:descriptor:); the per-type subclasses are this class with a
+// descriptor of their type (CNNNeuronReLUNode(source, a) == CNNNeuronNode(source, ReLU(a))).
+class CNNNeuronNode : public NNFilterNode {
+public:
+    CNNNeuronNode(const ImageNodePtr& source, const NNNeuronDescriptor& descriptor, const char* name = "CNNNeuronNode");
+    const char* className() const override { return name_; }
+    const NNNeuronDescriptor& descriptor() const { return descriptor_; }
+    float a() const { return descriptor_.a; }
+    float b() const { return descriptor_.b; }
+    float c() const { return descriptor_.c; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    NNNeuronDescriptor descriptor_;
+    const char* name_;
+    std::shared_ptr<CNNNeuron> kernel_;
+};
+
+// MPSCNNNeuronGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:descriptor:)
+class CNNNeuronGradientNode : public NNGradientFilterNode {
+public:
+    CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                          const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor);
+    const char* className() const override { return "CNNNeuronGradientNode"; }
+    const NNNeuronDescriptor& descriptor() const { return descriptor_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    NNNeuronDescriptor descriptor_;
+    std::shared_ptr<CNNNeuronGradient> kernel_;
+};
+
+// ---- pooling -----------------------------------------------------------------------------------------
+// MPSCNNPoolingNode and its Max / Average / L2Norm / DilatedMax subclasses (edge mode Clamp).
+class CNNPoolingNode : public NNFilterNode {
+public:
+    // -initWithSource:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY: (and dilation for
+    // DilatedMax). filterSize / filterSize:stride: forms are these with equal sizes.
+    CNNPoolingNode(const ImageNodePtr& source, PoolingKind kind, int64_t kernelWidth, int64_t kernelHeight,
+                   int64_t strideX, int64_t strideY, int64_t dilationX = 1, int64_t dilationY = 1);
+    const char* className() const override;
+    PoolingKind kind() const { return kind_; }
+    int64_t kernelWidth() const { return kw_; }
+    int64_t kernelHeight() const { return kh_; }
+    int64_t strideInPixelsX() const { return sx_; }
+    int64_t strideInPixelsY() const { return sy_; }
+    int64_t dilationRateX() const { return dx_; }
+    int64_t dilationRateY() const { return dy_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    PoolingKind kind_;
+    int64_t kw_, kh_, sx_, sy_, dx_, dy_;
+    std::shared_ptr<CNNPooling> kernel_;
+};
+
+// MPSCNNPoolingGradientNode and its Max / Average / L2Norm / DilatedMax subclasses.
+class CNNPoolingGradientNode : public NNGradientFilterNode {
+public:
+    CNNPoolingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                           const StateNodePtr& gradientState, PoolingKind kind, int64_t kernelWidth,
+                           int64_t kernelHeight, int64_t strideX, int64_t strideY,
+                           std::shared_ptr<NNPadding> paddingPolicy, int64_t dilationX = 1, int64_t dilationY = 1);
+    const char* className() const override;
+    PoolingKind kind() const { return kind_; }
+    int64_t kernelWidth() const { return kw_; }
+    int64_t kernelHeight() const { return kh_; }
+    int64_t strideInPixelsX() const { return sx_; }
+    int64_t strideInPixelsY() const { return sy_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    PoolingKind kind_;
+    int64_t kw_, kh_, sx_, sy_, dx_, dy_;
+    std::shared_ptr<CNNPoolingGradient> kernel_;
+};
+
+// ---- softmax -------------------------------------------------------------------------------------------
+// MPSCNNSoftMaxNode / MPSCNNLogSoftMaxNode (+nodeWithSource:)
+class CNNSoftMaxNode : public NNFilterNode {
+public:
+    CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax = false);
+    const char* className() const override { return log_ ? "CNNLogSoftMaxNode" : "CNNSoftMaxNode"; }
+    bool isLogSoftMax() const { return log_; }
+    bool gradientReadsResult() const override { return true; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    bool log_;
+    std::shared_ptr<CNNSoftMaxBase> kernel_;
+};
+
+// MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode: sourceImage is the forward RESULT.
+class CNNSoftMaxGradientNode : public NNGradientFilterNode {
+public:
+    CNNSoftMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                           const StateNodePtr& gradientState, bool logSoftmax = false);
+    const char* className() const override { return log_ ? "CNNLogSoftMaxGradientNode" : "CNNSoftMaxGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    bool log_;
+    std::shared_ptr<CNNSoftMaxGradientBase> kernel_;
+};
+
+// ---- upsampling ---------------------------------------------------------------------------------------
+// MPSCNNUpsamplingNearestNode / MPSCNNUpsamplingBilinearNode
+class CNNUpsamplingNode : public NNFilterNode {
+public:
+    CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
+                      bool alignCorners = false);
+    const char* className() const override {
+        return bilinear_ ? "CNNUpsamplingBilinearNode" : "CNNUpsamplingNearestNode";
+    }
+    bool isBilinear() const { return bilinear_; }
+    int64_t scaleFactorX() const { return sx_; }
+    int64_t scaleFactorY() const { return sy_; }
+    bool alignCorners() const { return align_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    bool bilinear_;
+    int64_t sx_, sy_;
+    bool align_;
+    std::shared_ptr<CNNUpsampling> kernel_;
+};
+
+// MPSCNNUpsamplingNearestGradientNode / MPSCNNUpsamplingBilinearGradientNode
+class CNNUpsamplingGradientNode : public NNGradientFilterNode {
+public:
+    CNNUpsamplingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                              const StateNodePtr& gradientState, bool bilinear, int64_t scaleX, int64_t scaleY);
+    const char* className() const override {
+        return bilinear_ ? "CNNUpsamplingBilinearGradientNode" : "CNNUpsamplingNearestGradientNode";
+    }
+    int64_t scaleFactorX() const { return sx_; }
+    int64_t scaleFactorY() const { return sy_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    bool bilinear_;
+    int64_t sx_, sy_;
+    std::shared_ptr<CNNUpsamplingGradient> kernel_;
+};
+
+// ---- dropout --------------------------------------------------------------------------------------------
+// MPSCNNDropoutNode (+nodeWithSource:[keepProbability:[seed:maskStrideInPixels:]])
+class CNNDropoutNode : public NNFilterNode {
+public:
+    CNNDropoutNode(const ImageNodePtr& source, float keepProbability = 0.5f, uint64_t seed = 0,
+                   Size3 maskStrideInPixels = {1, 1, 1});
+    const char* className() const override { return "CNNDropoutNode"; }
+    float keepProbability() const { return keep_; }
+    uint64_t seed() const { return seed_; }
+    Size3 maskStrideInPixels() const { return stride_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    float keep_;
+    uint64_t seed_;
+    Size3 stride_;
+    std::shared_ptr<CNNDropout> kernel_;
+};
+
+// MPSCNNDropoutGradientNode
+class CNNDropoutGradientNode : public NNGradientFilterNode {
+public:
+    CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                           const StateNodePtr& gradientState, float keepProbability, uint64_t seed,
+                           Size3 maskStrideInPixels);
+    const char* className() const override { return "CNNDropoutGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    float keep_;
+    uint64_t seed_;
+    Size3 stride_;
+    std::shared_ptr<CNNDropoutGradient> kernel_;
+};
+
+// ---- arithmetic ------------------------------------------------------------------------------------------
+// MPSNNBinaryArithmeticNode and its Addition / Subtraction / Multiplication / Division subclasses
+// (op: kArithmeticAdd, ...). Properties are copied into the kernel at every encode.
+class NNBinaryArithmeticNode : public NNFilterNode {
+public:
+    // +nodeWithLeftSource:rightSource: / +nodeWithSources: (exactly two)
+    NNBinaryArithmeticNode(std::vector<ImageNodePtr> sources, int32_t op);
+    const char* className() const override;
+    int32_t opCode() const { return op_; }
+
+    float primaryScale = 1.0f, secondaryScale = 1.0f, bias = 0.0f;
+    int64_t primaryStrideInFeatureChannels = 1, secondaryStrideInFeatureChannels = 1;
+    float minimumValue = -FLT_MAX, maximumValue = FLT_MAX;
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> gradientFiltersWithSources(
+        const std::vector<ImageNodePtr>& sourceGradients) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    int32_t op_;
+    std::shared_ptr<CNNArithmetic> kernel_;
+};
+
+// MPSNNArithmeticGradientNode and its Addition / Subtraction / Multiplication (/ Division) subclasses.
+// sourceImage is the OTHER forward operand (the kernels' rule; docs/graph.md).
+class NNArithmeticGradientNode : public NNGradientFilterNode {
+public:
+    // +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter:
+    NNArithmeticGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                             const StateNodePtr& gradientState, int32_t op, bool isSecondarySourceFilter);
+    const char* className() const override;
+    bool isSecondarySourceFilter() const { return secondary_; }
+    int32_t opCode() const { return op_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    int32_t op_;
+    bool secondary_;
+    std::shared_ptr<CNNArithmeticGradient> kernel_;
+};
+
+// ---- loss ------------------------------------------------------------------------------------------------
+// MPSCNNLossNode(source, lossDescriptor): its result image is dL/d(source) (it is its own gradient).
+// The labels are the node's input state (inputLabels), a graph source state.
+class CNNLossNode : public NNFilterNode {
+public:
+    CNNLossNode(const ImageNodePtr& source, const CNNLossDescriptor& descriptor);
+    const char* className() const override { return "CNNLossNode"; }
+    const CNNLossDescriptor& descriptor() const { return descriptor_; }
+    // -inputLabels
+    StateNodePtr inputLabels() const { return sourceStates_.front(); }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> gradientFiltersWithSources(
+        const std::vector<ImageNodePtr>& sourceGradients) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    CNNLossDescriptor descriptor_;
+    std::shared_ptr<CNNLoss> kernel_;
+};
+
+// MPSNNInitialGradientNode(source): a gradient of ones shaped like the source (a linear neuron
+// with a = 0, b = 1).
+class NNInitialGradientNode : public NNFilterNode {
+public:
+    explicit NNInitialGradientNode(const ImageNodePtr& source);
+    const char* className() const override { return "NNInitialGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> gradientFiltersWithSources(
+        const std::vector<ImageNodePtr>& sourceGradients) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<CNNNeuron> kernel_;
+};
+
+}  // namespace mpsgrad

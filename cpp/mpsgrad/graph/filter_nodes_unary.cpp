@@ -1,0 +1,297 @@
+// Neuron, pooling, softmax, upsampling and dropout nodes and their gradient nodes, plus the
+// encode helpers every family file uses.
+#include "core/errors.h"
+#include "graph/filter_nodes.h"
+
+namespace mpsgrad {
+
+NodeEncodeResult encodeUnaryKernel(CNNKernel& kernel, NodeEncodeContext& ctx, const ImageBatch& sources) {
+    NodeEncodeResult result;
+    if (ctx.wantStates) {
+        StateBatch states;
+        result.images = kernel.encodeBatch(ctx.cb, sources, &states, false);
+        result.states.push_back(std::move(states));
+    } else {
+        result.images = kernel.encodeBatch(ctx.cb, sources);
+    }
+    return result;
+}
+
+NodeEncodeResult encodeGradientKernel(CNNGradientKernel& kernel, NodeEncodeContext& ctx,
+                                      const std::vector<ImageBatch>& images, const std::vector<StateBatch>& states) {
+    NodeEncodeResult result;
+    result.images = kernel.encodeBatch(ctx.cb, images.at(0), images.at(1), states.at(0));
+    return result;
+}
+
+// ---- neuron ------------------------------------------------------------------------------------------
+
+CNNNeuronNode::CNNNeuronNode(const ImageNodePtr& source, const NNNeuronDescriptor& descriptor, const char* name)
+    : NNFilterNode({source}, {}), descriptor_(descriptor), name_(name) {
+    descriptor_.validate("descriptor");
+    addResultState<NNGradientStateNode>();
+}
+
+void CNNNeuronNode::createKernels(const Device& device) { kernel_ = std::make_shared<CNNNeuron>(device, descriptor_); }
+
+NodeEncodeResult CNNNeuronNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                       const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNNeuronNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<CNNNeuronGradientNode>(g, sources_[0], resultState(), descriptor_)};
+}
+
+CNNNeuronGradientNode::CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                             const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), descriptor_(descriptor) {
+    descriptor_.validate("descriptor");
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void CNNNeuronGradientNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNNeuronGradient>(device, descriptor_);
+}
+
+NodeEncodeResult CNNNeuronGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                               const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+// ---- pooling -----------------------------------------------------------------------------------------
+
+namespace {
+const char* poolingNodeName(PoolingKind kind, bool gradient) {
+    switch (kind) {
+        case PoolingKind::Max: return gradient ? "CNNPoolingMaxGradientNode" : "CNNPoolingMaxNode";
+        case PoolingKind::Average: return gradient ? "CNNPoolingAverageGradientNode" : "CNNPoolingAverageNode";
+        case PoolingKind::L2Norm: return gradient ? "CNNPoolingL2NormGradientNode" : "CNNPoolingL2NormNode";
+        case PoolingKind::DilatedMax: return gradient ? "CNNDilatedPoolingMaxGradientNode" : "CNNDilatedPoolingMaxNode";
+    }
+    return "CNNPoolingNode";
+}
+
+void checkPoolingGeometry(int64_t kw, int64_t kh, int64_t sx, int64_t sy, int64_t dx, int64_t dy) {
+    if (kw < 1 || kh < 1) throwValueError("kernel_width/kernel_height: must be >= 1, got ", kw, "x", kh);
+    if (sx < 1 || sy < 1) throwValueError("stride_in_pixels_x/y: must be >= 1, got ", sx, "x", sy);
+    if (dx < 1 || dy < 1) throwValueError("dilation_rate_x/y: must be >= 1, got ", dx, "x", dy);
+}
+
+std::shared_ptr<CNNPooling> makePooling(const Device& device, PoolingKind kind, int64_t kw, int64_t kh, int64_t sx,
+                                        int64_t sy, int64_t dx, int64_t dy) {
+    switch (kind) {
+        case PoolingKind::Max: return std::make_shared<CNNPoolingMax>(device, kw, kh, sx, sy);
+        case PoolingKind::Average: return std::make_shared<CNNPoolingAverage>(device, kw, kh, sx, sy);
+        case PoolingKind::L2Norm: return std::make_shared<CNNPoolingL2Norm>(device, kw, kh, sx, sy);
+        case PoolingKind::DilatedMax: return std::make_shared<CNNDilatedPoolingMax>(device, kw, kh, dx, dy, sx, sy);
+    }
+    throwValueError("kind: unknown pooling kind");
+}
+
+std::shared_ptr<CNNPoolingGradient> makePoolingGradient(const Device& device, PoolingKind kind, int64_t kw, int64_t kh,
+                                                        int64_t sx, int64_t sy, int64_t dx, int64_t dy) {
+    switch (kind) {
+        case PoolingKind::Max: return std::make_shared<CNNPoolingMaxGradient>(device, kw, kh, sx, sy);
+        case PoolingKind::Average: return std::make_shared<CNNPoolingAverageGradient>(device, kw, kh, sx, sy);
+        case PoolingKind::L2Norm: return std::make_shared<CNNPoolingL2NormGradient>(device, kw, kh, sx, sy);
+        case PoolingKind::DilatedMax:
+            return std::make_shared<CNNDilatedPoolingMaxGradient>(device, kw, kh, dx, dy, sx, sy);
+    }
+    throwValueError("kind: unknown pooling kind");
+}
+}  // namespace
+
+CNNPoolingNode::CNNPoolingNode(const ImageNodePtr& source, PoolingKind kind, int64_t kernelWidth,
+                               int64_t kernelHeight, int64_t strideX, int64_t strideY, int64_t dilationX,
+                               int64_t dilationY)
+    : NNFilterNode({source}, {}), kind_(kind), kw_(kernelWidth), kh_(kernelHeight), sx_(strideX), sy_(strideY),
+      dx_(dilationX), dy_(dilationY) {
+    checkPoolingGeometry(kw_, kh_, sx_, sy_, dx_, dy_);
+    addResultState<NNGradientStateNode>();
+}
+
+const char* CNNPoolingNode::className() const { return poolingNodeName(kind_, false); }
+
+void CNNPoolingNode::createKernels(const Device& device) {
+    kernel_ = makePooling(device, kind_, kw_, kh_, sx_, sy_, dx_, dy_);
+    kernel_->edgeMode = ImageEdgeMode::Clamp;  // the graph pooling nodes' default (spec §3.1)
+}
+
+NodeEncodeResult CNNPoolingNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                        const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNPoolingNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<CNNPoolingGradientNode>(g, sources_[0], resultState(), kind_, kw_, kh_, sx_, sy_,
+                                                     paddingPolicy, dx_, dy_)};
+}
+
+CNNPoolingGradientNode::CNNPoolingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                               const StateNodePtr& gradientState, PoolingKind kind,
+                                               int64_t kernelWidth, int64_t kernelHeight, int64_t strideX,
+                                               int64_t strideY, std::shared_ptr<NNPadding> padding,
+                                               int64_t dilationX, int64_t dilationY)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), kind_(kind), kw_(kernelWidth),
+      kh_(kernelHeight), sx_(strideX), sy_(strideY), dx_(dilationX), dy_(dilationY) {
+    checkPoolingGeometry(kw_, kh_, sx_, sy_, dx_, dy_);
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+    paddingPolicy = std::move(padding);
+}
+
+const char* CNNPoolingGradientNode::className() const { return poolingNodeName(kind_, true); }
+
+void CNNPoolingGradientNode::createKernels(const Device& device) {
+    kernel_ = makePoolingGradient(device, kind_, kw_, kh_, sx_, sy_, dx_, dy_);
+}
+
+NodeEncodeResult CNNPoolingGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                                const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+// ---- softmax -----------------------------------------------------------------------------------------
+
+CNNSoftMaxNode::CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax)
+    : NNFilterNode({source}, {}), log_(logSoftmax) {
+    addResultState<NNGradientStateNode>();
+}
+
+void CNNSoftMaxNode::createKernels(const Device& device) {
+    if (log_)
+        kernel_ = std::make_shared<CNNLogSoftMax>(device);
+    else
+        kernel_ = std::make_shared<CNNSoftMax>(device);
+}
+
+NodeEncodeResult CNNSoftMaxNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                        const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNSoftMaxNode::makeGradientNodes(const ImageNodePtr& g) {
+    // The softmax gradients read the forward result, not the forward source (spec §3.2).
+    return {std::make_shared<CNNSoftMaxGradientNode>(g, resultImage(), resultState(), log_)};
+}
+
+CNNSoftMaxGradientNode::CNNSoftMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                               const StateNodePtr& gradientState, bool logSoftmax)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), log_(logSoftmax) {
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void CNNSoftMaxGradientNode::createKernels(const Device& device) {
+    if (log_)
+        kernel_ = std::make_shared<CNNLogSoftMaxGradient>(device);
+    else
+        kernel_ = std::make_shared<CNNSoftMaxGradient>(device);
+}
+
+NodeEncodeResult CNNSoftMaxGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                                const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+// ---- upsampling --------------------------------------------------------------------------------------
+
+namespace {
+void checkScale(int64_t sx, int64_t sy) {
+    if (sx < 1 || sy < 1) throwValueError("scale_factor_x/y: must be >= 1, got ", sx, "x", sy);
+}
+}  // namespace
+
+CNNUpsamplingNode::CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
+                                     bool alignCorners)
+    : NNFilterNode({source}, {}), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
+    checkScale(sx_, sy_);
+    addResultState<NNGradientStateNode>();
+}
+
+void CNNUpsamplingNode::createKernels(const Device& device) {
+    if (bilinear_)
+        kernel_ = std::make_shared<CNNUpsamplingBilinear>(device, sx_, sy_, align_);
+    else
+        kernel_ = std::make_shared<CNNUpsamplingNearest>(device, sx_, sy_);
+}
+
+NodeEncodeResult CNNUpsamplingNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                           const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNUpsamplingNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<CNNUpsamplingGradientNode>(g, sources_[0], resultState(), bilinear_, sx_, sy_)};
+}
+
+CNNUpsamplingGradientNode::CNNUpsamplingGradientNode(const ImageNodePtr& sourceGradient,
+                                                     const ImageNodePtr& sourceImage,
+                                                     const StateNodePtr& gradientState, bool bilinear,
+                                                     int64_t scaleX, int64_t scaleY)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), bilinear_(bilinear), sx_(scaleX),
+      sy_(scaleY) {
+    checkScale(sx_, sy_);
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void CNNUpsamplingGradientNode::createKernels(const Device& device) {
+    if (bilinear_)
+        kernel_ = std::make_shared<CNNUpsamplingBilinearGradient>(device, sx_, sy_);
+    else
+        kernel_ = std::make_shared<CNNUpsamplingNearestGradient>(device, sx_, sy_);
+}
+
+NodeEncodeResult CNNUpsamplingGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                                   const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+// ---- dropout -----------------------------------------------------------------------------------------
+
+CNNDropoutNode::CNNDropoutNode(const ImageNodePtr& source, float keepProbability, uint64_t seed,
+                               Size3 maskStrideInPixels)
+    : NNFilterNode({source}, {}), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {
+    addResultState<NNGradientStateNode>();
+}
+
+void CNNDropoutNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
+}
+
+NodeEncodeResult CNNDropoutNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                        const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNDropoutNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<CNNDropoutGradientNode>(g, sources_[0], resultState(), keep_, seed_, stride_)};
+}
+
+CNNDropoutGradientNode::CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                               const StateNodePtr& gradientState, float keepProbability,
+                                               uint64_t seed, Size3 maskStrideInPixels)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
+      stride_(maskStrideInPixels) {
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void CNNDropoutGradientNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);
+}
+
+NodeEncodeResult CNNDropoutGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                                const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+}  // namespace mpsgrad

@@ -1,0 +1,101 @@
+// NNGraph (MPSNNGraph, spec §3.3): an executable graph built from result image nodes.
+//
+// Construction walks from the results through image and state edges, binds every filter node to
+// the device (its kernels are created then), orders the nodes (inputs first) and refuses misuse:
+// cycles, a trainable gradient node whose data source cannot update, a result that is a graph input.
+// Encoding runs the nodes in that order with the caller's source batches.
+//
+// Read counts (§3.3): a temporary source image or state is decremented exactly once per encode
+// however often the graph reads it; exported intermediates come back with read count 1 when they
+// are temporary images. Intermediates that are not exported are released when the encode returns
+// (the encoded work keeps their storage until it has run).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/node.h"
+
+namespace mpsgrad {
+
+class NNGraph {
+public:
+    // -initWithDevice:resultImage:resultImageIsNeeded:
+    NNGraph(const Device& device, const ImageNodePtr& resultImage, bool resultImageIsNeeded = true);
+    // -initWithDevice:resultImages:resultsAreNeeded: (the first is returned by encode, the others
+    // come back among the intermediate images)
+    NNGraph(const Device& device, const std::vector<ImageNodePtr>& resultImages,
+            const std::vector<bool>& resultsAreNeeded);
+
+    const Device& device() const { return device_; }
+    std::string label;
+
+    // Introspection (handles may be null where the node has none).
+    std::vector<HandlePtr> sourceImageHandles() const;
+    std::vector<HandlePtr> sourceStateHandles() const;
+    std::vector<HandlePtr> intermediateImageHandles() const;
+    std::vector<HandlePtr> resultStateHandles() const;
+    HandlePtr resultHandle() const;
+    size_t sourceImageCount() const { return sourceImages_.size(); }
+    size_t sourceStateCount() const { return sourceStates_.size(); }
+    // The filter nodes in encode order (inputs first).
+    const std::vector<FilterNodePtr>& nodes() const { return order_; }
+
+    bool outputStateIsTemporary = false;
+    // MPSImage.defaultAllocator (persistent) by default, unlike the kernels. The result node's own
+    // allocator is ignored.
+    std::shared_ptr<ImageAllocator> destinationImageAllocator = ImageAllocator::persistentAllocator();
+    // Intermediates are float32 (the only image storage mpsgrad has).
+    ImageFeatureChannelFormat format = ImageFeatureChannelFormat::Float32;
+    bool resultImageIsNeeded() const { return resultsNeeded_.front(); }
+
+    // -reloadFromDataSources (the GPU work must be idle).
+    void reloadFromDataSources();
+
+    // -encodeToCommandBuffer:sourceImages:sourceStates:intermediateImages:destinationStates:
+    // One image per source image handle, one state per source state handle. Returns the result
+    // (null when resultImageIsNeeded is false).
+    ImagePtr encode(CommandBuffer& cb, const ImageBatch& sourceImages, const StateBatch& sourceStates = {},
+                    ImageBatch* intermediateImages = nullptr, StateBatch* destinationStates = nullptr);
+    // -encodeBatchToCommandBuffer:sourceImages:sourceStates:intermediateImages:destinationStates:
+    // One batch per source image handle (all the same length), one per source state handle.
+    ImageBatch encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>& sourceImages,
+                           const std::vector<StateBatch>& sourceStates = {},
+                           std::vector<ImageBatch>* intermediateImages = nullptr,
+                           std::vector<StateBatch>* destinationStates = nullptr);
+
+    // -executeAsyncWithSourceImages:completionHandler: encodes on a private queue's command buffer
+    // and commits it. The handler runs once, with the result and an empty error, or with the
+    // failure's description. Returns the result (valid once the handler ran) and the buffer.
+    using CompletionHandler = std::function<void(const ImagePtr& result, const std::string& error)>;
+    std::pair<ImagePtr, std::shared_ptr<CommandBuffer>> executeAsync(const ImageBatch& sourceImages,
+                                                                     CompletionHandler handler,
+                                                                     const StateBatch& sourceStates = {});
+
+    // -readCountForSourceImageAtIndex: / -readCountForSourceStateAtIndex: (1: each temporary source
+    // is decremented once per encode)
+    int64_t readCountForSourceImageAtIndex(size_t index) const;
+    int64_t readCountForSourceStateAtIndex(size_t index) const;
+
+private:
+    void build(const std::vector<ImageNodePtr>& results);
+    void visit(const FilterNodePtr& node, std::unordered_map<const NNFilterNode*, int>& marks);
+    void noteSourceImage(const ImageNodePtr& image);
+    void noteSourceState(const StateNodePtr& state);
+
+    Device device_;
+    std::vector<ImageNodePtr> results_;
+    std::vector<bool> resultsNeeded_;
+    std::vector<FilterNodePtr> order_;
+    std::vector<ImageNodePtr> sourceImages_;
+    std::vector<StateNodePtr> sourceStates_;
+    std::vector<ImageNodePtr> exportedImages_;  // exported intermediates, then results 1..n-1
+    std::vector<StateNodePtr> exportedStates_;
+    std::vector<const NNStateNode*> consumedStates_;
+    std::shared_ptr<CommandQueue> queue_;  // executeAsync's private queue
+};
+
+}  // namespace mpsgrad

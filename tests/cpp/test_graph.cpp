@@ -1,0 +1,109 @@
+// The graph layer from C++: an inference graph equals its kernels run by hand (bitwise), and a
+// training graph's input gradient for a residual neuron block equals the float64 chain rule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/command_buffer.h"
+#include "graph/filter_nodes.h"
+#include "graph/graph.h"
+
+namespace mpsgrad {
+namespace {
+
+constexpr int64_t kW = 5, kH = 4, kC = 6, kN = 2;
+
+ImageBatch makeInputs(const Device& device, std::vector<std::vector<float>>& data) {
+    std::mt19937 gen(7);
+    std::normal_distribution<float> dist;
+    ImageBatch images;
+    for (int64_t n = 0; n < kN; ++n) {
+        std::vector<float> values(kW * kH * kC);
+        for (auto& v : values) v = dist(gen);
+        auto image = std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, kW, kH, kC));
+        image->writeBytes(values.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+        images.push_back(image);
+        data.push_back(values);
+    }
+    return images;
+}
+
+std::vector<float> read(const ImagePtr& image) {
+    std::vector<float> values(image->width() * image->height() * image->featureChannels());
+    image->readBytes(values.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+    return values;
+}
+
+TEST(Graph, InferenceChainEqualsKernelsByHand) {
+    Device device("cpu");
+    std::vector<std::vector<float>> data;
+    ImageBatch xs = makeInputs(device, data);
+    auto source = std::make_shared<NNImageNode>(std::make_shared<LabelHandle>("x"));
+    auto tanh = std::make_shared<CNNNeuronNode>(source, NNNeuronDescriptor::withType(CNNNeuronType::TanH));
+    auto pool = std::make_shared<CNNPoolingNode>(tanh->resultImage(), PoolingKind::Average, 2, 2, 2, 2);
+    NNGraph graph(device, pool->resultImage());
+    ASSERT_EQ(graph.sourceImageHandles().size(), 1u);
+    EXPECT_EQ(graph.sourceImageHandles()[0]->label(), "x");
+
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    ImageBatch ys = graph.encodeBatch(*cb, {xs});
+    auto kTanh = std::make_shared<CNNNeuron>(device, NNNeuronDescriptor::withType(CNNNeuronType::TanH));
+    auto kPool = std::make_shared<CNNPoolingAverage>(device, 2, 2, 2, 2);
+    kPool->edgeMode = ImageEdgeMode::Clamp;  // the graph pooling nodes' default
+    ImageBatch hand = kPool->encodeBatch(*cb, kTanh->encodeBatch(*cb, xs));
+    cb->commit();
+    cb->waitUntilCompleted();
+    ASSERT_EQ(ys.size(), hand.size());
+    for (size_t i = 0; i < ys.size(); ++i) EXPECT_EQ(read(ys[i]), read(hand[i]));
+}
+
+TEST(Graph, TrainingGraphSumsGradientsOfAResidualBlock) {
+    Device device("cpu");
+    std::vector<std::vector<float>> data;
+    ImageBatch xs = makeInputs(device, data);
+    auto source = std::make_shared<NNImageNode>();
+    auto sigmoid = std::make_shared<CNNNeuronNode>(source, NNNeuronDescriptor::withType(CNNNeuronType::Sigmoid));
+    auto add = std::make_shared<NNBinaryArithmeticNode>(std::vector<ImageNodePtr>{sigmoid->resultImage(), source},
+                                                        kArithmeticAdd);
+    auto seed = std::make_shared<NNInitialGradientNode>(add->resultImage());  // dL/dy = 1: L = sum(y)
+    int inserted = 0;
+    auto terminal = seed->trainingGraph(nullptr, [&](const FilterNodePtr&, const FilterNodePtr& inference,
+                                                     const ImageNodePtr&, const ImageNodePtr&) {
+        inserted += inference == nullptr;
+    });
+    EXPECT_EQ(inserted, 1);  // x has two consumers
+    ASSERT_EQ(terminal.size(), 1u);
+    NNGraph graph(device, terminal.front()->resultImage());
+
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    ImageBatch dxs = graph.encodeBatch(*cb, {xs});
+    cb->commit();
+    cb->waitUntilCompleted();
+    for (size_t n = 0; n < dxs.size(); ++n) {
+        std::vector<float> dx = read(dxs[n]);
+        for (size_t i = 0; i < dx.size(); ++i) {
+            double s = 1.0 / (1.0 + std::exp(-double(data[n][i])));
+            EXPECT_NEAR(dx[i], 1.0 + s * (1.0 - s), 1e-6);
+        }
+    }
+}
+
+TEST(Graph, MisuseIsRefused) {
+    Device device("cpu");
+    auto source = std::make_shared<NNImageNode>();
+    EXPECT_THROW({ NNGraph g(device, source); }, std::exception);  // a graph input as the result
+    auto relu = std::make_shared<CNNNeuronNode>(source, NNNeuronDescriptor::withType(CNNNeuronType::ReLU));
+    NNGraph graph(device, relu->resultImage());
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    EXPECT_THROW(graph.encodeBatch(*cb, {}), std::exception);  // no source batch
+    auto gradient = relu->gradientFilterWithSource(std::make_shared<NNImageNode>());
+    EXPECT_THROW(gradient->gradientFilterWithSource(source), std::exception);  // no gradient of a gradient
+}
+
+}  // namespace
+}  // namespace mpsgrad

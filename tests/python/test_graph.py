@@ -1,0 +1,472 @@
+"""The graph API (issue 15): inference graphs against the same kernels run by hand and PyTorch,
+training graphs (training_graph) against PyTorch autograd, read counts and misuse errors.
+
+Tolerance: float32 kernels against float64 PyTorch, relative 1e-4 of the largest magnitude."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mpsgrad as m
+from conftest import randn, rng
+
+N, H, W, CIN, COUT = 2, 6, 6, 3, 4
+
+
+class Handle:
+    def __init__(self, name):
+        self.name = name
+
+    def label(self):
+        return self.name
+
+
+class ConvSource:
+    """A convolution data source (OHWI weights) with the optional CPU-style update (SGD)."""
+
+    def __init__(self, w, b, lr=0.0):
+        self.w, self.b, self.lr = w.astype(np.float32), b.astype(np.float32), lr
+        self.updates = 0
+
+    def descriptor(self):
+        o, kh, kw, i = self.w.shape
+        return m.CNNConvolutionDescriptor(kw, kh, i, o)
+
+    def weights(self):
+        return self.w
+
+    def bias_terms(self):
+        return self.b
+
+    def load(self):
+        return True
+
+    def purge(self):
+        pass
+
+    def update_with_gradient_state(self, gradient_state, source_state):
+        self.updates += 1
+        self.w -= self.lr * np.asarray(gradient_state.gradient_for_weights).reshape(self.w.shape)
+        self.b -= self.lr * np.asarray(gradient_state.gradient_for_biases).reshape(self.b.shape)
+        return True
+
+
+def images(device, x):
+    return [m.Image.from_numpy(x[i:i + 1], device) for i in range(x.shape[0])]
+
+
+def to_numpy(batch):
+    return m.batch_to_numpy(batch)
+
+
+def nchw(x):
+    return torch.tensor(x, dtype=torch.float64).permute(0, 3, 1, 2)
+
+
+def nhwc(t):
+    return t.detach().permute(0, 2, 3, 1).numpy()
+
+
+def close(actual, expected, rel=1e-4):
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    np.testing.assert_allclose(actual, expected, atol=rel * scale, rtol=0)
+
+
+def run(device, graph, xs, states=None):
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    out = graph.encode_batch(cb, [xs] if not isinstance(xs[0], list) else xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    return out
+
+
+def conv_problem(seed):
+    gen = rng(seed)
+    x = randn(gen, N, H, W, CIN)
+    w = randn(gen, COUT, 3, 3, CIN) * 0.3
+    b = randn(gen, COUT) * 0.1
+    return x, w, b
+
+
+def test_inference_chain_equals_kernels_by_hand_and_torch(device):
+    x, w, b = conv_problem("graph-chain")
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, ConvSource(w, b))
+    relu = m.CNNNeuronReLUNode(conv.result_image)
+    pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+    graph = m.NNGraph(device, pool.result_image)
+    assert [h.label() for h in graph.source_image_handles] == ["x"]
+    xs = images(device, x)
+    ys = to_numpy(run(device, graph, xs))
+
+    # The same kernels by hand (pooling with edge mode clamp, as the graph node's default).
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    k_conv = m.CNNConvolution(device, ConvSource(w, b))
+    k_relu = m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
+    k_pool = m.CNNPoolingMax(device, 2, 2, 2, 2)
+    k_pool.edge_mode = m.ImageEdgeMode.CLAMP
+    hand = k_pool.encode_batch(cb, k_relu.encode_batch(cb, k_conv.encode_batch(cb, images(device, x))))
+    cb.commit()
+    cb.wait_until_completed()
+    np.testing.assert_array_equal(ys, to_numpy(hand))
+
+    ref = F.max_pool2d(F.relu(F.conv2d(nchw(x), torch.tensor(w, dtype=torch.float64).permute(0, 3, 1, 2),
+                                       torch.tensor(b, dtype=torch.float64), padding=1)), 2)
+    close(ys, nhwc(ref))
+
+
+def test_temporary_source_read_count_decremented_once(device):
+    source = m.NNImageNode()
+    # x is read by two nodes; the graph still takes one read count per encode.
+    add = m.NNAdditionNode(m.CNNNeuronTanHNode(source).result_image, m.CNNNeuronReLUNode(source).result_image)
+    graph = m.NNGraph(device, add.result_image)
+    assert graph.read_count_for_source_image_at_index(0) == 1
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    desc = m.ImageDescriptor(width=W, height=H, feature_channels=CIN)
+    xs = [m.TemporaryImage(cb, desc) for _ in range(N)]
+    for t in xs:
+        t.read_count = 2
+    graph.encode_batch(cb, [xs])
+    assert [t.read_count for t in xs] == [1] * N
+    cb.commit()
+    cb.wait_until_completed()
+
+
+def test_execute_async_calls_handler_once(device):
+    x, w, b = conv_problem("graph-async")
+    source = m.NNImageNode()
+    graph = m.NNGraph(device, m.CNNNeuronSigmoidNode(source).result_image)
+    calls = []
+    done = threading.Event()
+
+    def handler(image, error):
+        calls.append((image, error))
+        done.set()
+
+    result = graph.execute_async([images(device, x)[0]], handler)
+    assert done.wait(30)
+    assert len(calls) == 1 and calls[0][1] is None and calls[0][0] is result
+    close(result.to_numpy()[0], 1.0 / (1.0 + np.exp(-x[0].astype(np.float64))))
+
+
+# ---- training graphs ---------------------------------------------------------------------------
+
+
+class RecordingSource(ConvSource):
+    """Records the weight and bias gradients the CPU-style update receives (lr 0: weights fixed)."""
+
+    def __init__(self, w, b, lr=0.0):
+        super().__init__(w, b, lr)
+        self.dw = self.db = None
+
+    def update_with_gradient_state(self, gradient_state, source_state):
+        self.dw = np.array(gradient_state.gradient_for_weights).reshape(self.w.shape)
+        self.db = np.array(gradient_state.gradient_for_biases).reshape(self.b.shape)
+        return super().update_with_gradient_state(gradient_state, source_state)
+
+
+def labels_for(device, target):
+    return [m.CNNLossLabels(device, m.CNNLossDataDescriptor(target[i])) for i in range(target.shape[0])]
+
+
+def mse_loss_node(out):
+    return m.CNNLossNode(out, m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM))
+
+
+def run_training(device, terminal, xs, labels):
+    graph = m.NNGraph(device, [t.result_image for t in terminal])
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    out, inter, _ = graph.encode_batch(cb, xs, [labels], return_intermediates=True)
+    cb.commit()
+    cb.wait_until_completed()
+    return graph, out, inter
+
+
+def torch_weight(w):
+    return torch.tensor(w, dtype=torch.float64).permute(0, 3, 1, 2).clone().requires_grad_(True)
+
+
+def test_training_graph_chain_matches_autograd(device):
+    x, w, b = conv_problem("graph-train-chain")
+    target = randn(rng("graph-train-chain-t"), N, H, W, COUT)
+    ds = RecordingSource(w, b)
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, ds)
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    tanh = m.CNNNeuronTanHNode(conv.result_image)
+    loss = mse_loss_node(tanh.result_image)
+    seen = []
+    terminal = loss.training_graph(node_handler=lambda g, f, s, gs: seen.append((type(g).__name__, s)))
+    assert [type(t).__name__ for t in terminal] == ["CNNConvolutionGradientNode"]
+    assert terminal[0].training_style == m.NNTrainingStyle.UPDATE_DEVICE_CPU  # propagated
+    assert [name for name, _ in seen] == ["CNNNeuronGradientNode", "CNNConvolutionGradientNode"]
+    # The custom handler replaced the default one: no handle copied.
+    assert terminal[0].result_image.handle is None
+    xs = images(device, x)
+    _, dx, _ = run_training(device, terminal, [xs], labels_for(device, target))
+    assert ds.updates == 1
+
+    X = nchw(x).requires_grad_(True)
+    Wt, Bt = torch_weight(w), torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ((torch.tanh(F.conv2d(X, Wt, Bt, padding=1)) - nchw(target)) ** 2).sum().backward()
+    close(to_numpy(dx), nhwc(X.grad))
+    close(ds.dw, Wt.grad.permute(0, 2, 3, 1).numpy())
+    close(ds.db, Bt.grad.numpy())
+
+
+def test_training_graph_residual_sums_gradients(device):
+    """x feeds the convolution and the addition: its gradient is the sum of both paths."""
+    gen = rng("graph-residual")
+    x = randn(gen, N, H, W, COUT)
+    w = randn(gen, COUT, 3, 3, COUT) * 0.3
+    b = randn(gen, COUT) * 0.1
+    target = randn(gen, N, H, W, COUT)
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, ConvSource(w, b))
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    relu = m.CNNNeuronReLUNode(conv.result_image)
+    add = m.NNAdditionNode(relu.result_image, source)
+    loss = mse_loss_node(m.CNNNeuronSigmoidNode(add.result_image).result_image)
+    inserted = []
+    terminal = loss.training_graph(
+        node_handler=lambda g, f, s, gs: inserted.append(type(g).__name__) if f is None else None)
+    assert inserted == ["NNBinaryArithmeticNode"]  # the addition node summing x's two gradients
+    assert len(terminal) == 1
+    assert terminal[0].result_image.handle is None  # custom handler
+    _, dx, _ = run_training(device, terminal, [images(device, x)], labels_for(device, target))
+
+    X = nchw(x).requires_grad_(True)
+    y = torch.sigmoid(F.relu(F.conv2d(X, torch_weight(w), torch.tensor(b, dtype=torch.float64), padding=1)) + X)
+    ((y - nchw(target)) ** 2).sum().backward()
+    close(to_numpy(dx), nhwc(X.grad))
+
+
+def test_training_graph_default_handler_copies_handles(device):
+    source = m.NNImageNode(Handle("x"))
+    relu = m.CNNNeuronReLUNode(source)
+    loss = mse_loss_node(m.CNNSoftMaxNode(relu.result_image).result_image)
+    terminal = loss.training_graph()
+    assert terminal[0].result_image.handle.label() == "x"
+
+
+def test_stop_gradient_stops_the_walk(device):
+    x, w, b = conv_problem("graph-stop")
+    target = randn(rng("graph-stop-t"), N, H, W, COUT)
+    source = m.NNImageNode()
+    first = m.CNNNeuronTanHNode(source)
+    first.result_image.stop_gradient = True
+    conv = m.CNNConvolutionNode(first.result_image, RecordingSource(w, b))
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    loss = mse_loss_node(conv.result_image)
+    terminal = loss.training_graph()
+    # The convolution's gradient node is built (it trains), nothing for tanh.
+    assert [type(t).__name__ for t in terminal] == ["CNNConvolutionGradientNode"]
+    graph = m.NNGraph(device, terminal[0].result_image)
+    assert "CNNNeuronGradientNode" not in [type(n).__name__ for n in graph.nodes]
+
+
+def test_multi_output_graph(device):
+    x, w, b = conv_problem("graph-multi")
+    source = m.NNImageNode()
+    conv = m.CNNConvolutionNode(source, ConvSource(w, b))
+    a = m.CNNNeuronReLUNode(conv.result_image)
+    s = m.CNNNeuronSigmoidNode(conv.result_image)
+    graph = m.NNGraph(device, [a.result_image, s.result_image], [True, True])
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    out, inter, _ = graph.encode_batch(cb, [images(device, x)], return_intermediates=True)
+    cb.commit()
+    cb.wait_until_completed()
+    y = F.conv2d(nchw(x), torch.tensor(w, dtype=torch.float64).permute(0, 3, 1, 2),
+                 torch.tensor(b, dtype=torch.float64), padding=1)
+    close(to_numpy(out), nhwc(F.relu(y)))
+    assert len(inter) == 1
+    close(to_numpy(inter[0]), nhwc(torch.sigmoid(y)))
+
+
+# ---- trainable nodes: a small network trained for several steps ------------------------------------
+
+
+class GPUSource(ConvSource):
+    """GPU-style update: SGD encoded on the graph's command buffer, in place on the exported weights."""
+
+    def __init__(self, device, w, b, lr):
+        super().__init__(w, b, lr)
+        self.optimizer = m.NNOptimizerStochasticGradientDescent(device, learning_rate=lr)
+
+    def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
+        self.updates += 1
+        self.optimizer.encode(command_buffer, gradient_state, source_state)
+        return source_state
+
+
+def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
+    X = nchw(x)
+    T = torch.tensor(labels.argmax(-1).reshape(-1))
+    params = [torch_weight(w1), torch.tensor(b1, dtype=torch.float64, requires_grad=True),
+              torch_weight(w2), torch.tensor(b2, dtype=torch.float64, requires_grad=True),
+              torch.tensor(gamma, dtype=torch.float64, requires_grad=True),
+              torch.tensor(beta, dtype=torch.float64, requires_grad=True)]
+    losses = []
+    for _ in range(steps):
+        W1, B1, W2, B2, G, Bb = params
+        y = F.conv2d(X, W1, B1, padding=1)
+        y = F.batch_norm(y, None, None, G, Bb, training=True, eps=1e-5)
+        y = F.avg_pool2d(F.max_pool2d(F.relu(y), 2), 3)
+        y = F.conv2d(y, W2, B2)
+        loss = F.cross_entropy(y.reshape(y.shape[0], -1), T, reduction="none")
+        losses.append(loss.detach().numpy())
+        for p in params:
+            p.grad = None
+        loss.sum().backward()
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+    return np.array(losses)
+
+
+@pytest.mark.parametrize("style", ["gpu", "cpu"])
+def test_training_small_network_matches_torch_sgd(device, style):
+    gen = rng("graph-network")
+    x = randn(gen, N, H, W, CIN)
+    w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
+    w2, b2 = randn(gen, 3, 1, 1, 4) * 0.5, randn(gen, 3) * 0.1
+    gamma, beta = 1.0 + 0.1 * randn(gen, 4), 0.1 * randn(gen, 4)
+    classes = np.eye(3, dtype=np.float32)[[0, 2]]
+    labels = classes.reshape(N, 1, 1, 3)
+    lr, steps = 0.05, 4
+
+    if style == "gpu":
+        ds1, ds2 = GPUSource(device, w1, b1, lr), GPUSource(device, w2, b2, lr)
+        training = m.NNTrainingStyle.UPDATE_DEVICE_GPU
+    else:
+        ds1, ds2 = ConvSource(w1, b1, lr), ConvSource(w2, b2, lr)
+        training = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    bn_source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
+    bn_source.learning_rate = lr
+    bn_source.momentum = 0.0
+
+    source = m.NNImageNode(Handle("x"))
+    conv1 = m.CNNConvolutionNode(source, ds1)
+    bn = m.CNNBatchNormalizationNode(conv1.result_image, bn_source)
+    relu = m.CNNNeuronReLUNode(bn.result_image)
+    pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+    avg = m.CNNPoolingAverageNode(pool.result_image, filter_size=3)
+    conv2 = m.CNNConvolutionNode(avg.result_image, ds2)
+    for node in (conv1, conv2, bn):
+        node.training_style = training
+    loss = m.CNNLossNode(conv2.result_image,
+                         m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
+    terminal = loss.training_graph()
+    graph = m.NNGraph(device, terminal[0].result_image, False)
+    assert graph.source_image_handles[0].label() == "x"
+
+    queue = m.CommandQueue(device)
+    xs = images(device, x)
+    losses = []
+    for _ in range(steps):
+        lab = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(labels[i])) for i in range(N)]
+        cb = queue.command_buffer()
+        assert graph.encode_batch(cb, [xs], [lab]) is None  # result not needed
+        cb.commit()
+        cb.wait_until_completed()
+        losses.append([float(la.loss_image.to_numpy().ravel()[0]) for la in lab])
+    # Exactly one update per trainable convolution per step.
+    assert ds1.updates == steps and ds2.updates == steps
+    expected = _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps)
+    np.testing.assert_allclose(np.array(losses), expected, rtol=2e-4, atol=2e-5)
+    assert np.sum(losses[-1]) < np.sum(losses[0])
+
+
+# ---- misuse --------------------------------------------------------------------------------------------
+
+
+def test_trainable_node_without_update_method_is_refused(device):
+    x, w, b = conv_problem("graph-misuse")
+    plain = m.CNNConvolutionWeightsDataSource(ConvSource(w, b).descriptor(), w, b)  # no update methods
+    source = m.NNImageNode()
+    conv = m.CNNConvolutionNode(source, plain)  # default style: UPDATE_DEVICE_GPU
+    terminal = mse_loss_node(conv.result_image).training_graph()
+    with pytest.raises(ValueError, match="training_style.*update_with_command_buffer"):
+        m.NNGraph(device, terminal[0].result_image)
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    terminal = mse_loss_node(conv.result_image).training_graph()
+    with pytest.raises(ValueError, match="update_with_gradient_state"):
+        m.NNGraph(device, terminal[0].result_image)
+
+
+def test_missing_labels_and_wrong_sources(device):
+    x, w, b = conv_problem("graph-misuse2")
+    source = m.NNImageNode()
+    conv = m.CNNConvolutionNode(source, ConvSource(w, b))
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    loss = mse_loss_node(conv.result_image)
+    graph = m.NNGraph(device, loss.training_graph()[0].result_image)
+    assert len(graph.source_state_handles) == 1
+    cb = m.CommandQueue(device).command_buffer()
+    xs = images(device, x)
+    with pytest.raises(ValueError, match="source_states.*labels"):
+        graph.encode_batch(cb, [xs])
+    with pytest.raises(ValueError, match="source_images.*1 source image handle"):
+        graph.encode_batch(cb, [xs, xs])
+    # A source image of the wrong size (channels) is refused by the first kernel, before any work.
+    wrong = [m.Image.from_numpy(np.zeros((1, H, W, CIN + 2), np.float32), device) for _ in range(N)]
+    target = np.zeros((N, H, W, COUT), np.float32)
+    with pytest.raises(ValueError):
+        graph.encode_batch(cb, [wrong], [labels_for(device, target)])
+
+
+def test_node_misuse_errors():
+    source = m.NNImageNode()
+    with pytest.raises(TypeError, match="handle"):
+        m.NNImageNode(42)
+    loss = mse_loss_node(source)
+    with pytest.raises(TypeError, match="its own gradient"):
+        loss.gradient_filter_with_source(source)
+    grad = m.CNNNeuronReLUNode(source).gradient_filter_with_source(m.NNImageNode())
+    with pytest.raises(TypeError, match="gradient nodes have no gradient"):
+        grad.gradient_filter_with_source(m.NNImageNode())
+    add = m.NNAdditionNode(source, source)
+    with pytest.raises(TypeError, match="gradient_filters_with_sources"):
+        add.gradient_filter_with_source(m.NNImageNode())
+    assert len(add.gradient_filters_with_source(m.NNImageNode())) == 2
+    with pytest.raises(ValueError, match="graph input"):
+        m.NNGraph(m.Device("cpu"), source)
+    with pytest.raises(ValueError, match="keep_probability"):
+        m.CNNDropoutNode(source, 1.5)
+
+
+def test_exported_intermediate_read_counts_and_failed_encode(device):
+    x, w, b = conv_problem("graph-export")
+    source = m.NNImageNode()
+    tanh = m.CNNNeuronTanHNode(source)
+    tanh.result_image.export_from_graph = True
+    tanh.result_image.handle = Handle("t")
+    relu = m.CNNNeuronReLUNode(tanh.result_image)
+    graph = m.NNGraph(device, relu.result_image)
+    assert [h.label() for h in graph.intermediate_image_handles] == ["t"]
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    out, inter, _ = graph.encode_batch(cb, [images(device, x)], return_intermediates=True)
+    assert [img.read_count for img in inter[0]] == [1] * N  # temporary intermediates, read count 1
+    cb.commit()
+    cb.wait_until_completed()
+    close(m.batch_to_numpy(inter[0]), np.tanh(x.astype(np.float64)))
+    close(m.batch_to_numpy(out), np.maximum(np.tanh(x.astype(np.float64)), 0))
+
+    # A failed encode leaves a temporary source's read count as it was.
+    conv = m.CNNConvolutionNode(m.NNImageNode(), ConvSource(w, b))
+    bad = m.NNGraph(device, conv.result_image)
+    cb = queue.command_buffer()
+    t = m.TemporaryImage(cb, m.ImageDescriptor(width=W, height=H, feature_channels=CIN + 2))  # wrong channels
+    with pytest.raises(ValueError):
+        bad.encode(cb, [t])
+    assert t.read_count == 1
