@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNGradientKernel', 'CNNKernel', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsoluteNode', 'CNNNeuronELUNode', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinearNode', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPowerNode', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSignNode', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradientNode', 'NNLabelsNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPadding', 'NNRegularizationType', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1401,6 +1401,118 @@ class CNNNeuron(CNNKernel):
         """
         MPSCNNNeuron.neuronType
         """
+class CNNNeuronAbsolute(CNNNeuron):
+    """
+    MPSCNNNeuronAbsolute: the Absolute neuron, f(x) = |x|. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronAbsolute initWithDevice:]
+        """
+class CNNNeuronSigmoid(CNNNeuron):
+    """
+    MPSCNNNeuronSigmoid: the Sigmoid neuron, f(x) = 1 / (1 + exp(-x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronSigmoid initWithDevice:]
+        """
+class CNNNeuronSoftSign(CNNNeuron):
+    """
+    MPSCNNNeuronSoftSign: the SoftSign neuron, f(x) = x / (1 + |x|). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSCNNNeuronSoftSign initWithDevice:]
+        """
+class CNNNeuronReLU(CNNNeuron):
+    """
+    MPSCNNNeuronReLU: the ReLU neuron, f(x) = x >= 0 ? x : a*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)
+        """
+class CNNNeuronELU(CNNNeuron):
+    """
+    MPSCNNNeuronELU: the ELU neuron, f(x) = x >= 0 ? x : a*(exp(x) - 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronELU initWithDevice:a:]
+        """
+class CNNNeuronPReLU(CNNNeuron):
+    """
+    MPSCNNNeuronPReLU: the PReLU neuron, f(x) = x >= 0 ? x : a[channel]*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        -[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or one per channel of the source image); count is len(a)
+        """
+class CNNNeuronLinear(CNNNeuron):
+    """
+    MPSCNNNeuronLinear: the Linear neuron, f(x) = a*x + b. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+        """
+        -[MPSCNNNeuronLinear initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronHardSigmoid(CNNNeuron):
+    """
+    MPSCNNNeuronHardSigmoid: the HardSigmoid neuron, f(x) = clamp(a*x + b, 0, 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+        """
+        -[MPSCNNNeuronHardSigmoid initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronTanH(CNNNeuron):
+    """
+    MPSCNNNeuronTanH: the TanH neuron, f(x) = a*tanh(b*x). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronTanH initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronSoftPlus(CNNNeuron):
+    """
+    MPSCNNNeuronSoftPlus: the SoftPlus neuron, f(x) = a*log(1 + exp(b*x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronSoftPlus initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronReLUN(CNNNeuron):
+    """
+    MPSCNNNeuronReLUN: the ReLUN neuron, f(x) = min(x >= 0 ? x : a*x, b). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
+        """
+        -[MPSCNNNeuronReLUN initWithDevice:a:b:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronPower(CNNNeuron):
+    """
+    MPSCNNNeuronPower: the Power neuron, f(x) = (a*x + b)^c. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+        """
+        -[MPSCNNNeuronPower initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronExponential(CNNNeuron):
+    """
+    MPSCNNNeuronExponential: the Exponential neuron, f(x) = c^(a*x + b), c = -1 meaning base e. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        """
+        -[MPSCNNNeuronExponential initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
+class CNNNeuronLogarithm(CNNNeuron):
+    """
+    MPSCNNNeuronLogarithm: the Logarithm neuron, f(x) = log_c(a*x + b), c = -1 meaning the natural log. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
+    """
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+        """
+        -[MPSCNNNeuronLogarithm initWithDevice:a:b:c:] (defaults: docs/neurons.md)
+        """
 class CNNNeuronGradient(CNNGradientKernel):
     """
     MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the derivative of the x >= 0 branch is used, as MPS documents.
@@ -1836,6 +1948,125 @@ class CNNConvolutionGradient(CNNGradientKernel):
     def gradient_option(self) -> CNNConvolutionGradientOption:
         """
         MPSCNNConvolutionGradient.gradientOption
+        """
+    @gradient_option.setter
+    def gradient_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def source_gradient_feature_channels(self) -> int:
+        ...
+    @property
+    def source_image_feature_channels(self) -> int:
+        ...
+class CNNFullyConnected(CNNConvolution):
+    """
+    MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnected initWithDevice:weights:]
+        """
+class CNNFullyConnectedGradient(CNNConvolutionGradient):
+    """
+    MPSCNNFullyConnectedGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
+        """
+class CNNConvolutionTransposeGradientState(CNNConvolutionGradientState):
+    """
+    MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state sized the result (or None)
+    """
+    @property
+    def convolution_transpose(self) -> ...:
+        """
+        MPSCNNConvolutionTransposeGradientState.convolutionTranspose
+        """
+class CNNConvolutionTranspose(CNNKernel):
+    """
+    MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTranspose initWithDevice:weights:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, convolution_gradient_state: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel encode forms, and with convolution_gradient_state -encodeToCommandBuffer:sourceImage:convolutionGradientState:[destinationState:destinationStateIsTemporary:] (result sized to that convolution's source; returns the image, or (image, state) with destination_state_is_temporary)
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, convolution_gradient_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        The CNNKernel batch encode forms, and with convolution_gradient_states -encodeBatchToCommandBuffer:sourceImages:convolutionGradientStates:[destinationStates:destinationStateIsTemporary:]
+        """
+    def export_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, result_state_can_be_temporary: bool = False) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        -exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def accumulator_precision_option(self) -> NNConvolutionAccumulatorPrecisionOption:
+        ...
+    @accumulator_precision_option.setter
+    def accumulator_precision_option(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def groups(self) -> int:
+        ...
+    @property
+    def input_feature_channels(self) -> int:
+        ...
+    @property
+    def kernel_offset_x(self) -> int:
+        ...
+    @kernel_offset_x.setter
+    def kernel_offset_x(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def kernel_offset_y(self) -> int:
+        ...
+    @kernel_offset_y.setter
+    def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def output_feature_channels(self) -> int:
+        ...
+class CNNConvolutionTransposeGradient(CNNGradientKernel):
+    """
+    MPSCNNConvolutionTransposeGradient
+    """
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+        """
+        -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
+        """
+    def reload_weights_and_biases_from_data_source(self) -> None:
+        """
+        -reloadWeightsAndBiasesFromDataSource
+        """
+    def reload_weights_and_biases_with_command_buffer(self, command_buffer: CommandBuffer, state: CNNConvolutionWeightsAndBiasesState) -> None:
+        """
+        -reloadWeightsAndBiasesWithCommandBuffer:state:
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def gradient_option(self) -> CNNConvolutionGradientOption:
+        """
+        MPSCNNConvolutionTransposeGradient.gradientOption
         """
     @gradient_option.setter
     def gradient_option(self, arg1: typing.Any) -> None:
@@ -2457,6 +2688,281 @@ class CNNBatchNormalizationGradient(CNNGradientKernel):
     @training_statistics.setter
     def training_statistics(self, arg0: bool) -> None:
         ...
+class CNNInstanceNormalizationDataSource:
+    """
+    @protocol MPSCNNInstanceNormalizationDataSource. Any Python object with number_of_feature_channels(), gamma() and beta() (None: no bias) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, instance_normalization_state_batch) (GPU style: return a CNNNormalizationGammaAndBetaState for reload_gamma_and_beta_with_command_buffer) and update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) are called by the application; they receive one state per image and should sum the gradients over the batch.
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+class CNNInstanceNormalizationWeightsDataSource(CNNInstanceNormalizationDataSource):
+    """
+    A ready-made MPSCNNInstanceNormalizationDataSource holding gamma and beta in memory (the methods return writable views: change them, then call the kernel's reload_gamma_and_beta_from_data_source()). Its CPU-style update applies gamma -= learning_rate·Σ dγ, beta -= learning_rate·Σ dβ, summed over the batch of states.
+    """
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> float:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def update_gamma_and_beta_with_instance_normalization_state_batch(self, instance_normalization_state_batch: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithInstanceNormalizationStateBatch: (CPU style; the states' command buffer must have completed; decrements each temporary state's read count)
+        """
+    @property
+    def learning_rate(self) -> float:
+        """
+        the SGD step of the update method
+        """
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.Any) -> None:
+        ...
+class CNNInstanceNormalizationGradientState(NNGradientState):
+    """
+    MPSCNNInstanceNormalizationGradientState, made by CNNInstanceNormalization.result_state / temporary_result_state (one per image). Its buffers are (C,) float32 views, valid once the command buffer that wrote them has completed.
+    """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the (C,) beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the (C,) gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
+        """
+    @property
+    def instance_normalization(self) -> typing.Any:
+        """
+        -instanceNormalization: the kernel that made the state
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
+        """
+class CNNInstanceNormalization(CNNKernel):
+    """
+    MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and channel over the pixels. Encode with a destination_state (from result_state) to train; CNNInstanceNormalizationGradient then reads it.
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+        """
+        -initWithDevice:dataSource:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+class CNNInstanceNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; gradient_state is the image's CNNInstanceNormalizationGradientState.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
+class CNNGroupNormalizationDataSource:
+    """
+    @protocol MPSCNNGroupNormalizationDataSource. Any Python object with number_of_feature_channels(), number_of_groups(), gamma() and beta() (None: no bias; both per channel) can be passed where a data source is expected; label(), epsilon() (default FLT_MIN), load() and purge() are optional. The optional update methods update_gamma_and_beta_with_command_buffer(command_buffer, group_normalization_state_batch) (GPU style) and update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) are called by the application.
+    """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+class CNNGroupNormalizationWeightsDataSource(CNNGroupNormalizationDataSource):
+    """
+    A ready-made MPSCNNGroupNormalizationDataSource holding gamma, beta (per channel) and the number of groups. Its CPU-style update applies SGD with the gradients summed over the batch of states.
+    """
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, number_of_groups: typing.Any = 1, epsilon: typing.Any = None, label: str = '') -> None:
+        """
+        number_of_groups must divide len(gamma); epsilon None: the protocol's default (FLT_MIN)
+        """
+    def beta(self) -> typing.Any:
+        """
+        -beta (a writable view, or None)
+        """
+    def epsilon(self) -> float:
+        """
+        -epsilon
+        """
+    def gamma(self) -> typing.Any:
+        """
+        -gamma (a writable view)
+        """
+    def label(self) -> str:
+        """
+        -label
+        """
+    def load(self) -> bool:
+        """
+        -load
+        """
+    def number_of_feature_channels(self) -> int:
+        """
+        -numberOfFeatureChannels
+        """
+    def number_of_groups(self) -> int:
+        """
+        -numberOfGroups
+        """
+    def purge(self) -> None:
+        """
+        -purge
+        """
+    def set_number_of_groups(self, number_of_groups: typing.Any) -> None:
+        """
+        -setNumberOfGroups: (kernels read the number of groups when they are made)
+        """
+    def update_gamma_and_beta_with_group_normalization_state_batch(self, group_normalization_state_batch: typing.Any) -> bool:
+        """
+        -updateGammaAndBetaWithGroupNormalizationStateBatch: (CPU style; decrements each temporary state's read count)
+        """
+    @property
+    def learning_rate(self) -> float:
+        """
+        the SGD step of the update method
+        """
+    @learning_rate.setter
+    def learning_rate(self, arg1: typing.Any) -> None:
+        ...
+class CNNGroupNormalizationGradientState(NNGradientState):
+    """
+    MPSCNNGroupNormalizationGradientState, made by CNNGroupNormalization.result_state / temporary_result_state (one per image).
+    """
+    @property
+    def beta(self) -> typing.Any:
+        """
+        -beta: the (C,) beta the forward pass used
+        """
+    @property
+    def gamma(self) -> typing.Any:
+        """
+        -gamma: the (C,) gamma the forward pass used
+        """
+    @property
+    def gradient_for_beta(self) -> typing.Any:
+        """
+        -gradientForBeta: (C,) sum over the pixels of G (None until the gradient kernel has encoded)
+        """
+    @property
+    def gradient_for_gamma(self) -> typing.Any:
+        """
+        -gradientForGamma: (C,) sum over the pixels of G·x̂ (None until the gradient kernel has encoded)
+        """
+    @property
+    def group_normalization(self) -> typing.Any:
+        """
+        -groupNormalization: the kernel that made the state
+        """
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        mpsgrad: the groups the statistics were taken over (channels for instance normalization)
+        """
+class CNNGroupNormalization(CNNKernel):
+    """
+    MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, gamma and beta per channel.
+    """
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+        """
+        -initWithDevice:dataSource:
+        """
+    def reload_gamma_and_beta_from_data_source(self) -> None:
+        """
+        -reloadGammaAndBetaFromDataSource
+        """
+    def reload_gamma_and_beta_with_command_buffer(self, command_buffer: CommandBuffer, gamma_and_beta_state: typing.Any) -> None:
+        """
+        -reloadGammaAndBetaWithCommandBuffer:gammaAndBetaState: (an encoded copy; decrements a temporary state's read count)
+        """
+    @property
+    def data_source(self) -> typing.Any:
+        ...
+    @property
+    def epsilon(self) -> float:
+        """
+        epsilon (finite, > 0; the data source's epsilon(), else FLT_MIN)
+        """
+    @epsilon.setter
+    def epsilon(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def number_of_feature_channels(self) -> int:
+        ...
+    @property
+    def number_of_groups(self) -> int:
+        """
+        the data source's number_of_groups() when the kernel was made
+        """
+class CNNGroupNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -initWithDevice:
+        """
 class VectorDescriptor:
     """
     MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, `vector_bytes` apart
@@ -2688,6 +3194,16 @@ class NNOptimizerStochasticGradientDescent(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:resultState: ([weights] or [weights, biases]; result None: in place)
         """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:resultState: ([gamma] or [gamma, beta]; result_state, a CNNNormalizationGammaAndBetaState, is required)
+        """
     @property
     def momentum_scale(self) -> float:
         ...
@@ -2717,6 +3233,16 @@ class NNOptimizerRMSProp(NNOptimizer):
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputSumOfSquaresVectors:resultState:
         """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputSumOfSquaresVectors:resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_sum_of_squares_vectors: typing.Any, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputSumOfSquaresVectors:resultState: ([gamma] or [gamma, beta]; result_state required)
+        """
     @property
     def decay(self) -> float:
         ...
@@ -2740,6 +3266,16 @@ class NNOptimizerAdam(NNOptimizer):
     def encode(self, command_buffer: CommandBuffer, convolution_gradient_state: CNNConvolutionGradientState, convolution_source_state: CNNConvolutionWeightsAndBiasesState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNConvolutionWeightsAndBiasesState = None) -> None:
         """
         -encodeToCommandBuffer:convolutionGradientState:convolutionSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState:
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_gradient_state: CNNBatchNormalizationState, batch_normalization_source_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationGradientState:batchNormalizationSourceState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: (batch_normalization_gradient_state + batch_normalization_source_state form)
+        """
+    @typing.overload
+    def encode(self, command_buffer: CommandBuffer, batch_normalization_state: CNNBatchNormalizationState, input_momentum_vectors: typing.Any, input_velocity_vectors: typing.Any, maximum_velocity_vectors: typing.Any = None, result_state: CNNNormalizationGammaAndBetaState = None) -> None:
+        """
+        -encodeToCommandBuffer:batchNormalizationState:inputMomentumVectors:inputVelocityVectors:[maximumVelocityVectors:]resultState: ([gamma] or [gamma, beta]; result_state required)
         """
     @property
     def beta1(self) -> float:
@@ -3055,6 +3591,91 @@ class CNNLoss(Kernel):
     @property
     def weight(self) -> float:
         ...
+class NNLossKernel(Kernel):
+    """
+    The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)
+    """
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @epsilon.setter
+    def epsilon(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @label_smoothing.setter
+    def label_smoothing(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        macOS 11: one loss for the whole batch
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg1: bool) -> None:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
+    @weight.setter
+    def weight(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class NNForwardLoss(NNLossKernel):
+    """
+    MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; returns the loss images)
+        """
+class NNLossGradient(NNLossKernel):
+    """
+    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per image for a reduced loss (broadcast). computeLabelGradients is not implemented.
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+        """
+        -[MPSNNLossGradient initWithDevice:lossDescriptor:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (returns the gradient images)
+        """
+class NNInitialGradient(Kernel):
+    """
+    MPSNNInitialGradient: an image of the source's size filled with 1.0
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNInitialGradient initWithDevice:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:[destinationImage:]
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
+        """
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from
@@ -3440,6 +4061,439 @@ class CNNDropoutGradient(CNNGradientKernel):
         ...
     @property
     def seed(self) -> int:
+        ...
+class ImageCoordinate:
+    """
+    MPSImageCoordinate: a pixel position and feature channel
+    """
+    __hash__: typing.ClassVar[None] = None
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __init__(self, x: typing.Any = 0, y: typing.Any = 0, channel: typing.Any = 0) -> None:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def channel(self) -> int:
+        ...
+    @property
+    def x(self) -> int:
+        ...
+    @property
+    def y(self) -> int:
+        ...
+class NNReshapeGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNReshape writes for NNReshapeGradient (both shapes)
+    """
+class NNPadGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNPad writes for NNPadGradient (the source index every written element copied)
+    """
+class NNReshape(CNNKernel):
+    """
+    MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y must be 0 and clip_rect must not cut the destination.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNReshape initWithDevice:]
+        """
+    def encode(self, command_buffer: typing.Any, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
+        """
+        MPSCNNKernel's encode forms (see CNNKernel.encode; the returning forms keep the source's shape), and with reshaped_width/height/feature_channels the macOS 11 forms -encodeToCommandBuffer:sourceImage:[destinationState:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (returns the image, or (image, state) with destination_state_is_temporary).
+        """
+    def encode_batch(self, command_buffer: typing.Any, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None, reshaped_width: typing.Any = None, reshaped_height: typing.Any = None, reshaped_feature_channels: typing.Any = None) -> typing.Any:
+        """
+        MPSCNNKernel's batch encode forms, and with reshaped_width/height/feature_channels -encodeBatchToCommandBuffer:sourceImages:[destinationStates:destinationStateIsTemporary:]reshapedWidth:reshapedHeight:reshapedFeatureChannels: (macOS 11).
+        """
+class NNReshapeGradient(CNNGradientKernel):
+    """
+    MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNReshapeGradient initWithDevice:]
+        """
+class NNPad(CNNKernel):
+    """
+    MPSNNPad: copies the source into the destination, filling outside the source by edge_mode: ZERO, CONSTANT (fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE (np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).
+    """
+    def __init__(self, device: typing.Any, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
+        """
+        -[MPSNNPad initWithDevice:[paddingSizeBefore:paddingSizeAfter:[fillValueArray:]]]: sizes as ImageCoordinate or (x, y, channel); fill_value_array holds one value per channel written (CONSTANT).
+        """
+    @property
+    def fill_value(self) -> float:
+        """
+        MPSNNPad.fillValue (edge mode CONSTANT; ignored when fill_value_array was given)
+        """
+    @fill_value.setter
+    def fill_value(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def fill_value_array(self) -> list[float]:
+        """
+        The initializer's per-channel fill values (empty: fill_value is used)
+        """
+    @property
+    def padding_size_after(self) -> ImageCoordinate:
+        """
+        MPSNNPad.paddingSizeAfter
+        """
+    @padding_size_after.setter
+    def padding_size_after(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def padding_size_before(self) -> ImageCoordinate:
+        """
+        MPSNNPad.paddingSizeBefore (x, y: the returning encode forms; channel: always)
+        """
+    @padding_size_before.setter
+    def padding_size_before(self, arg1: typing.Any) -> None:
+        ...
+class NNPadGradient(CNNGradientKernel):
+    """
+    MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element (a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        -[MPSNNPadGradient initWithDevice:]
+        """
+class LocalNormalizationKind:
+    """
+    Which forward kernel a CNNLocalNormalizationGradientState comes from
+    
+    Members:
+    
+      CROSS_CHANNEL
+    
+      SPATIAL
+    
+      LOCAL_CONTRAST
+    """
+    CROSS_CHANNEL: typing.ClassVar[LocalNormalizationKind]
+    LOCAL_CONTRAST: typing.ClassVar[LocalNormalizationKind]
+    SPATIAL: typing.ClassVar[LocalNormalizationKind]
+    __members__: typing.ClassVar[dict[str, LocalNormalizationKind]]
+    @typing.overload
+    def __eq__(self, other: LocalNormalizationKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: LocalNormalizationKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class CNNLocalNormalizationGradientState(NNGradientState):
+    """
+    The MPSNNGradientState the cross-channel, spatial and local contrast normalization kernels write for their gradients: the forward geometry, window and parameters
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def kind(self) -> LocalNormalizationKind:
+        ...
+class CNNCrossChannelNormalization(CNNKernel):
+    """
+    MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
+    """
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+        """
+        -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalization(CNNKernel):
+    """
+    MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalization.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalization.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNLocalContrastNormalization(CNNKernel):
+    """
+    MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalization.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+        """
+        -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNCrossChannelNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_size(self) -> int:
+        """
+        kernelSize: channels in the window (default 5)
+        """
+class CNNSpatialNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.alpha (default 1.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.beta (default 5.0)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNSpatialNormalizationGradient.delta (default 1.0; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
+    """
+    MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
+    """
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+        """
+        -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.alpha (default 0.0; must be >= 0)
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.beta (default 0.5)
+        """
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.delta (default 1/1024; must be > 0)
+        """
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.p0 (default 1.0): weight of the mean
+        """
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.pm (default 0.0): added to the result
+        """
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        """
+        MPSCNNLocalContrastNormalizationGradient.ps (default 1.0): scale of the result
+        """
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
         ...
 class NNFilterNode:
     """
@@ -4157,5 +5211,9 @@ def set_num_threads(n: typing.Any) -> None:
 def state_batch_increment_read_count(batch: collections.abc.Sequence[State], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     MPSStateBatchIncrementReadCount: each unique state once; returns the unique count.
+    """
+def synchronize() -> None:
+    """
+    mpsgrad extension (like torch.mps.synchronize()): waits until every command buffer committed from Python has completed and its completed handlers have run. The emulated Metal device of the Linux test build runs command buffers only when the host waits, so this is what drives an execute_async there.
     """
 RECT_NO_CLIP: Region
