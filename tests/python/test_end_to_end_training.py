@@ -37,15 +37,12 @@ def _persistent(*kernels):
 
 
 def fully_connected(device, w, b):
-    """The FC layer: MPS's definition (spec §2.1.7), a convolution whose kernel covers its input.
-    To use the fully connected kernel class instead, replace CNNConvolution / CNNConvolutionGradient
-    by CNNFullyConnected / CNNFullyConnectedGradient here (same data source, same states)."""
+    """The FC layer: CNNFullyConnected, MPS's convolution whose kernel covers its whole input
+    (spec §2.1.7); it shares the convolution's data source, gradient state and weight states."""
     d = m.CNNConvolutionDescriptor(kernel_width=W, kernel_height=H, input_feature_channels=HIDDEN,
                                    output_feature_channels=CLASSES)
     ds = m.CNNConvolutionWeightsDataSource(d, w, b)
-    fc, fc_grad = m.CNNConvolution(device, ds), m.CNNConvolutionGradient(device, ds)
-    fc.padding = m.NNDefaultPadding(int(m.PaddingMethod.SIZE_VALID_ONLY | m.PaddingMethod.ALIGN_CENTERED))
-    return fc, fc_grad
+    return m.CNNFullyConnected(device, ds), m.CNNFullyConnectedGradient(device, ds)
 
 
 class Model:
