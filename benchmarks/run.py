@@ -13,8 +13,8 @@ back-to-back pairs; > 1 means mpsgrad is faster), mpsgrad's GFLOP/s (convolution
 float32 SGEMM (2048 x 2048 matmul, best of NumPy's BLAS and PyTorch) and copy bandwidth (a large
 NumPy copy, bytes read + written). Results go to benchmarks/results/ as JSON and markdown.
 
-The rows: suite_convolution.py, suite_convolution_variants.py, suite_elementwise.py, suite_training.py and
-suite_normalization.py (each documents what it calls).
+The rows: suite_convolution.py, suite_convolution_variants.py, suite_elementwise.py, suite_training.py,
+suite_normalization.py and suite_batch_normalization.py (each documents what it calls).
 
     python benchmarks/run.py                # everything, a few minutes on 2 cores
     python benchmarks/run.py --quick        # smaller batches, fewer repeats
@@ -76,13 +76,15 @@ except ImportError:  # pragma: no cover
 import mpsgrad as m  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import suite_batch_normalization  # noqa: E402
 import suite_convolution  # noqa: E402
 import suite_convolution_variants  # noqa: E402
 import suite_elementwise  # noqa: E402
 import suite_normalization  # noqa: E402
 import suite_training  # noqa: E402
 
-SUITES = (suite_convolution, suite_convolution_variants, suite_elementwise, suite_training, suite_normalization)
+SUITES = (suite_convolution, suite_convolution_variants, suite_elementwise, suite_training, suite_normalization,
+          suite_batch_normalization)
 
 
 def _time(fn):
@@ -162,6 +164,7 @@ GROUPS = {  # summary lines: family -> group
     "softmax": "softmax (forward + gradient)",
     "loss": "loss and optimizer",
     "optimizer": "loss and optimizer",
+    "batch_normalization": "batch normalization training (forward, gradient)",
 }
 
 
