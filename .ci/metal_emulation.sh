@@ -50,7 +50,8 @@ emulation_pytest() {
     cp -r python/mpsgrad build/ci-metal/pkg/
     cp build/ci-metal/_mpsgrad*.so build/ci-metal/pkg/mpsgrad/
     (export_coverage_env &&
-        PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal,cpu python3 -m pytest tests/python -q)
+        PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal,cpu MPSGRAD_POISON_UNSPECIFIED_BUFFERS=1 \
+            python3 -m pytest tests/python -q)
 }
 
 emulation_coverage() {

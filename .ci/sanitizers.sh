@@ -21,7 +21,7 @@ with_sanitizers() {
     LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        PYTHONPATH="$root/build/ci-asan/pkg" "$@"
+        MPSGRAD_POISON_UNSPECIFIED_BUFFERS=1 PYTHONPATH="$root/build/ci-asan/pkg" "$@"
 }
 
 sanitizer_pytest() {

@@ -29,13 +29,26 @@ namespace mpsgrad {
 class CommandBuffer;
 
 // Device memory visible to the host (aligned host memory on the CPU, a shared-storage
-// MTLBuffer on Metal). Zero-filled at allocation.
+// MTLBuffer on Metal). Zero-filled at allocation unless asked otherwise (BufferFill).
 class Buffer {
 public:
     virtual ~Buffer() = default;
     virtual void* contents() = 0;
     virtual size_t length() const = 0;
 };
+
+// What a new buffer holds. Unspecified skips the zero fill, for storage that the next op
+// overwrites completely (a kernel's destination images): the fill is a whole extra pass over
+// memory, as costly as the element-wise op that follows. With MPSGRAD_POISON_UNSPECIFIED_BUFFERS=1
+// such buffers are filled with 0xFF bytes (float NaN) instead, so that a test run shows any
+// float an op was trusted to write but did not.
+enum class BufferFill { Zero, Unspecified };
+
+// True when MPSGRAD_POISON_UNSPECIFIED_BUFFERS is set to 1 (read once).
+bool poisonUnspecifiedBuffers();
+// What a backend does with the `bytes` bytes at `p` of a new Unspecified buffer: nothing, or
+// the poison fill when poisonUnspecifiedBuffers().
+void prepareUnspecifiedBuffer(void* p, size_t bytes);
 
 // A byte offset into a buffer: what a backend op binds.
 struct BufferSlice {
@@ -72,8 +85,8 @@ public:
     virtual ~Backend() = default;
 
     virtual std::string name() const = 0;
-    // Zero-filled, host-visible memory of `bytes` bytes.
-    virtual std::shared_ptr<Buffer> newBuffer(size_t bytes) = 0;
+    // Host-visible memory of `bytes` bytes, zero-filled unless `fill` is Unspecified.
+    virtual std::shared_ptr<Buffer> newBuffer(size_t bytes, BufferFill fill = BufferFill::Zero) = 0;
     virtual std::shared_ptr<BackendQueue> newQueue() = 0;
 
     // ---- utility ops -----------------------------------------------------------------

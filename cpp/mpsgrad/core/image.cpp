@@ -52,6 +52,10 @@ size_t bytesPerImage(const ImageDescriptor& d) {
 }
 
 // Bytes of `count` allocations of the descriptor's images, checked.
+thread_local bool unspecifiedImageStorage = false;
+
+BufferFill imageStorageFill() { return unspecifiedImageStorage ? BufferFill::Unspecified : BufferFill::Zero; }
+
 size_t batchBytes(const ImageDescriptor& d, size_t count) {
     return size_t(checked::mul(checked::mul(bytesPerImage(d), uint64_t(d.numberOfImages), "image_descriptor"), count,
                                "count"));
@@ -61,7 +65,7 @@ size_t batchBytes(const ImageDescriptor& d, size_t count) {
 Image::Image(const Device& device, const ImageDescriptor& descriptor)
     : device_(device), descriptor_(descriptor), pixelStride_(roundUpTo4(descriptor.featureChannels)) {
     descriptor_.validate("image_descriptor");
-    storage_ = BufferSlice{device_.backend().newBuffer(batchBytes(descriptor_, 1)), 0};
+    storage_ = BufferSlice{device_.backend().newBuffer(batchBytes(descriptor_, 1), imageStorageFill()), 0};
 }
 
 Image::Image(const Device& device, const ImageDescriptor& descriptor, BufferSlice storage, int64_t pixelStride,
@@ -77,7 +81,7 @@ ImageBatch Image::makeBatch(const Device& device, const ImageDescriptor& descrip
     descriptor.validate("image_descriptor");
     if (count == 0) throwValueError("count: an image batch needs at least one image");
     size_t each = batchBytes(descriptor, 1);
-    auto buffer = device.backend().newBuffer(batchBytes(descriptor, count));
+    auto buffer = device.backend().newBuffer(batchBytes(descriptor, count), imageStorageFill());
     ImageBatch batch;
     for (size_t i = 0; i < count; ++i)
         batch.push_back(ImagePtr(new Image(device, descriptor, BufferSlice{buffer, i * each},
@@ -237,7 +241,7 @@ ImageBatch TemporaryImage::makeBatch(CommandBuffer& cb, const ImageDescriptor& d
     descriptor.validate("image_descriptor");
     if (count == 0) throwValueError("count: an image batch needs at least one image");
     size_t each = batchBytes(descriptor, 1);
-    auto buffer = cb.device().backend().newBuffer(batchBytes(descriptor, count));
+    auto buffer = cb.device().backend().newBuffer(batchBytes(descriptor, count), imageStorageFill());
     ImageBatch batch;
     for (size_t i = 0; i < count; ++i)
         batch.push_back(ImagePtr(new TemporaryImage(cb, descriptor, BufferSlice{buffer, i * each})));
@@ -312,6 +316,12 @@ std::shared_ptr<ImageAllocator> ImageAllocator::persistentAllocator() {
     static auto allocator = std::make_shared<PersistentAllocator>();
     return allocator;
 }
+
+UnspecifiedImageStorageScope::UnspecifiedImageStorageScope(bool active) : previous_(unspecifiedImageStorage) {
+    unspecifiedImageStorage = active;
+}
+
+UnspecifiedImageStorageScope::~UnspecifiedImageStorageScope() { unspecifiedImageStorage = previous_; }
 
 size_t imageBatchIncrementReadCount(const ImageBatch& batch, int64_t amount) {
     std::set<Image*> unique;

@@ -170,6 +170,20 @@ public:
     static std::shared_ptr<ImageAllocator> persistentAllocator();
 };
 
+// While one is alive on a thread, the images and image batches created on that thread get
+// storage that is not zero-filled (BufferFill::Unspecified). Kernels open one around the
+// allocation of destinations they will overwrite completely (CNNKernel's returning encodes).
+class UnspecifiedImageStorageScope {
+public:
+    explicit UnspecifiedImageStorageScope(bool active);
+    ~UnspecifiedImageStorageScope();
+    UnspecifiedImageStorageScope(const UnspecifiedImageStorageScope&) = delete;
+    UnspecifiedImageStorageScope& operator=(const UnspecifiedImageStorageScope&) = delete;
+
+private:
+    bool previous_;
+};
+
 // MPSImageBatchIncrementReadCount: touches each unique temporary image once; returns the
 // number of unique images.
 size_t imageBatchIncrementReadCount(const ImageBatch& batch, int64_t amount);

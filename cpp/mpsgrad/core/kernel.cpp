@@ -62,6 +62,29 @@ std::shared_ptr<ImageAllocator> allocatorOr(const std::shared_ptr<ImageAllocator
     return allocator ? allocator : ImageAllocator::temporaryAllocator();
 }
 
+// True when a kernel that writes every destination pixel inside its clip rect writes every
+// float of a destination of `d`: no padding lanes, no channel offset, a clip covering it all.
+bool writesWholeDestination(const ImageDescriptor& d, int64_t destinationChannelOffset, const Region& clip) {
+    auto covers = [](int64_t origin, uint64_t size, int64_t extent) {
+        return origin <= 0 && (size == kNoClipSize || int64_t(size) + origin >= extent);
+    };
+    return d.featureChannels % 4 == 0 && destinationChannelOffset == 0 && covers(clip.origin.x, clip.size.width, d.width) &&
+           covers(clip.origin.y, clip.size.height, d.height) && covers(clip.origin.z, clip.size.depth, d.numberOfImages);
+}
+
+// The destinations of a returning encode. Storage the kernel overwrites completely skips the
+// zero fill (a whole extra pass over memory), but only from the built-in allocators: a custom
+// allocator may create other images while it runs, and those must keep the zero fill.
+ImageBatch allocateDestinations(CommandBuffer& cb, const std::shared_ptr<ImageAllocator>& allocator,
+                                const ImageDescriptor& descriptor, const Kernel* kernel, size_t count,
+                                bool overwritten) {
+    auto chosen = allocatorOr(allocator);
+    const bool builtIn =
+        chosen == ImageAllocator::temporaryAllocator() || chosen == ImageAllocator::persistentAllocator();
+    UnspecifiedImageStorageScope scope(overwritten && builtIn);
+    return chosen->imageBatchForCommandBuffer(cb, descriptor, kernel, count);
+}
+
 
 // Size and offset along one axis under `method`.
 void paddedAxis(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t method, padding::Axis axis,
@@ -187,8 +210,9 @@ ImageBatch CNNKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, 
                             s->numberOfImages());
     }
     ImageDescriptor descriptor = destinationImageDescriptor(sources, {});
-    ImageBatch destinations =
-        allocatorOr(destinationImageAllocator)->imageBatchForCommandBuffer(cb, descriptor, this, sources.size());
+    ImageBatch destinations = allocateDestinations(
+        cb, destinationImageAllocator, descriptor, this, sources.size(),
+        writesEveryDestinationPixel() && writesWholeDestination(descriptor, destinationFeatureChannelOffset, clipRect));
     StateBatch states;
     if (destinationStates) {
         states = destinationStateIsTemporary ? temporaryResultStateBatch(cb, sources, destinations)
@@ -379,8 +403,9 @@ ImageBatch CNNBinaryKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& pri
                                 image->numberOfImages(), " (use batch_representation() or pass destination_image)");
     }
     ImageDescriptor descriptor = destinationImageDescriptor({primaries.front(), secondaries.front()}, {});
-    ImageBatch destinations =
-        allocatorOr(destinationImageAllocator)->imageBatchForCommandBuffer(cb, descriptor, this, primaries.size());
+    ImageBatch destinations = allocateDestinations(
+        cb, destinationImageAllocator, descriptor, this, primaries.size(),
+        writesEveryDestinationPixel() && writesWholeDestination(descriptor, destinationFeatureChannelOffset, clipRect));
     StateBatch states;
     if (destinationStates) {
         for (size_t i = 0; i < primaries.size(); ++i) {
@@ -525,8 +550,9 @@ ImageBatch CNNGradientKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& s
     requireSameLength(sourceGradients.size(), gradientStates.size(), "source_gradients", "gradient_states");
     ImageDescriptor descriptor =
         destinationImageDescriptor({sourceGradients.front(), sourceImages.front()}, {gradientStates.front()});
-    ImageBatch destinations = allocatorOr(destinationImageAllocator)
-                                  ->imageBatchForCommandBuffer(cb, descriptor, this, sourceGradients.size());
+    ImageBatch destinations = allocateDestinations(
+        cb, destinationImageAllocator, descriptor, this, sourceGradients.size(),
+        writesEveryDestinationPixel() && writesWholeDestination(descriptor, destinationFeatureChannelOffset, clipRect));
     encodeGradientResolved(cb, sourceGradients, sourceImages, gradientStates, destinations);
     return destinations;
 }

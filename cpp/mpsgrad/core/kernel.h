@@ -107,6 +107,10 @@ public:
     virtual bool isStateModified() const { return false; }
     virtual bool isResultStateReusedAcrossBatch() const { return false; }
     virtual bool appendBatchBarrier() const { return false; }
+    // True when the family's ops write every destination pixel inside the clip rect (all of
+    // its channels after the destination channel offset). Returning encodes then allocate
+    // destinations without the zero fill when nothing else is left unwritten (kernel.cpp).
+    virtual bool writesEveryDestinationPixel() const { return false; }
 
     // -encodeToCommandBuffer:sourceImage:destinationImage: (offset as set; padding ignored)
     void encode(CommandBuffer& cb, const ImagePtr& source, const ImagePtr& destination);
@@ -213,6 +217,10 @@ public:
     virtual bool isStateModified() const { return false; }
     virtual bool isResultStateReusedAcrossBatch() const { return false; }
     virtual bool appendBatchBarrier() const { return false; }
+    // True when the family's ops write every destination pixel inside the clip rect (all of
+    // its channels after the destination channel offset). Returning encodes then allocate
+    // destinations without the zero fill when nothing else is left unwritten (kernel.cpp).
+    virtual bool writesEveryDestinationPixel() const { return false; }
 
     // -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]destinationImage:
     void encode(CommandBuffer& cb, const ImagePtr& primary, const ImagePtr& secondary, const StatePtr& state,

@@ -76,6 +76,7 @@ public:
 // MPSCNNArithmetic (abstract). See the file comment for the formula and broadcasting rules.
 class CNNArithmetic : public CNNBinaryKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     float primaryScale = 1.0f;
     float secondaryScale = 1.0f;
     float bias = 0.0f;
@@ -174,6 +175,7 @@ protected:
 // describe the forward op; the returning encode forms copy them from the state.
 class CNNArithmeticGradient : public CNNGradientKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     float primaryScale = 1.0f;
     float secondaryScale = 1.0f;
     float bias = 0.0f;  // ignored by the gradient (as in MPS)

@@ -33,6 +33,7 @@ public:
 // MPSCNNDropout
 class CNNDropout final : public CNNKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     // -initWithDevice:keepProbability:seed:maskStrideInPixels: (ValueError unless keepProbability is
     // in (0, 1) and every stride component is 0 or 1)
     CNNDropout(const Device& device, float keepProbability, uint64_t seed, Size3 maskStrideInPixels);
@@ -67,6 +68,7 @@ class CNNDropoutGradient final : public CNNGradientKernel {
 public:
     CNNDropoutGradient(const Device& device, float keepProbability, uint64_t seed, Size3 maskStrideInPixels);
     const char* className() const override { return "CNNDropoutGradient"; }
+    bool writesEveryDestinationPixel() const override { return true; }
 
     float keepProbability() const { return keepProbability_; }
     uint64_t seed() const { return seed_; }

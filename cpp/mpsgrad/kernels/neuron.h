@@ -98,6 +98,7 @@ public:
     // -initWithDevice:neuronDescriptor: (ValueError for a type out of range or PReLU without data)
     CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
     const char* className() const override { return "CNNNeuron"; }
+    bool writesEveryDestinationPixel() const override { return true; }
 
     // Read-only MPSCNNNeuron properties.
     CNNNeuronType neuronType() const { return descriptor_.neuronType; }
@@ -232,6 +233,7 @@ public:
     // -initWithDevice:neuronDescriptor:
     CNNNeuronGradient(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
     const char* className() const override { return "CNNNeuronGradient"; }
+    bool writesEveryDestinationPixel() const override { return true; }
 
     CNNNeuronType neuronType() const { return descriptor_.neuronType; }
     float a() const { return descriptor_.a; }

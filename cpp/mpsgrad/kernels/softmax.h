@@ -32,6 +32,7 @@ public:
 // Shared implementation of MPSCNNSoftMax and MPSCNNLogSoftMax.
 class CNNSoftMaxBase : public CNNKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     bool isLogSoftmax() const { return log_; }
 
     // -initWithCoder:device: for CNNSoftMax / CNNLogSoftMax (the CNNKernel properties).
@@ -71,6 +72,7 @@ public:
 // encode forms read G and Y where the forward wrote Y and write dX where the forward read X.
 class CNNSoftMaxGradientBase : public CNNGradientKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     bool isLogSoftmax() const { return log_; }
 
     // -initWithCoder:device: for CNNSoftMaxGradient / CNNLogSoftMaxGradient.

@@ -25,12 +25,13 @@ constexpr size_t kAlignment = 64;
 
 class CpuBuffer final : public Buffer {
 public:
-    explicit CpuBuffer(size_t bytes) : length_(bytes) {
+    CpuBuffer(size_t bytes, BufferFill fill) : length_(bytes) {
         if (bytes > size_t(PTRDIFF_MAX) - kAlignment) throw std::bad_alloc();  // rounding up would wrap
         size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
         data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
         if (!data_) throw std::bad_alloc();
-        zeroFill(static_cast<char*>(data_), rounded == 0 ? kAlignment : rounded);
+        if (fill == BufferFill::Zero) zeroFill(static_cast<char*>(data_), rounded == 0 ? kAlignment : rounded);
+        else prepareUnspecifiedBuffer(data_, rounded == 0 ? kAlignment : rounded);
     }
     ~CpuBuffer() override { std::free(data_); }
     void* contents() override { return data_; }
@@ -196,7 +197,9 @@ std::unique_ptr<BackendCommandBuffer> CpuQueue::newCommandBuffer() {
 class CpuBackend final : public Backend {
 public:
     std::string name() const override { return "cpu"; }
-    std::shared_ptr<Buffer> newBuffer(size_t bytes) override { return std::make_shared<CpuBuffer>(bytes); }
+    std::shared_ptr<Buffer> newBuffer(size_t bytes, BufferFill fill) override {
+        return std::make_shared<CpuBuffer>(bytes, fill);
+    }
     std::shared_ptr<BackendQueue> newQueue() override { return std::make_shared<CpuQueue>(); }
 
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,

@@ -28,7 +28,7 @@ size_t BufferPool::capacityFor(size_t bytes) const {
 BufferPool::BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes, bool exactCapacity)
     : device_(std::move(device)), maxPooledBytes_(maxPooledBytes), exactCapacity_(exactCapacity) {}
 
-std::shared_ptr<Buffer> BufferPool::allocate(size_t bytes) {
+std::shared_ptr<Buffer> BufferPool::allocate(size_t bytes, BufferFill fill) {
     const size_t capacity = capacityFor(bytes);
     Ref<MTL::Buffer> buffer = takePooled(capacity);
     if (!buffer) buffer = create(capacity);
@@ -36,7 +36,8 @@ std::shared_ptr<Buffer> BufferPool::allocate(size_t bytes) {
     // Backend buffers are zero at allocation. A pooled buffer holds old data and Metal does not
     // promise zeroed new buffers, so clear the requested bytes on the host (shared storage: no
     // GPU work, and the buffer is not in use by any command buffer once it reached the pool).
-    std::memset(result->contents(), 0, bytes);
+    if (fill == BufferFill::Zero) std::memset(result->contents(), 0, bytes);
+    else prepareUnspecifiedBuffer(result->contents(), bytes);
     return result;
 }
 

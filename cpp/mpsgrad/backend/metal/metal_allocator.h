@@ -34,9 +34,10 @@ public:
     // writes past the end of a binding; reuse then needs the same size.
     BufferPool(Ref<MTL::Device> device, size_t maxPooledBytes, bool exactCapacity = false);
 
-    // A zero-filled buffer of `bytes` bytes (its MTLBuffer may be larger: the bucket's capacity).
+    // A buffer of `bytes` bytes, zero-filled unless `fill` is Unspecified (its MTLBuffer may be
+    // larger: the bucket's capacity).
     // MetalError when the device cannot allocate it even after the pool was emptied.
-    std::shared_ptr<Buffer> allocate(size_t bytes);
+    std::shared_ptr<Buffer> allocate(size_t bytes, BufferFill fill);
     // Releases every pooled buffer.
     void trim();
     Stats stats() const;

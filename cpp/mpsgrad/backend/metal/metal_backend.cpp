@@ -43,7 +43,9 @@ public:
 
     std::string name() const override { return "metal"; }
 
-    std::shared_ptr<Buffer> newBuffer(size_t bytes) override { return ctx_.buffers->allocate(bytes); }
+    std::shared_ptr<Buffer> newBuffer(size_t bytes, BufferFill fill) override {
+        return ctx_.buffers->allocate(bytes, fill);
+    }
 
     std::shared_ptr<BackendQueue> newQueue() override {
         auto queue = adopt(ctx_.device->newCommandQueue());
