@@ -4,7 +4,8 @@
 // are split across threads; each pixel's channel reduction (max, sum of exponentials, dot
 // product) runs over its contiguous channels in a fixed order (elementwise::fixedOrderSum), so
 // results are bitwise reproducible and the sums vectorize. Exponentials use
-// elementwise::fastExp, which vectorizes (std::exp does not).
+// elementwise::fastExp, which vectorizes (std::exp does not). The AVX2 clone is chosen once per
+// run of pixels (softmaxPixels), not per pixel.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -19,8 +20,8 @@ namespace {
 using namespace elementwise;
 
 // Y = softmax(X) or log-softmax(X) of one pixel of N channels; scratch holds N floats.
-MPSGRAD_VECTOR_CLONES
-void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* scratch) {
+inline __attribute__((always_inline)) void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax,
+                                                         float* scratch) {
     const float m = fixedOrderMax(x, N);
     for (int64_t k = 0; k < N; ++k) scratch[k] = fastExp(x[k] - m);
     const float sum = fixedOrderSum(scratch, N);
@@ -28,14 +29,15 @@ void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax, float* s
         const float logSum = std::log(sum);
         for (int64_t k = 0; k < N; ++k) y[k] = (x[k] - m) - logSum;
     } else {
-        for (int64_t k = 0; k < N; ++k) y[k] = scratch[k] / sum;
+        // One division per pixel, not per channel (a vector division costs as much as the exponential).
+        const float inverse = 1.0f / sum;
+        for (int64_t k = 0; k < N; ++k) y[k] = scratch[k] * inverse;
     }
 }
 
 // dX of one pixel; scratch holds N floats.
-MPSGRAD_VECTOR_CLONES
-void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, bool logSoftmax,
-                                 float* scratch) {
+inline __attribute__((always_inline)) void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N,
+                                                                 bool logSoftmax, float* scratch) {
     if (logSoftmax) {
         const float sumG = fixedOrderSum(g, N);
         for (int64_t k = 0; k < N; ++k) d[k] = g[k] - fastExp(y[k]) * sumG;
@@ -44,6 +46,20 @@ void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N, b
         const float dot = fixedOrderSum(scratch, N);
         for (int64_t k = 0; k < N; ++k) d[k] = y[k] * (g[k] - dot);
     }
+}
+
+// `count` consecutive pixels: the vector clone is chosen once per run, not once per pixel.
+MPSGRAD_VECTOR_CLONES
+void softmaxPixels(const float* x, int64_t xStride, float* y, int64_t yStride, int64_t count, int64_t N,
+                   bool logSoftmax, float* scratch) {
+    for (int64_t i = 0; i < count; ++i) softmaxPixel(x + i * xStride, y + i * yStride, N, logSoftmax, scratch);
+}
+
+MPSGRAD_VECTOR_CLONES
+void softmaxGradientPixels(const float* g, int64_t gStride, const float* y, int64_t yStride, float* d,
+                           int64_t dStride, int64_t count, int64_t N, bool logSoftmax, float* scratch) {
+    for (int64_t i = 0; i < count; ++i)
+        softmaxGradientPixel(g + i * gStride, y + i * yStride, d + i * dStride, N, logSoftmax, scratch);
 }
 
 }  // namespace
@@ -69,8 +85,7 @@ void softmaxForward(const SoftmaxParams& p, const float* source, float* destinat
             float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
             const int64_t ds = p.destination.pixelStride;
             forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                for (int32_t i = 0; i < e - b; ++i)
-                    softmaxPixel(ptrs[0] + i * strides[0], dRow + (b + i) * ds, N, logSoftmax, scratch.data());
+                softmaxPixels(ptrs[0], strides[0], dRow + b * ds, ds, e - b, N, logSoftmax, scratch.data());
             });
         }
     });
@@ -103,9 +118,8 @@ void softmaxGradient(const SoftmaxGradientParams& p, const float* gradient, cons
             float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
             const int64_t ds = p.destination.pixelStride;
             forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                for (int32_t i = 0; i < e - b; ++i)
-                    softmaxGradientPixel(ptrs[0] + i * strides[0], ptrs[1] + i * strides[1],
-                                         dRow + (b + i) * ds, N, logSoftmax, scratch.data());
+                softmaxGradientPixels(ptrs[0], strides[0], ptrs[1], strides[1], dRow + b * ds, ds, e - b, N,
+                                      logSoftmax, scratch.data());
             });
         }
     });
