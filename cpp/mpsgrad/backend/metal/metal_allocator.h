@@ -37,7 +37,7 @@ public:
     // A buffer of `bytes` bytes, zero-filled unless `fill` is Unspecified (its MTLBuffer may be
     // larger: the bucket's capacity).
     // MetalError when the device cannot allocate it even after the pool was emptied.
-    std::shared_ptr<Buffer> allocate(size_t bytes, BufferFill fill);
+    std::shared_ptr<Buffer> allocate(size_t bytes, BufferFill fill = BufferFill::Zero);
     // Releases every pooled buffer.
     void trim();
     Stats stats() const;
