@@ -70,7 +70,7 @@ emulation_asan_exact_buffers() {
     # MTLBuffers: an overrun in a .metal kernel is reported at its .metal line.
     cmake -S . -B build/ci-metal-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++-16 \
         -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=OFF -DMPSGRAD_METAL_RACECHECK=OFF \
-        -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=address -fno-omit-frame-pointer" \
+        -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -fsanitize=address -fno-omit-frame-pointer" \
         -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address" >/dev/null
     cmake --build build/ci-metal-asan
     MPSGRAD_METAL_EXACT_BUFFERS=1 ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer-16)" \
