@@ -274,6 +274,25 @@ void bindTrainableNodes(py::module_& m) {
              py::arg("weights") = py::none(),
              "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)")
         MPSGRAD_TRAINING_STYLE(CNNConvolutionGradientNode);
+    // The fully connected nodes are convolution nodes (training_style etc. inherited).
+    py::class_<CNNFullyConnectedNode, CNNConvolutionNode, std::shared_ptr<CNNFullyConnectedNode>>(
+        m, "CNNFullyConnectedNode", "MPSCNNFullyConnectedNode")
+        .def(py::init([](const ImageNodePtr& source, py::object weights) {
+                 return std::make_shared<CNNFullyConnectedNode>(
+                     source, std::make_shared<UpdatableConvolutionDataSource>(weights));
+             }),
+             py::arg("source"), py::arg("weights"), "+nodeWithSource:weights:");
+    py::class_<CNNFullyConnectedGradientNode, CNNConvolutionGradientNode,
+               std::shared_ptr<CNNFullyConnectedGradientNode>>(m, "CNNFullyConnectedGradientNode",
+                                                               "MPSCNNFullyConnectedGradientNode")
+        .def(py::init([](const ImageNodePtr& g, const ImageNodePtr& x, const StateNodePtr& state, py::object weights) {
+                 std::shared_ptr<CNNConvolutionDataSource> ds;
+                 if (!weights.is_none()) ds = std::make_shared<UpdatableConvolutionDataSource>(weights);
+                 return std::make_shared<CNNFullyConnectedGradientNode>(g, x, state, ds);
+             }),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("convolution_gradient_state"),
+             py::arg("weights") = py::none(),
+             "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)");
 
     py::class_<CNNBatchNormalizationNode, NNFilterNode, std::shared_ptr<CNNBatchNormalizationNode>>(
         m, "CNNBatchNormalizationNode", "MPSCNNBatchNormalizationNode")

@@ -891,14 +891,28 @@ def graph_ops(r: random.Random, ctx: Context):
     n, h, w, c = r.randint(1, 3), r.randint(1, 5), r.randint(1, 5), r.randint(1, 9)
     x = random_array(r, n, h, w, c)
     xs = [m.Image.from_numpy(x[i:i + 1], ctx.device) for i in range(n)]
-    t = random_array(r, n, h, w, c)
+    # Sometimes a fully connected head (weights fixed: training style NONE).
+    fc_out = r.randint(1, 6) if r.random() < 0.4 else 0
+    if fc_out:
+        wf, bf = random_array(r, fc_out, h, w, c) * 0.3, random_array(r, fc_out)
+        fc = m.CNNFullyConnectedNode(image, m.CNNConvolutionWeightsDataSource(
+            m.CNNConvolutionDescriptor(w, h, c, fc_out), wf, bf))
+        fc.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+        image = fc.result_image
+    t = random_array(r, n, 1, 1, fc_out) if fc_out else random_array(r, n, h, w, c)
 
     # forward and dL/dX in float64
     values = [x.astype(np.float64)]
     for name in names:
         values.append(GRAPH_NEURONS[name][0](values[-1]))
     y = values[-1] + (values[0] if residual else 0)
-    g = 2 * (y - t)
+    if fc_out:
+        wf64 = wf.astype(np.float64)
+        y_fc = np.einsum("nhwc,ohwc->no", y, wf64)[:, None, None, :] + bf
+        g = np.einsum("no,ohwc->nhwc", 2 * (y_fc - t)[:, 0, 0, :], wf64)
+        y = y_fc
+    else:
+        g = 2 * (y - t)
     dx = g.copy()
     for name, v in zip(reversed(names), reversed(values[:-1])):
         dx = dx * GRAPH_NEURONS[name][1](v)

@@ -390,6 +390,79 @@ def test_training_small_network_matches_torch_sgd(device, style):
     assert np.sum(losses[-1]) < np.sum(losses[0])
 
 
+# ---- fully connected nodes -------------------------------------------------------------------------------
+
+
+def test_fully_connected_training_graph_matches_autograd(device):
+    """conv -> ReLU -> FC -> tanh -> FC -> softmax cross-entropy: dx and every weight gradient vs autograd."""
+    gen = rng("graph-fc")
+    x = randn(gen, N, 4, 5, CIN)
+    wc, bc = randn(gen, 4, 3, 3, CIN) * 0.3, randn(gen, 4) * 0.1
+    w1, b1 = randn(gen, 6, 4, 5, 4) * 0.2, randn(gen, 6) * 0.1  # the kernel covers the 5x4 image
+    w2, b2 = randn(gen, 3, 1, 1, 6) * 0.5, randn(gen, 3) * 0.1
+    labels = np.eye(3, dtype=np.float32)[[1, 2]].reshape(N, 1, 1, 3)
+    dsc, ds1, ds2 = RecordingSource(wc, bc), RecordingSource(w1, b1), RecordingSource(w2, b2)
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, dsc)
+    fc1 = m.CNNFullyConnectedNode(m.CNNNeuronReLUNode(conv.result_image).result_image, ds1)
+    fc2 = m.CNNFullyConnectedNode(m.CNNNeuronTanHNode(fc1.result_image).result_image, ds2)
+    assert isinstance(fc1, m.CNNConvolutionNode)  # MPS: a convolution node subclass
+    for node in (conv, fc1, fc2):
+        node.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    loss = m.CNNLossNode(fc2.result_image,
+                         m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
+    seen = []
+    terminal = loss.training_graph(node_handler=lambda g, f, s, gs: seen.append(type(g).__name__))
+    assert seen.count("CNNFullyConnectedGradientNode") == 2
+    _, dx, _ = run_training(device, terminal, [images(device, x)], labels_for(device, labels))
+    assert ds1.updates == ds2.updates == dsc.updates == 1
+
+    X = nchw(x).requires_grad_(True)
+    params = [torch_weight(wc), torch.tensor(bc, dtype=torch.float64, requires_grad=True),
+              torch_weight(w1), torch.tensor(b1, dtype=torch.float64, requires_grad=True),
+              torch_weight(w2), torch.tensor(b2, dtype=torch.float64, requires_grad=True)]
+    Wc, Bc, W1, B1, W2, B2 = params
+    y = F.conv2d(F.tanh(F.conv2d(F.relu(F.conv2d(X, Wc, Bc, padding=1)), W1, B1)), W2, B2)
+    F.cross_entropy(y.reshape(N, 3), torch.tensor(labels.reshape(N, 3).argmax(-1)), reduction="sum").backward()
+    close(to_numpy(dx), nhwc(X.grad))
+    for ds, Wt, Bt in ((dsc, Wc, Bc), (ds1, W1, B1), (ds2, W2, B2)):
+        close(ds.dw, Wt.grad.permute(0, 2, 3, 1).numpy())
+        close(ds.db, Bt.grad.numpy())
+
+
+def test_fully_connected_node_inference_and_gradient_node_by_hand(device):
+    """The node's result equals the CNNFullyConnected kernel's; a gradient node built directly (weights
+    None: the forward's) gives the kernel's gradient."""
+    gen = rng("graph-fc-hand")
+    x = randn(gen, N, 3, 3, CIN)
+    w, b = randn(gen, 5, 3, 3, CIN) * 0.3, randn(gen, 5) * 0.1
+    source = m.NNImageNode()
+    fc = m.CNNFullyConnectedNode(source, ConvSource(w, b))
+    fc.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    ys = to_numpy(run(device, m.NNGraph(device, fc.result_image), images(device, x)))
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    hand = m.CNNFullyConnected(device, ConvSource(w, b)).encode_batch(cb, images(device, x))
+    cb.commit()
+    cb.wait_until_completed()
+    np.testing.assert_array_equal(ys, to_numpy(hand))
+    assert ys.shape == (N, 1, 1, 5)
+
+    g = m.NNImageNode(Handle("g"))
+    grad = m.CNNFullyConnectedGradientNode(g, source, fc.convolution_gradient_state)
+    assert type(grad).__name__ == "CNNFullyConnectedGradientNode"
+    grad.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    graph = m.NNGraph(device, grad.result_image)
+    assert sorted(h.label() if h is not None else "x" for h in graph.source_image_handles) == ["g", "x"]
+    dy = randn(gen, N, 1, 1, 5)
+    order = [h.label() if h is not None else "x" for h in graph.source_image_handles]
+    feeds = {"g": images(device, dy), "x": images(device, x)}
+    dx = to_numpy(run(device, graph, [feeds[k] for k in order]))
+    X = nchw(x).requires_grad_(True)
+    F.conv2d(X, torch_weight(w), torch.tensor(b, dtype=torch.float64)).backward(nchw(dy))
+    close(dx, nhwc(X.grad))
+
+
 # ---- misuse --------------------------------------------------------------------------------------------
 
 

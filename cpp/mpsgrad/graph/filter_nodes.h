@@ -1,5 +1,5 @@
 // Forward and gradient filter nodes of the kernel families mpsgrad has (spec §3.1 catalogue):
-// convolution, batch normalization (filter_nodes_trainable.cpp), neuron, pooling, softmax,
+// convolution, fully connected, batch normalization (filter_nodes_trainable.cpp), neuron, pooling, softmax,
 // upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the initial gradient
 // (filter_nodes_binary.cpp). Each node composes its family's kernel classes only.
 #pragma once
@@ -9,6 +9,7 @@
 #include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
 #include "kernels/dropout.h"
+#include "kernels/fully_connected.h"
 #include "kernels/loss.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
@@ -67,9 +68,8 @@ protected:
     void createKernels(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
-private:
     std::shared_ptr<CNNConvolutionDataSource> dataSource_;
-    std::shared_ptr<CNNConvolution> kernel_;
+    std::shared_ptr<CNNConvolution> kernel_;  // a CNNFullyConnected for CNNFullyConnectedNode
 };
 
 // MPSCNNConvolutionGradientNode (MPSNNTrainableNode)
@@ -95,14 +95,43 @@ public:
 
 protected:
     void createKernels(const Device& device) override;
+    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+
+    std::shared_ptr<CNNConvolutionGradient> kernel_;  // a CNNFullyConnectedGradient for the FC node
 
 private:
-    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
     CNNConvolutionNode* forwardConvolution() const;
     void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
 
     std::shared_ptr<CNNConvolutionDataSource> weights_;
-    std::shared_ptr<CNNConvolutionGradient> kernel_;
+};
+
+// MPSCNNFullyConnectedNode (a MPSCNNConvolutionNode subclass): the forward kernel is a
+// CNNFullyConnected, whose window covers the whole source image; training, data sources and
+// training styles are the convolution node's.
+class CNNFullyConnectedNode final : public CNNConvolutionNode {
+public:
+    // +nodeWithSource:weights:
+    CNNFullyConnectedNode(const ImageNodePtr& source, std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNFullyConnectedNode"; }
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+};
+
+// MPSCNNFullyConnectedGradientNode (a MPSCNNConvolutionGradientNode subclass): a
+// CNNFullyConnectedGradient kernel.
+class CNNFullyConnectedGradientNode final : public CNNConvolutionGradientNode {
+public:
+    // +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights:
+    CNNFullyConnectedGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                  const StateNodePtr& convolutionGradientState,
+                                  std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNFullyConnectedGradientNode"; }
+
+protected:
+    void createKernels(const Device& device) override;
 };
 
 // ---- batch normalization ----------------------------------------------------------------------------
