@@ -463,6 +463,84 @@ def test_fully_connected_node_inference_and_gradient_node_by_hand(device):
     close(dx, nhwc(X.grad))
 
 
+# ---- reshape and pad nodes ------------------------------------------------------------------------------
+
+
+def _loss_and_dx(device, node_image, x, target):
+    """Trains tanh(node) against target (MSE, SUM): returns (per-image losses, dL/dX)."""
+    loss = mse_loss_node(m.CNNNeuronTanHNode(node_image).result_image)
+    terminal = loss.training_graph()
+    labels = labels_for(device, target)
+    _, dx, _ = run_training(device, terminal, [images(device, x)], labels)
+    return [float(la.loss_image.to_numpy().ravel()[0]) for la in labels], to_numpy(dx)
+
+
+def _torch_loss_and_dx(fn, x, target):
+    X = torch.tensor(x, dtype=torch.float64, requires_grad=True)  # NHWC
+    per_image = ((torch.tanh(fn(X)) - torch.tensor(target, dtype=torch.float64)) ** 2).flatten(1).sum(1)
+    per_image.sum().backward()
+    return per_image.detach().numpy(), X.grad.numpy()
+
+
+def test_reshape_node_training_graph_matches_autograd(device):
+    gen = rng("graph-reshape")
+    x = randn(gen, N, 2, 3, 4)
+    target = randn(gen, N, 3, 4, 2)  # result 4 wide, 3 high, 2 channels: the same 24 elements in HWC order
+    node = m.NNReshapeNode(m.NNImageNode(), result_width=4, result_height=3, result_feature_channels=2)
+    assert (node.result_width, node.result_height, node.result_feature_channels) == (4, 3, 2)
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+    ref_losses, ref_dx = _torch_loss_and_dx(lambda X: X.reshape(N, 3, 4, 2), x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+    with pytest.raises(ValueError, match="result_width"):
+        m.NNReshapeNode(m.NNImageNode(), 0, 3, 2)
+
+
+_PAD_MODES = {"ZERO": "constant", "CONSTANT": "constant", "CLAMP": "edge", "MIRROR": "reflect",
+              "MIRROR_WITH_EDGE": "symmetric"}
+
+
+@pytest.mark.parametrize("mode", sorted(_PAD_MODES))
+def test_pad_node_training_graph_matches_autograd(device, mode):
+    gen = rng(f"graph-pad-{mode}")
+    x = randn(gen, N, 4, 5, 3)
+    before, after = (2, 1, 0), (1, 3, 0)  # (x, y, channel)
+    target = randn(gen, N, 4 + 1 + 3, 5 + 2 + 1, 3)
+    node = m.NNPadNode(m.NNImageNode(), before, after, getattr(m.ImageEdgeMode, mode))
+    node.fill_value = 0.75 if mode == "CONSTANT" else 0.0
+    assert node.padding_size_before.x == 2 and node.padding_size_after.y == 3
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+
+    def pad(X):
+        if _PAD_MODES[mode] == "constant":
+            return F.pad(X, (0, 0, before[0], after[0], before[1], after[1]), value=node.fill_value)
+        # Gather with np.pad's index maps: autograd sums the copies like the gradient kernel.
+        iy = np.pad(np.arange(4), (before[1], after[1]), mode=_PAD_MODES[mode])
+        ix = np.pad(np.arange(5), (before[0], after[0]), mode=_PAD_MODES[mode])
+        return X[:, torch.tensor(iy)][:, :, torch.tensor(ix)]
+
+    ref_losses, ref_dx = _torch_loss_and_dx(pad, x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+
+
+def test_pad_node_channel_padding_and_errors(device):
+    gen = rng("graph-pad-channels")
+    x = randn(gen, N, 3, 3, 2)
+    target = randn(gen, N, 3, 3, 2 + 1 + 2)
+    node = m.NNPadNode(m.NNImageNode(), m.ImageCoordinate(0, 0, 1), (0, 0, 2), m.ImageEdgeMode.ZERO)
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+    ref_losses, ref_dx = _torch_loss_and_dx(lambda X: F.pad(X, (1, 2)), x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+    with pytest.raises(TypeError, match="padding_size_before"):
+        m.NNPadNode(m.NNImageNode(), 3, (0, 0, 0), m.ImageEdgeMode.ZERO)
+    grad = m.NNPadGradientNode(m.NNImageNode(), m.NNImageNode(), node.result_state)
+    assert type(grad).__name__ == "NNPadGradientNode"
+    assert type(m.NNReshapeNode(m.NNImageNode(), 1, 1, 4).gradient_filter_with_source(m.NNImageNode())).__name__ \
+        == "NNReshapeGradientNode"
+
+
 # ---- misuse --------------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 // Forward and gradient filter nodes of the kernel families mpsgrad has (spec §3.1 catalogue):
-// convolution, fully connected, batch normalization (filter_nodes_trainable.cpp), neuron, pooling, softmax,
-// upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the initial gradient
-// (filter_nodes_binary.cpp). Each node composes its family's kernel classes only.
+// convolution, fully connected, batch normalization (filter_nodes_trainable.cpp), neuron,
+// pooling, softmax, upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the
+// initial gradient (filter_nodes_binary.cpp), reshape and pad (filter_nodes_shape.cpp). Each node
+// composes its family's kernel classes only.
 #pragma once
 
 #include "graph/node.h"
@@ -13,6 +14,7 @@
 #include "kernels/loss.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
+#include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
 
@@ -437,6 +439,86 @@ private:
     uint64_t seed_;
     Size3 stride_;
     std::shared_ptr<CNNDropoutGradient> kernel_;
+};
+
+// ---- reshape and pad (filter_nodes_shape.cpp) ---------------------------------------------------------
+// MPSNNReshapeNode (+nodeWithSource:resultWidth:resultHeight:resultFeatureChannels:)
+class NNReshapeNode : public NNFilterNode {
+public:
+    NNReshapeNode(const ImageNodePtr& source, int64_t resultWidth, int64_t resultHeight, int64_t resultFeatureChannels);
+    const char* className() const override { return "NNReshapeNode"; }
+    int64_t resultWidth() const { return w_; }
+    int64_t resultHeight() const { return h_; }
+    int64_t resultFeatureChannels() const { return c_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    int64_t w_, h_, c_;
+    std::shared_ptr<NNReshape> kernel_;
+};
+
+// MPSNNReshapeGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
+class NNReshapeGradientNode : public NNGradientFilterNode {
+public:
+    NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                          const StateNodePtr& gradientState);
+    const char* className() const override { return "NNReshapeGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<NNReshapeGradient> kernel_;
+};
+
+// MPSNNPadNode (+nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:, fillValue)
+class NNPadNode : public NNFilterNode {
+public:
+    NNPadNode(const ImageNodePtr& source, ImageCoordinate paddingSizeBefore, ImageCoordinate paddingSizeAfter,
+              ImageEdgeMode edgeMode);
+    const char* className() const override { return "NNPadNode"; }
+    ImageCoordinate paddingSizeBefore() const { return before_; }
+    ImageCoordinate paddingSizeAfter() const { return after_; }
+    ImageEdgeMode edgeMode() const { return edge_; }
+    float fillValue = 0.0f;  // copied into the kernel at every encode
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    ImageCoordinate before_, after_;
+    ImageEdgeMode edge_;
+    std::shared_ptr<NNPad> kernel_;
+};
+
+// MPSNNPadGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
+class NNPadGradientNode : public NNGradientFilterNode {
+public:
+    NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                      const StateNodePtr& gradientState);
+    const char* className() const override { return "NNPadGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<NNPadGradient> kernel_;
 };
 
 // ---- arithmetic ------------------------------------------------------------------------------------------
