@@ -337,8 +337,9 @@ def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
     return np.array(losses)
 
 
+@pytest.mark.parametrize("head", ["conv", "fc"])
 @pytest.mark.parametrize("style", ["gpu", "cpu"])
-def test_training_small_network_matches_torch_sgd(device, style):
+def test_training_small_network_matches_torch_sgd(device, style, head):
     gen = rng("graph-network")
     x = randn(gen, N, H, W, CIN)
     w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
@@ -364,7 +365,8 @@ def test_training_small_network_matches_torch_sgd(device, style):
     relu = m.CNNNeuronReLUNode(bn.result_image)
     pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
     avg = m.CNNPoolingAverageNode(pool.result_image, filter_size=3)
-    conv2 = m.CNNConvolutionNode(avg.result_image, ds2)
+    # The last layer sees a 1x1 image: a 1x1 convolution or, the same math, a fully connected node.
+    conv2 = (m.CNNConvolutionNode if head == "conv" else m.CNNFullyConnectedNode)(avg.result_image, ds2)
     for node in (conv1, conv2, bn):
         node.training_style = training
     loss = m.CNNLossNode(conv2.result_image,
