@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -4826,6 +4826,22 @@ class CNNConvolutionGradientNode(NNGradientFilterNode):
     @training_style.setter
     def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
+class CNNFullyConnectedNode(CNNConvolutionNode):
+    """
+    MPSCNNFullyConnectedNode
+    """
+    def __init__(self, source: NNImageNode, weights: typing.Any) -> None:
+        """
+        +nodeWithSource:weights:
+        """
+class CNNFullyConnectedGradientNode(CNNConvolutionGradientNode):
+    """
+    MPSCNNFullyConnectedGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)
+        """
 class CNNBatchNormalizationNode(NNFilterNode):
     """
     MPSCNNBatchNormalizationNode
@@ -5081,6 +5097,64 @@ class NNInitialGradientNode(NNFilterNode):
     """
     def __init__(self, source: NNImageNode) -> None:
         ...
+class NNReshapeNode(NNFilterNode):
+    """
+    MPSNNReshapeNode
+    """
+    def __init__(self, source: NNImageNode, result_width: typing.SupportsInt | typing.SupportsIndex, result_height: typing.SupportsInt | typing.SupportsIndex, result_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:resultWidth:resultHeight:resultFeatureChannels:
+        """
+    @property
+    def result_feature_channels(self) -> int:
+        ...
+    @property
+    def result_height(self) -> int:
+        ...
+    @property
+    def result_width(self) -> int:
+        ...
+class NNReshapeGradientNode(NNGradientFilterNode):
+    """
+    MPSNNReshapeGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+class NNPadNode(NNFilterNode):
+    """
+    MPSNNPadNode
+    """
+    def __init__(self, source: NNImageNode, padding_size_before: typing.Any, padding_size_after: typing.Any, edge_mode: ImageEdgeMode) -> None:
+        """
+        +nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:
+        """
+    @property
+    def edge_mode(self) -> ImageEdgeMode:
+        ...
+    @property
+    def fill_value(self) -> float:
+        """
+        MPSNNPadNode.fillValue (edge mode CONSTANT)
+        """
+    @fill_value.setter
+    def fill_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def padding_size_after(self) -> ImageCoordinate:
+        ...
+    @property
+    def padding_size_before(self) -> ImageCoordinate:
+        ...
+class NNPadGradientNode(NNGradientFilterNode):
+    """
+    MPSNNPadGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
 class NNGraph:
     """
     MPSNNGraph

@@ -274,6 +274,25 @@ void bindTrainableNodes(py::module_& m) {
              py::arg("weights") = py::none(),
              "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)")
         MPSGRAD_TRAINING_STYLE(CNNConvolutionGradientNode);
+    // The fully connected nodes are convolution nodes (training_style etc. inherited).
+    py::class_<CNNFullyConnectedNode, CNNConvolutionNode, std::shared_ptr<CNNFullyConnectedNode>>(
+        m, "CNNFullyConnectedNode", "MPSCNNFullyConnectedNode")
+        .def(py::init([](const ImageNodePtr& source, py::object weights) {
+                 return std::make_shared<CNNFullyConnectedNode>(
+                     source, std::make_shared<UpdatableConvolutionDataSource>(weights));
+             }),
+             py::arg("source"), py::arg("weights"), "+nodeWithSource:weights:");
+    py::class_<CNNFullyConnectedGradientNode, CNNConvolutionGradientNode,
+               std::shared_ptr<CNNFullyConnectedGradientNode>>(m, "CNNFullyConnectedGradientNode",
+                                                               "MPSCNNFullyConnectedGradientNode")
+        .def(py::init([](const ImageNodePtr& g, const ImageNodePtr& x, const StateNodePtr& state, py::object weights) {
+                 std::shared_ptr<CNNConvolutionDataSource> ds;
+                 if (!weights.is_none()) ds = std::make_shared<UpdatableConvolutionDataSource>(weights);
+                 return std::make_shared<CNNFullyConnectedGradientNode>(g, x, state, ds);
+             }),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("convolution_gradient_state"),
+             py::arg("weights") = py::none(),
+             "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)");
 
     py::class_<CNNBatchNormalizationNode, NNFilterNode, std::shared_ptr<CNNBatchNormalizationNode>>(
         m, "CNNBatchNormalizationNode", "MPSCNNBatchNormalizationNode")
@@ -439,6 +458,45 @@ void bindFamilyNodes(py::module_& m) {
         .def(py::init<const ImageNodePtr&>(), py::arg("source"));
 }
 
+// An ImageCoordinate from an ImageCoordinate or an (x, y, channel) sequence (the ImageCoordinate
+// type validates the values).
+ImageCoordinate coordinateArgument(py::handle value, const char* what) {
+    if (py::isinstance<ImageCoordinate>(value)) return value.cast<ImageCoordinate>();
+    if (!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value) || py::len(value) != 3)
+        throwTypeError(what, ": expected an ImageCoordinate or an (x, y, channel) tuple, got ", typeName(value));
+    py::sequence s = py::reinterpret_borrow<py::sequence>(value);
+    return py::type::of<ImageCoordinate>()(s[0], s[1], s[2]).cast<ImageCoordinate>();
+}
+
+void bindShapeNodes(py::module_& m) {
+    py::class_<NNReshapeNode, NNFilterNode, std::shared_ptr<NNReshapeNode>>(m, "NNReshapeNode", "MPSNNReshapeNode")
+        .def(py::init<const ImageNodePtr&, int64_t, int64_t, int64_t>(), py::arg("source"), py::arg("result_width"),
+             py::arg("result_height"), py::arg("result_feature_channels"),
+             "+nodeWithSource:resultWidth:resultHeight:resultFeatureChannels:")
+        .def_property_readonly("result_width", &NNReshapeNode::resultWidth)
+        .def_property_readonly("result_height", &NNReshapeNode::resultHeight)
+        .def_property_readonly("result_feature_channels", &NNReshapeNode::resultFeatureChannels);
+    py::class_<NNReshapeGradientNode, NNGradientFilterNode, std::shared_ptr<NNReshapeGradientNode>>(
+        m, "NNReshapeGradientNode", "MPSNNReshapeGradientNode")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&>(), py::arg("source_gradient"),
+             py::arg("source_image"), py::arg("gradient_state"), "+nodeWithSourceGradient:sourceImage:gradientState:");
+    py::class_<NNPadNode, NNFilterNode, std::shared_ptr<NNPadNode>>(m, "NNPadNode", "MPSNNPadNode")
+        .def(py::init([](const ImageNodePtr& source, py::handle before, py::handle after, ImageEdgeMode edgeMode) {
+                 return std::make_shared<NNPadNode>(source, coordinateArgument(before, "padding_size_before"),
+                                                    coordinateArgument(after, "padding_size_after"), edgeMode);
+             }),
+             py::arg("source"), py::arg("padding_size_before"), py::arg("padding_size_after"), py::arg("edge_mode"),
+             "+nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:")
+        .def_property_readonly("padding_size_before", &NNPadNode::paddingSizeBefore)
+        .def_property_readonly("padding_size_after", &NNPadNode::paddingSizeAfter)
+        .def_property_readonly("edge_mode", &NNPadNode::edgeMode)
+        .def_readwrite("fill_value", &NNPadNode::fillValue, "MPSNNPadNode.fillValue (edge mode CONSTANT)");
+    py::class_<NNPadGradientNode, NNGradientFilterNode, std::shared_ptr<NNPadGradientNode>>(m, "NNPadGradientNode",
+                                                                                           "MPSNNPadGradientNode")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&>(), py::arg("source_gradient"),
+             py::arg("source_image"), py::arg("gradient_state"), "+nodeWithSourceGradient:sourceImage:gradientState:");
+}
+
 void bindNNGraph(py::module_& m) {
     py::class_<NNGraph, std::shared_ptr<NNGraph>>(m, "NNGraph", "MPSNNGraph")
         .def(py::init([](py::object device, py::object result, py::object needed) {
@@ -539,6 +597,7 @@ void bindGraph(py::module_& m) {
     bindNodes(m);
     bindTrainableNodes(m);
     bindFamilyNodes(m);
+    bindShapeNodes(m);
     bindNNGraph(m);
 }
 

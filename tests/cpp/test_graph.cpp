@@ -1,5 +1,6 @@
-// The graph layer from C++: an inference graph equals its kernels run by hand (bitwise), and a
-// training graph's input gradient for a residual neuron block equals the float64 chain rule.
+// The graph layer from C++: an inference graph equals its kernels run by hand (bitwise; also for
+// the fully connected node), and a training graph's input gradient for a residual neuron block
+// equals the float64 chain rule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,6 +91,37 @@ TEST(Graph, TrainingGraphSumsGradientsOfAResidualBlock) {
             EXPECT_NEAR(dx[i], 1.0 + s * (1.0 - s), 1e-6);
         }
     }
+}
+
+TEST(Graph, FullyConnectedNodeUsesTheFullyConnectedKernels) {
+    Device device("cpu");
+    std::vector<std::vector<float>> data;
+    ImageBatch xs = makeInputs(device, data);
+    constexpr int64_t kOut = 3;
+    std::vector<float> weights(kOut * kH * kW * kC), biases{0.1f, -0.2f, 0.3f};
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.01f * float(int(i % 17) - 8);
+    auto ds = std::make_shared<CNNConvolutionWeightsDataSource>(CNNConvolutionDescriptor(kW, kH, kC, kOut), weights,
+                                                                biases);
+    auto source = std::make_shared<NNImageNode>();
+    auto fc = std::make_shared<CNNFullyConnectedNode>(source, ds);
+    fc->trainingStyle = NNTrainingStyle::UpdateDeviceNone;
+    NNGraph graph(device, fc->resultImage());
+    EXPECT_NE(dynamic_cast<CNNFullyConnected*>(fc->kernel().get()), nullptr);
+
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    ImageBatch ys = graph.encodeBatch(*cb, {xs});
+    ImageBatch hand = std::make_shared<CNNFullyConnected>(device, ds)->encodeBatch(*cb, xs);
+    cb->commit();
+    cb->waitUntilCompleted();
+    for (size_t i = 0; i < ys.size(); ++i) {
+        EXPECT_EQ(ys[i]->width(), 1);
+        EXPECT_EQ(read(ys[i]), read(hand[i]));
+    }
+    // Its gradient node is the fully connected one.
+    auto gradients = fc->gradientFiltersWithSource(std::make_shared<NNImageNode>());
+    ASSERT_EQ(gradients.size(), 1u);
+    EXPECT_STREQ(gradients[0]->className(), "CNNFullyConnectedGradientNode");
 }
 
 TEST(Graph, MisuseIsRefused) {

@@ -898,14 +898,46 @@ def graph_ops(r: random.Random, ctx: Context):
     n, h, w, c = r.randint(1, 3), r.randint(1, 5), r.randint(1, 5), r.randint(1, 9)
     x = random_array(r, n, h, w, c)
     xs = [m.Image.from_numpy(x[i:i + 1], ctx.device) for i in range(n)]
-    t = random_array(r, n, h, w, c)
+    # Sometimes a pad node (ZERO / CLAMP edges), as index maps into the unpadded image (-1: zero).
+    hp, wp = h, w
+    padded = r.random() < 0.3
+    if padded:
+        mode = r.choice(["ZERO", "CLAMP"])
+        bx, by, ax, ay = (r.randint(0, 2) for _ in range(4))
+        image = m.NNPadNode(image, (bx, by, 0), (ax, ay, 0), getattr(m.ImageEdgeMode, mode)).result_image
+        kw = {"mode": "edge"} if mode == "CLAMP" else {"mode": "constant", "constant_values": -1}
+        iy, ix = np.pad(np.arange(h), (by, ay), **kw), np.pad(np.arange(w), (bx, ax), **kw)
+        hp, wp = len(iy), len(ix)
+    # Sometimes a fully connected head (weights fixed: training style NONE).
+    fc_out = r.randint(1, 6) if r.random() < 0.4 else 0
+    if fc_out:
+        wf, bf = random_array(r, fc_out, hp, wp, c) * 0.3, random_array(r, fc_out)
+        fc = m.CNNFullyConnectedNode(image, m.CNNConvolutionWeightsDataSource(
+            m.CNNConvolutionDescriptor(wp, hp, c, fc_out), wf, bf))
+        fc.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+        image = fc.result_image
+    t = random_array(r, n, 1, 1, fc_out) if fc_out else random_array(r, n, hp, wp, c)
 
     # forward and dL/dX in float64
     values = [x.astype(np.float64)]
     for name in names:
         values.append(GRAPH_NEURONS[name][0](values[-1]))
     y = values[-1] + (values[0] if residual else 0)
-    g = 2 * (y - t)
+    unpadded = y
+    if padded:
+        valid = ((iy[:, None] >= 0) & (ix[None, :] >= 0))[None, :, :, None]
+        IY, IX = np.broadcast_arrays(np.maximum(iy, 0)[:, None], np.maximum(ix, 0)[None, :])
+        y = y[:, IY, IX] * valid
+    if fc_out:
+        wf64 = wf.astype(np.float64)
+        y_fc = np.einsum("nhwc,ohwc->no", y, wf64)[:, None, None, :] + bf
+        g = np.einsum("no,ohwc->nhwc", 2 * (y_fc - t)[:, 0, 0, :], wf64)
+        y = y_fc
+    else:
+        g = 2 * (y - t)
+    if padded:  # the pad gradient: each copy's gradient summed back into its source pixel
+        gp, g = g * valid, np.zeros_like(unpadded)
+        np.add.at(g, (slice(None), IY, IX), gp)
     dx = g.copy()
     for name, v in zip(reversed(names), reversed(values[:-1])):
         dx = dx * GRAPH_NEURONS[name][1](v)

@@ -337,8 +337,9 @@ def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
     return np.array(losses)
 
 
+@pytest.mark.parametrize("head", ["conv", "fc"])
 @pytest.mark.parametrize("style", ["gpu", "cpu"])
-def test_training_small_network_matches_torch_sgd(device, style):
+def test_training_small_network_matches_torch_sgd(device, style, head):
     gen = rng("graph-network")
     x = randn(gen, N, H, W, CIN)
     w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
@@ -364,7 +365,8 @@ def test_training_small_network_matches_torch_sgd(device, style):
     relu = m.CNNNeuronReLUNode(bn.result_image)
     pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
     avg = m.CNNPoolingAverageNode(pool.result_image, filter_size=3)
-    conv2 = m.CNNConvolutionNode(avg.result_image, ds2)
+    # The last layer sees a 1x1 image: a 1x1 convolution or, the same math, a fully connected node.
+    conv2 = (m.CNNConvolutionNode if head == "conv" else m.CNNFullyConnectedNode)(avg.result_image, ds2)
     for node in (conv1, conv2, bn):
         node.training_style = training
     loss = m.CNNLossNode(conv2.result_image,
@@ -388,6 +390,157 @@ def test_training_small_network_matches_torch_sgd(device, style):
     expected = _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps)
     np.testing.assert_allclose(np.array(losses), expected, rtol=2e-4, atol=2e-5)
     assert np.sum(losses[-1]) < np.sum(losses[0])
+
+
+# ---- fully connected nodes -------------------------------------------------------------------------------
+
+
+def test_fully_connected_training_graph_matches_autograd(device):
+    """conv -> ReLU -> FC -> tanh -> FC -> softmax cross-entropy: dx and every weight gradient vs autograd."""
+    gen = rng("graph-fc")
+    x = randn(gen, N, 4, 5, CIN)
+    wc, bc = randn(gen, 4, 3, 3, CIN) * 0.3, randn(gen, 4) * 0.1
+    w1, b1 = randn(gen, 6, 4, 5, 4) * 0.2, randn(gen, 6) * 0.1  # the kernel covers the 5x4 image
+    w2, b2 = randn(gen, 3, 1, 1, 6) * 0.5, randn(gen, 3) * 0.1
+    labels = np.eye(3, dtype=np.float32)[[1, 2]].reshape(N, 1, 1, 3)
+    dsc, ds1, ds2 = RecordingSource(wc, bc), RecordingSource(w1, b1), RecordingSource(w2, b2)
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, dsc)
+    fc1 = m.CNNFullyConnectedNode(m.CNNNeuronReLUNode(conv.result_image).result_image, ds1)
+    fc2 = m.CNNFullyConnectedNode(m.CNNNeuronTanHNode(fc1.result_image).result_image, ds2)
+    assert isinstance(fc1, m.CNNConvolutionNode)  # MPS: a convolution node subclass
+    for node in (conv, fc1, fc2):
+        node.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    loss = m.CNNLossNode(fc2.result_image,
+                         m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
+    seen = []
+    terminal = loss.training_graph(node_handler=lambda g, f, s, gs: seen.append(type(g).__name__))
+    assert seen.count("CNNFullyConnectedGradientNode") == 2
+    _, dx, _ = run_training(device, terminal, [images(device, x)], labels_for(device, labels))
+    assert ds1.updates == ds2.updates == dsc.updates == 1
+
+    X = nchw(x).requires_grad_(True)
+    params = [torch_weight(wc), torch.tensor(bc, dtype=torch.float64, requires_grad=True),
+              torch_weight(w1), torch.tensor(b1, dtype=torch.float64, requires_grad=True),
+              torch_weight(w2), torch.tensor(b2, dtype=torch.float64, requires_grad=True)]
+    Wc, Bc, W1, B1, W2, B2 = params
+    y = F.conv2d(F.tanh(F.conv2d(F.relu(F.conv2d(X, Wc, Bc, padding=1)), W1, B1)), W2, B2)
+    F.cross_entropy(y.reshape(N, 3), torch.tensor(labels.reshape(N, 3).argmax(-1)), reduction="sum").backward()
+    close(to_numpy(dx), nhwc(X.grad))
+    for ds, Wt, Bt in ((dsc, Wc, Bc), (ds1, W1, B1), (ds2, W2, B2)):
+        close(ds.dw, Wt.grad.permute(0, 2, 3, 1).numpy())
+        close(ds.db, Bt.grad.numpy())
+
+
+def test_fully_connected_node_inference_and_gradient_node_by_hand(device):
+    """The node's result equals the CNNFullyConnected kernel's; a gradient node built directly (weights
+    None: the forward's) gives the kernel's gradient."""
+    gen = rng("graph-fc-hand")
+    x = randn(gen, N, 3, 3, CIN)
+    w, b = randn(gen, 5, 3, 3, CIN) * 0.3, randn(gen, 5) * 0.1
+    source = m.NNImageNode()
+    fc = m.CNNFullyConnectedNode(source, ConvSource(w, b))
+    fc.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    ys = to_numpy(run(device, m.NNGraph(device, fc.result_image), images(device, x)))
+    queue = m.CommandQueue(device)
+    cb = queue.command_buffer()
+    hand = m.CNNFullyConnected(device, ConvSource(w, b)).encode_batch(cb, images(device, x))
+    cb.commit()
+    cb.wait_until_completed()
+    np.testing.assert_array_equal(ys, to_numpy(hand))
+    assert ys.shape == (N, 1, 1, 5)
+
+    g = m.NNImageNode(Handle("g"))
+    grad = m.CNNFullyConnectedGradientNode(g, source, fc.convolution_gradient_state)
+    assert type(grad).__name__ == "CNNFullyConnectedGradientNode"
+    grad.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    graph = m.NNGraph(device, grad.result_image)
+    assert sorted(h.label() if h is not None else "x" for h in graph.source_image_handles) == ["g", "x"]
+    dy = randn(gen, N, 1, 1, 5)
+    order = [h.label() if h is not None else "x" for h in graph.source_image_handles]
+    feeds = {"g": images(device, dy), "x": images(device, x)}
+    dx = to_numpy(run(device, graph, [feeds[k] for k in order]))
+    X = nchw(x).requires_grad_(True)
+    F.conv2d(X, torch_weight(w), torch.tensor(b, dtype=torch.float64)).backward(nchw(dy))
+    close(dx, nhwc(X.grad))
+
+
+# ---- reshape and pad nodes ------------------------------------------------------------------------------
+
+
+def _loss_and_dx(device, node_image, x, target):
+    """Trains tanh(node) against target (MSE, SUM): returns (per-image losses, dL/dX)."""
+    loss = mse_loss_node(m.CNNNeuronTanHNode(node_image).result_image)
+    terminal = loss.training_graph()
+    labels = labels_for(device, target)
+    _, dx, _ = run_training(device, terminal, [images(device, x)], labels)
+    return [float(la.loss_image.to_numpy().ravel()[0]) for la in labels], to_numpy(dx)
+
+
+def _torch_loss_and_dx(fn, x, target):
+    X = torch.tensor(x, dtype=torch.float64, requires_grad=True)  # NHWC
+    per_image = ((torch.tanh(fn(X)) - torch.tensor(target, dtype=torch.float64)) ** 2).flatten(1).sum(1)
+    per_image.sum().backward()
+    return per_image.detach().numpy(), X.grad.numpy()
+
+
+def test_reshape_node_training_graph_matches_autograd(device):
+    gen = rng("graph-reshape")
+    x = randn(gen, N, 2, 3, 4)
+    target = randn(gen, N, 3, 4, 2)  # result 4 wide, 3 high, 2 channels: the same 24 elements in HWC order
+    node = m.NNReshapeNode(m.NNImageNode(), result_width=4, result_height=3, result_feature_channels=2)
+    assert (node.result_width, node.result_height, node.result_feature_channels) == (4, 3, 2)
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+    ref_losses, ref_dx = _torch_loss_and_dx(lambda X: X.reshape(N, 3, 4, 2), x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+    with pytest.raises(ValueError, match="result_width"):
+        m.NNReshapeNode(m.NNImageNode(), 0, 3, 2)
+
+
+_PAD_MODES = {"ZERO": "constant", "CONSTANT": "constant", "CLAMP": "edge", "MIRROR": "reflect",
+              "MIRROR_WITH_EDGE": "symmetric"}
+
+
+@pytest.mark.parametrize("mode", sorted(_PAD_MODES))
+def test_pad_node_training_graph_matches_autograd(device, mode):
+    gen = rng(f"graph-pad-{mode}")
+    x = randn(gen, N, 4, 5, 3)
+    before, after = (2, 1, 0), (1, 3, 0)  # (x, y, channel)
+    target = randn(gen, N, 4 + 1 + 3, 5 + 2 + 1, 3)
+    node = m.NNPadNode(m.NNImageNode(), before, after, getattr(m.ImageEdgeMode, mode))
+    node.fill_value = 0.75 if mode == "CONSTANT" else 0.0
+    assert node.padding_size_before.x == 2 and node.padding_size_after.y == 3
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+
+    def pad(X):
+        if _PAD_MODES[mode] == "constant":
+            return F.pad(X, (0, 0, before[0], after[0], before[1], after[1]), value=node.fill_value)
+        # Gather with np.pad's index maps: autograd sums the copies like the gradient kernel.
+        iy = np.pad(np.arange(4), (before[1], after[1]), mode=_PAD_MODES[mode])
+        ix = np.pad(np.arange(5), (before[0], after[0]), mode=_PAD_MODES[mode])
+        return X[:, torch.tensor(iy)][:, :, torch.tensor(ix)]
+
+    ref_losses, ref_dx = _torch_loss_and_dx(pad, x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+
+
+def test_pad_node_channel_padding_and_errors(device):
+    gen = rng("graph-pad-channels")
+    x = randn(gen, N, 3, 3, 2)
+    target = randn(gen, N, 3, 3, 2 + 1 + 2)
+    node = m.NNPadNode(m.NNImageNode(), m.ImageCoordinate(0, 0, 1), (0, 0, 2), m.ImageEdgeMode.ZERO)
+    losses, dx = _loss_and_dx(device, node.result_image, x, target)
+    ref_losses, ref_dx = _torch_loss_and_dx(lambda X: F.pad(X, (1, 2)), x, target)
+    close(np.array(losses), ref_losses)
+    close(dx, ref_dx)
+    with pytest.raises(TypeError, match="padding_size_before"):
+        m.NNPadNode(m.NNImageNode(), 3, (0, 0, 0), m.ImageEdgeMode.ZERO)
+    grad = m.NNPadGradientNode(m.NNImageNode(), m.NNImageNode(), node.result_state)
+    assert type(grad).__name__ == "NNPadGradientNode"
+    assert type(m.NNReshapeNode(m.NNImageNode(), 1, 1, 4).gradient_filter_with_source(m.NNImageNode())).__name__ \
+        == "NNReshapeGradientNode"
 
 
 # ---- misuse --------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Forward and gradient filter nodes of the kernel families mpsgrad has (spec §3.1 catalogue):
-// convolution, batch normalization (filter_nodes_trainable.cpp), neuron, pooling, softmax,
-// upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the initial gradient
-// (filter_nodes_binary.cpp). Each node composes its family's kernel classes only.
+// convolution, fully connected, batch normalization (filter_nodes_trainable.cpp), neuron,
+// pooling, softmax, upsampling, dropout (filter_nodes_unary.cpp), arithmetic, loss and the
+// initial gradient (filter_nodes_binary.cpp), reshape and pad (filter_nodes_shape.cpp). Each node
+// composes its family's kernel classes only.
 #pragma once
 
 #include "graph/node.h"
@@ -9,9 +10,11 @@
 #include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
 #include "kernels/dropout.h"
+#include "kernels/fully_connected.h"
 #include "kernels/loss.h"
 #include "kernels/neuron.h"
 #include "kernels/pooling.h"
+#include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
 
@@ -67,9 +70,8 @@ protected:
     void createKernels(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
-private:
     std::shared_ptr<CNNConvolutionDataSource> dataSource_;
-    std::shared_ptr<CNNConvolution> kernel_;
+    std::shared_ptr<CNNConvolution> kernel_;  // a CNNFullyConnected for CNNFullyConnectedNode
 };
 
 // MPSCNNConvolutionGradientNode (MPSNNTrainableNode)
@@ -95,14 +97,43 @@ public:
 
 protected:
     void createKernels(const Device& device) override;
+    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+
+    std::shared_ptr<CNNConvolutionGradient> kernel_;  // a CNNFullyConnectedGradient for the FC node
 
 private:
-    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
     CNNConvolutionNode* forwardConvolution() const;
     void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
 
     std::shared_ptr<CNNConvolutionDataSource> weights_;
-    std::shared_ptr<CNNConvolutionGradient> kernel_;
+};
+
+// MPSCNNFullyConnectedNode (a MPSCNNConvolutionNode subclass): the forward kernel is a
+// CNNFullyConnected, whose window covers the whole source image; training, data sources and
+// training styles are the convolution node's.
+class CNNFullyConnectedNode final : public CNNConvolutionNode {
+public:
+    // +nodeWithSource:weights:
+    CNNFullyConnectedNode(const ImageNodePtr& source, std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNFullyConnectedNode"; }
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+};
+
+// MPSCNNFullyConnectedGradientNode (a MPSCNNConvolutionGradientNode subclass): a
+// CNNFullyConnectedGradient kernel.
+class CNNFullyConnectedGradientNode final : public CNNConvolutionGradientNode {
+public:
+    // +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights:
+    CNNFullyConnectedGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                  const StateNodePtr& convolutionGradientState,
+                                  std::shared_ptr<CNNConvolutionDataSource> weights);
+    const char* className() const override { return "CNNFullyConnectedGradientNode"; }
+
+protected:
+    void createKernels(const Device& device) override;
 };
 
 // ---- batch normalization ----------------------------------------------------------------------------
@@ -408,6 +439,86 @@ private:
     uint64_t seed_;
     Size3 stride_;
     std::shared_ptr<CNNDropoutGradient> kernel_;
+};
+
+// ---- reshape and pad (filter_nodes_shape.cpp) ---------------------------------------------------------
+// MPSNNReshapeNode (+nodeWithSource:resultWidth:resultHeight:resultFeatureChannels:)
+class NNReshapeNode : public NNFilterNode {
+public:
+    NNReshapeNode(const ImageNodePtr& source, int64_t resultWidth, int64_t resultHeight, int64_t resultFeatureChannels);
+    const char* className() const override { return "NNReshapeNode"; }
+    int64_t resultWidth() const { return w_; }
+    int64_t resultHeight() const { return h_; }
+    int64_t resultFeatureChannels() const { return c_; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    int64_t w_, h_, c_;
+    std::shared_ptr<NNReshape> kernel_;
+};
+
+// MPSNNReshapeGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
+class NNReshapeGradientNode : public NNGradientFilterNode {
+public:
+    NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                          const StateNodePtr& gradientState);
+    const char* className() const override { return "NNReshapeGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<NNReshapeGradient> kernel_;
+};
+
+// MPSNNPadNode (+nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:, fillValue)
+class NNPadNode : public NNFilterNode {
+public:
+    NNPadNode(const ImageNodePtr& source, ImageCoordinate paddingSizeBefore, ImageCoordinate paddingSizeAfter,
+              ImageEdgeMode edgeMode);
+    const char* className() const override { return "NNPadNode"; }
+    ImageCoordinate paddingSizeBefore() const { return before_; }
+    ImageCoordinate paddingSizeAfter() const { return after_; }
+    ImageEdgeMode edgeMode() const { return edge_; }
+    float fillValue = 0.0f;  // copied into the kernel at every encode
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    ImageCoordinate before_, after_;
+    ImageEdgeMode edge_;
+    std::shared_ptr<NNPad> kernel_;
+};
+
+// MPSNNPadGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
+class NNPadGradientNode : public NNGradientFilterNode {
+public:
+    NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                      const StateNodePtr& gradientState);
+    const char* className() const override { return "NNPadGradientNode"; }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    std::shared_ptr<NNPadGradient> kernel_;
 };
 
 // ---- arithmetic ------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// The trainable nodes (MPSNNTrainableNode): convolution and batch normalization, forward and
-// gradient, and the parameter updates their gradient nodes run (spec §3.2):
+// The trainable nodes (MPSNNTrainableNode): convolution, fully connected and batch normalization,
+// forward and gradient, and the parameter updates their gradient nodes run (spec §3.2):
 //   GPU style: right after the gradient node is encoded, with the command buffer;
 //   CPU style: from the command buffer's completion handler;
 //   None: no update.
@@ -119,6 +119,30 @@ void CNNConvolutionGradientNode::afterEncode(CommandBuffer& cb, const std::vecto
         if (done.status() == CommandBufferStatus::Error) return;
         if (updatable->updateWithGradientState(gradientState, nullptr)) self->reloadKernels(nullptr, nullptr);
     });
+}
+
+// ---- fully connected ---------------------------------------------------------------------------------------
+
+CNNFullyConnectedNode::CNNFullyConnectedNode(const ImageNodePtr& source,
+                                             std::shared_ptr<CNNConvolutionDataSource> weights)
+    : CNNConvolutionNode(source, std::move(weights)) {}
+
+void CNNFullyConnectedNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNFullyConnected>(device, dataSource_);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNFullyConnectedNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<CNNFullyConnectedGradientNode>(g, sources_[0], resultState(), nullptr)};
+}
+
+CNNFullyConnectedGradientNode::CNNFullyConnectedGradientNode(const ImageNodePtr& sourceGradient,
+                                                             const ImageNodePtr& sourceImage,
+                                                             const StateNodePtr& convolutionGradientState,
+                                                             std::shared_ptr<CNNConvolutionDataSource> weights)
+    : CNNConvolutionGradientNode(sourceGradient, sourceImage, convolutionGradientState, std::move(weights)) {}
+
+void CNNFullyConnectedGradientNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNFullyConnectedGradient>(device, dataSource());
 }
 
 // ---- batch normalization ---------------------------------------------------------------------------------

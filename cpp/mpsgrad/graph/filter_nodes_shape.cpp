@@ -1,0 +1,89 @@
+// The reshape and pad nodes (MPSNNReshapeNode, MPSNNPadNode) and their gradient nodes: they
+// compose NNReshape / NNPad and their gradient kernels, whose states carry the forward geometry.
+#include "core/errors.h"
+#include "graph/filter_nodes.h"
+
+namespace mpsgrad {
+
+// ---- reshape ---------------------------------------------------------------------------------------------
+
+NNReshapeNode::NNReshapeNode(const ImageNodePtr& source, int64_t resultWidth, int64_t resultHeight,
+                             int64_t resultFeatureChannels)
+    : NNFilterNode({source}, {}), w_(resultWidth), h_(resultHeight), c_(resultFeatureChannels) {
+    if (w_ <= 0 || h_ <= 0 || c_ <= 0)
+        throwValueError("result_width, result_height, result_feature_channels: must all be > 0, got ", w_, ", ", h_,
+                        ", ", c_);
+    addResultState<NNGradientStateNode>();
+}
+
+void NNReshapeNode::createKernels(const Device& device) { kernel_ = std::make_shared<NNReshape>(device); }
+
+NodeEncodeResult NNReshapeNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                       const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    NodeEncodeResult result;
+    StateBatch states;
+    result.images = kernel_->encodeBatch(ctx.cb, images[0], ctx.wantStates ? &states : nullptr, false, w_, h_, c_);
+    if (ctx.wantStates) result.states.push_back(std::move(states));
+    return result;
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> NNReshapeNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<NNReshapeGradientNode>(g, sources_[0], resultState())};
+}
+
+NNReshapeGradientNode::NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                             const StateNodePtr& gradientState)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState) {
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void NNReshapeGradientNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<NNReshapeGradient>(device);
+}
+
+NodeEncodeResult NNReshapeGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                               const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+// ---- pad ---------------------------------------------------------------------------------------------------
+
+NNPadNode::NNPadNode(const ImageNodePtr& source, ImageCoordinate paddingSizeBefore, ImageCoordinate paddingSizeAfter,
+                     ImageEdgeMode edgeMode)
+    : NNFilterNode({source}, {}), before_(paddingSizeBefore), after_(paddingSizeAfter), edge_(edgeMode) {
+    addResultState<NNGradientStateNode>();
+}
+
+void NNPadNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<NNPad>(device, before_, after_);
+}
+
+NodeEncodeResult NNPadNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                   const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    kernel_->edgeMode = edge_;
+    kernel_->fillValue = fillValue;
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> NNPadNode::makeGradientNodes(const ImageNodePtr& g) {
+    return {std::make_shared<NNPadGradientNode>(g, sources_[0], resultState())};
+}
+
+NNPadGradientNode::NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                     const StateNodePtr& gradientState)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState) {
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+void NNPadGradientNode::createKernels(const Device& device) { kernel_ = std::make_shared<NNPadGradient>(device); }
+
+NodeEncodeResult NNPadGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                           const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
+}  // namespace mpsgrad

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Train a LeNet-style CNN on scikit-learn's 8x8 digits with mpsgrad's graph API.
+
+The network is described once as graph nodes (MPSNNGraph style):
+
+    conv 3x3 (1->16) -> BN -> ReLU -> max pool 2 -> conv 3x3 (16->32) -> BN -> ReLU -> max pool 2
+    -> fully connected (2x2x32 -> 64) -> ReLU -> dropout -> fully connected (64 -> 10)
+    -> softmax cross-entropy loss
+
+and `training_graph()` on the loss node builds the whole backward pass. The trainable gradient
+nodes hand their gradients to the data sources below (training style UPDATE_DEVICE_CPU), which
+take an Adam step and make the kernels reload the new parameters. The 1797 digits ship with
+scikit-learn (no download); a stratified 20 % is held out for testing.
+
+    pip install ".[examples]" && python examples/train_digits.py [--epochs 15] [--plot digits.png]
+
+Prints a progress bar per epoch (tqdm), saves a plot of train/test loss and accuracy per epoch
+(matplotlib) and ends with the line `test accuracy: NN.N%`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+try:
+    import mpsgrad as m
+except ImportError:  # a source checkout with the extension built into python/mpsgrad
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+    import mpsgrad as m
+
+CLASSES = 10
+
+
+class Name:
+    """An MPSHandle: names a graph input or result."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def label(self):
+        return self.name
+
+
+class Adam:
+    """Adam (Kingma & Ba) on a list of float32 arrays, updated in place; PyTorch's formula."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.m = [np.zeros_like(p) for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads):
+        self.t += 1
+        b1, b2 = self.betas
+        step = self.lr / (1 - b1 ** self.t)
+        root = np.sqrt(1 - b2 ** self.t)
+        for p, g, m_, v in zip(self.params, grads, self.m, self.v):
+            g = np.asarray(g, np.float32).reshape(p.shape)
+            m_ *= b1
+            m_ += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * g * g
+            p -= step * m_ / (np.sqrt(v) / root + self.eps)
+
+
+class ConvWeights:
+    """A convolution / fully connected data source (OHWI weights) that trains with Adam.
+
+    The graph calls update_with_gradient_state once per training step, after the command buffer
+    completed, with the weight and bias gradients summed over the batch; returning True makes the
+    forward and gradient kernels reload weights() and bias_terms()."""
+
+    def __init__(self, weights, biases, lr):
+        self.w, self.b = weights.astype(np.float32), biases.astype(np.float32)
+        self.adam = Adam([self.w, self.b], lr)
+
+    def descriptor(self):
+        out, kh, kw, inp = self.w.shape
+        return m.CNNConvolutionDescriptor(kw, kh, inp, out)
+
+    def weights(self):
+        return self.w
+
+    def bias_terms(self):
+        return self.b
+
+    def load(self):
+        return True
+
+    def purge(self):
+        pass
+
+    def update_with_gradient_state(self, gradient_state, source_state):
+        self.adam.step([gradient_state.gradient_for_weights, gradient_state.gradient_for_biases])
+        return True
+
+
+class BatchNormParameters:
+    """A batch-normalization data source: gamma and beta train with Adam, mean and variance are
+    PyTorch-style running averages (momentum 0.1, unbiased batch variance) used for inference."""
+
+    def __init__(self, channels, lr, momentum=0.1):
+        self.g, self.b = np.ones(channels, np.float32), np.zeros(channels, np.float32)
+        self.mu, self.var = np.zeros(channels, np.float32), np.ones(channels, np.float32)
+        self.adam = Adam([self.g, self.b], lr)
+        self.momentum = momentum
+
+    def number_of_feature_channels(self):
+        return self.g.size
+
+    def gamma(self):
+        return self.g
+
+    def beta(self):
+        return self.b
+
+    def mean(self):
+        return self.mu
+
+    def variance(self):
+        return self.var
+
+    def epsilon(self):
+        return 1e-5
+
+    def load(self):
+        return True
+
+    def purge(self):
+        pass
+
+    def update_gamma_and_beta_with_batch_normalization_state(self, state):
+        self.adam.step([state.gradient_for_gamma, state.gradient_for_beta])
+        return True
+
+    def update_mean_and_variance_with_batch_normalization_state(self, state):
+        count = self.pixels_per_batch
+        self.mu += self.momentum * (np.asarray(state.mean) - self.mu)
+        self.var += self.momentum * (np.asarray(state.variance) * count / (count - 1) - self.var)
+        return True
+
+
+def initial_parameters(seed):
+    """Kaiming-uniform weights like PyTorch's default, biases zero; OHWI layout."""
+    rng = np.random.default_rng(seed)
+
+    def layer(out, kh, kw, inp):
+        bound = 1.0 / np.sqrt(kh * kw * inp)
+        return (rng.uniform(-bound, bound, (out, kh, kw, inp)).astype(np.float32),
+                rng.uniform(-bound, bound, out).astype(np.float32))
+
+    return {"conv1": layer(16, 3, 3, 1), "conv2": layer(32, 3, 3, 16),
+            "fc1": layer(64, 2, 2, 32), "fc2": layer(CLASSES, 1, 1, 64)}
+
+
+class DigitsNet:
+    """The network as graph nodes, a training graph and an inference graph sharing the kernels."""
+
+    def __init__(self, device, params, lr, keep_probability=0.5, seed=0):
+        self.device = device
+        self.sources = {name: ConvWeights(w, b, lr) for name, (w, b) in params.items()}
+        self.bn = [BatchNormParameters(16, lr), BatchNormParameters(32, lr)]
+        cpu = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+
+        x = m.NNImageNode(Name("digits"))
+        h = x
+        for i, conv in enumerate(("conv1", "conv2")):
+            c = m.CNNConvolutionNode(h, self.sources[conv])  # 3x3, "same" size (MPS's default padding)
+            bn = m.CNNBatchNormalizationNode(c.result_image, self.bn[i])
+            relu = m.CNNNeuronReLUNode(bn.result_image)
+            pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+            c.training_style = bn.training_style = cpu
+            h = pool.result_image
+        fc1 = m.CNNFullyConnectedNode(h, self.sources["fc1"])
+        hidden = m.CNNNeuronReLUNode(fc1.result_image).result_image
+        drop = m.CNNDropoutNode(hidden, keep_probability=keep_probability, seed=seed)
+        fc2 = m.CNNFullyConnectedNode(drop.result_image, self.sources["fc2"])
+        fc1.training_style = fc2.training_style = cpu
+        # Training reads the logits too (for the accuracy): an exported intermediate.
+        fc2.result_image.export_from_graph = True
+        fc2.result_image.handle = Name("logits")
+        descriptor = m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.MEAN)
+        descriptor.reduce_across_batch = True  # the batch mean, like PyTorch's cross_entropy
+        loss = m.CNNLossNode(fc2.result_image, descriptor)
+        terminal = loss.training_graph()
+        self.train_graph = m.NNGraph(device, [t.result_image for t in terminal], [False] * len(terminal))
+
+        # Inference skips the dropout: a second FC node on the same data source (the first FC,
+        # the convolutions and BN nodes are shared, so their kernels are the training graph's; BN
+        # uses the running mean and variance in an inference graph).
+        self.fc2_eval = m.CNNFullyConnectedNode(hidden, self.sources["fc2"])
+        self.eval_graph = m.NNGraph(device, self.fc2_eval.result_image)
+        self.queue = m.CommandQueue(device)
+
+    def train_step(self, x, labels):
+        """One Adam step on a batch (N, 8, 8, 1) with integer labels; returns (loss, logits)."""
+        for bn, pixels in zip(self.bn, (64, 16)):
+            bn.pixels_per_batch = x.shape[0] * pixels
+        onehot = np.eye(CLASSES, dtype=np.float32)[labels].reshape(-1, 1, 1, CLASSES)
+        states = [m.CNNLossLabels(self.device, m.CNNLossDataDescriptor(t)) for t in onehot]
+        cb = self.queue.command_buffer()
+        _, intermediates, _ = self.train_graph.encode_batch(cb, [m.batch_from_numpy(x, self.device)], [states],
+                                                            return_intermediates=True)
+        cb.commit()
+        cb.wait_until_completed()  # the data sources took their Adam step in the completion handler
+        loss = float(states[0].loss_image.to_numpy().ravel()[0])
+        return loss, m.batch_to_numpy(intermediates[0]).reshape(-1, CLASSES)
+
+    def logits(self, x):
+        self.eval_graph.reload_from_data_sources()  # the FC node only the inference graph has
+        cb = self.queue.command_buffer()
+        out = self.eval_graph.encode_batch(cb, [m.batch_from_numpy(x, self.device)])
+        cb.commit()
+        cb.wait_until_completed()
+        return m.batch_to_numpy(out).reshape(-1, CLASSES)
+
+
+def load_data(seed, train_limit=None):
+    """The 8x8 digits scaled to [0, 1], NHWC, with a stratified 20 % test split."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[..., None]
+    x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2, random_state=seed,
+                                                        stratify=digits.target)
+    if train_limit:
+        x_train, y_train = x_train[:train_limit], y_train[:train_limit]
+    return x_train, y_train, x_test, y_test
+
+
+def cross_entropy(logits, labels):
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(labels)), labels].mean())
+
+
+def evaluate(net, x, y, batch=256):
+    logits = np.concatenate([net.logits(x[i:i + batch]) for i in range(0, len(x), batch)])
+    return cross_entropy(logits, y), float((logits.argmax(1) == y).mean())
+
+
+def batches(n, batch_size, rng):
+    order = rng.permutation(n)
+    # A last batch of one image has no batch variance: fold it into the previous one.
+    starts = list(range(0, n - batch_size // 2, batch_size)) if n > batch_size else [0]
+    return [order[s:(starts[i + 1] if i + 1 < len(starts) else n)] for i, s in enumerate(starts)]
+
+
+def save_plot(history, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = np.arange(1, len(history["train_loss"]) + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(epochs, history["train_loss"], label="train")
+    left.plot(epochs, history["test_loss"], label="test")
+    left.set(xlabel="epoch", ylabel="cross-entropy loss", title="loss")
+    right.plot(epochs, 100 * np.array(history["train_acc"]), label="train")
+    right.plot(epochs, 100 * np.array(history["test_acc"]), label="test")
+    right.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("mpsgrad graph API: LeNet-style CNN on scikit-learn digits")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or metal (default cpu)")
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-limit", type=int, default=None, help="use only this many training images")
+    parser.add_argument("--plot", default="digits_training.png", help="where to save the plot (PNG)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    from tqdm import tqdm
+
+    args = parse_args(argv)
+    x_train, y_train, x_test, y_test = load_data(args.seed, args.train_limit)
+    device = m.Device(args.device)
+    net = DigitsNet(device, initial_parameters(args.seed), args.lr, seed=args.seed)
+    rng = np.random.default_rng(args.seed)
+    history = {"train_loss": [], "train_acc": [], "test_loss": [], "test_acc": []}
+    start = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):
+        total_loss = correct = seen = 0
+        bar = tqdm(batches(len(x_train), args.batch_size, rng), desc=f"epoch {epoch}/{args.epochs}",
+                   unit="batch", disable=args.no_progress, leave=True)
+        for idx in bar:
+            loss, logits = net.train_step(x_train[idx], y_train[idx])
+            total_loss += loss * len(idx)
+            correct += int((logits.argmax(1) == y_train[idx]).sum())
+            seen += len(idx)
+            bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{100 * correct / seen:.1f}%")
+        test_loss, test_acc = evaluate(net, x_test, y_test)
+        bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{100 * correct / seen:.1f}%",
+                        test_acc=f"{100 * test_acc:.1f}%")
+        bar.close()
+        history["train_loss"].append(total_loss / seen)
+        history["train_acc"].append(correct / seen)
+        history["test_loss"].append(test_loss)
+        history["test_acc"].append(test_acc)
+    elapsed = time.perf_counter() - start
+    save_plot(history, args.plot)
+    print(f"trained {args.epochs} epochs on {len(x_train)} images in {elapsed:.1f} s; plot: {args.plot}")
+    print(f"test accuracy: {100 * history['test_acc'][-1]:.1f}%")
+    return history
+
+
+if __name__ == "__main__":
+    main()
