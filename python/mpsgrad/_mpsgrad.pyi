@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -4162,6 +4162,70 @@ class NNPadGradient(CNNGradientKernel):
     def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNPadGradient initWithDevice:]
+        """
+class NNGramMatrixCalculationGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNGramMatrixCalculation writes for NNGramMatrixCalculationGradient
+    """
+class NNReductionSpatialMeanGradientState(NNGradientState):
+    """
+    The MPSNNGradientState NNReductionSpatialMean writes for NNReductionSpatialMeanGradient (the region averaged)
+    """
+class NNGramMatrixCalculation(CNNKernel):
+    """
+    MPSNNGramMatrixCalculation: per image, G[f][c] = alpha * sum over pixels of X[f] * X[c] for the N source channels read, written as an N-wide, 1-high image of N feature channels (pixel x = f holds row f). offset.x/y must be 0 and clip_rect must cover the N x 1 result (docs/gram_matrix_spatial_mean.md).
+    """
+    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
+        """
+        -[MPSNNGramMatrixCalculation initWithDevice:] (alpha 1) / -initWithDevice:alpha:
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSNNGramMatrixCalculation.alpha
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNGramMatrixCalculationGradient(CNNGradientKernel):
+    """
+    MPSNNGramMatrixCalculationGradient: dX[p][f] = alpha * sum over c of X[p][c] * (Gr[f][c] + Gr[c][f]). source_gradient = Gr (N x 1 x N), source_image = the forward source X, gradient_state = the forward's state.
+    """
+    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
+        """
+        -[MPSNNGramMatrixCalculationGradient initWithDevice:] (alpha 1) / -initWithDevice:alpha:
+        """
+    @property
+    def alpha(self) -> float:
+        """
+        MPSNNGramMatrixCalculationGradient.alpha
+        """
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNReductionSpatialMean(CNNKernel):
+    """
+    The spatial mean of MPSNNReductionSpatialMeanNode (mpsgrad name; Apple publishes no kernel class): one pixel per image holding each feature channel's mean over clip_rect_source (default: the whole source), written at clip_rect.origin; the returning encode forms make a 1 x 1 destination.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        Kernel of MPSNNReductionSpatialMeanNode (initWithDevice:)
+        """
+    @property
+    def clip_rect_source(self) -> Region:
+        """
+        MPSNNUnaryReductionNode.clipRectSource: the source region averaged (intersected with the source)
+        """
+    @clip_rect_source.setter
+    def clip_rect_source(self, arg1: typing.Any) -> None:
+        ...
+class NNReductionSpatialMeanGradient(CNNGradientKernel):
+    """
+    The gradient of the spatial mean (MPSNNReductionSpatialMeanGradientNode's kernel; mpsgrad name): dX = G / (w * h) over the forward's source region, 0 elsewhere.
+    """
+    def __init__(self, device: typing.Any) -> None:
+        """
+        Kernel of MPSNNReductionSpatialMeanGradientNode (initWithDevice:)
         """
 class LocalNormalizationKind:
     """
