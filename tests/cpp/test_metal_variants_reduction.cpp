@@ -42,6 +42,10 @@ ImagePtr noiseImage(const Device& device, int64_t w, int64_t h, int64_t c, int64
     return image;
 }
 
+ImagePtr blankImage(const Device& device, int64_t w, int64_t h, int64_t c, int64_t images) {
+    return std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, w, h, c, images));
+}
+
 std::vector<float> contents(const Image& image) {
     std::vector<float> all;
     for (int64_t n = 0; n < image.numberOfImages(); ++n) {
@@ -94,11 +98,13 @@ TEST(MetalVariantsReduction, GramMatrixForwardAndGradient) {
         expectSameOnBothBackends([channels](const Device& device, CommandBuffer& cb) {
             auto x = noiseImage(device, 9, 7, channels, 2, 1);
             auto k = std::make_shared<NNGramMatrixCalculation>(device, 0.25f);
-            StatePtr state;
-            ImagePtr y = k->encode(cb, x, &state, false);
+            auto y = blankImage(device, channels, 1, channels, 2);
+            StatePtr state = k->resultState(x, {}, y);
+            k->encode(cb, x, state, y);
             auto g = noiseImage(device, channels, 1, channels, 2, 2);
             auto grad = std::make_shared<NNGramMatrixCalculationGradient>(device, 0.25f);
-            ImagePtr dx = grad->encode(cb, g, x, state);
+            auto dx = blankImage(device, 9, 7, channels, 2);
+            grad->encode(cb, g, x, state, dx);
             return std::vector<ImagePtr>{y, dx};
         }, "gram matrix, " + std::to_string(channels) + " channels", 1e-5);
     }
@@ -111,11 +117,13 @@ TEST(MetalVariantsReduction, SpatialMeanForwardAndGradient) {
             auto x = noiseImage(device, 11, 6, 37, 2, 3);
             auto k = std::make_shared<NNReductionSpatialMean>(device);
             if (!wholeImage) k->clipRectSource = Region{{2, 1, 0}, {5, 3, 1}};
-            StatePtr state;
-            ImagePtr y = k->encode(cb, x, &state, false);
+            auto y = blankImage(device, 1, 1, 37, 2);
+            StatePtr state = k->resultState(x, {}, y);
+            k->encode(cb, x, state, y);
             auto g = noiseImage(device, 1, 1, 37, 2, 4);
             auto grad = std::make_shared<NNReductionSpatialMeanGradient>(device);
-            ImagePtr dx = grad->encode(cb, g, x, state);
+            auto dx = blankImage(device, 11, 6, 37, 2);
+            grad->encode(cb, g, x, state, dx);
             return std::vector<ImagePtr>{y, dx};
         }, wholeImage ? "spatial mean" : "spatial mean over a region", 0);
     }
