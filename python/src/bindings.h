@@ -45,6 +45,7 @@ void bindPooling(py::module_& m);
 void bindUpsampling(py::module_& m);
 void bindDropout(py::module_& m);
 void bindReshapePad(py::module_& m);  // reshape and pad (issue 13)
+void bindReduction(py::module_& m);   // Gram matrix and spatial mean (issue 13)
 // ---- cross-channel, spatial and local contrast normalization (issue 12 item 4)
 void bindLocalNormalization(py::module_& m);
 void bindGraph(py::module_& m);  // graph API (issue 15)

@@ -32,6 +32,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindUpsampling(m);
     bindDropout(m);
     bindReshapePad(m);  // issue 13
+    bindReduction(m);   // issue 13: Gram matrix, spatial mean
     bindLocalNormalization(m);  // cross-channel, spatial, local contrast normalization (issue 12)
     bindGraph(m);  // issue 15: after every family whose kernels and data sources it uses
     bindThreads(m);

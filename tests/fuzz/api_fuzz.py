@@ -1126,9 +1126,6 @@ def main(argv=None) -> int:
     return 1 if summary.failures else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 # ---------------------------------------------------------------------------------------------
 # reshape and pad (forward and gradient): NumPy reshape / np.pad are the oracle
@@ -1187,3 +1184,55 @@ def reshape_pad_ops(r: random.Random, ctx: Context):
                 if sy >= 0 and sx >= 0 and sc >= 0:
                     dx_ref[sy, sx, sc] += g_arr[a, b, k]
     check_close(dx.to_numpy()[0], dx_ref, f"pad {mode} gradient")
+
+
+@family("gram_matrix_spatial_mean")
+def gram_and_spatial_mean_ops(r: random.Random, ctx: Context):
+    """The Gram matrix (alpha * X^T X per image) or the spatial mean (over a random clip_rect_source),
+    forward and gradient, against NumPy; sometimes with an invalid alpha or region."""
+    m = ctx.m
+    h, w, c = r.randint(1, 6), r.randint(1, 6), r.randint(1, 9)
+    x_arr = random_array(r, h, w, c)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    cb = ctx.queue.command_buffer()
+    if r.random() < 0.5:
+        alpha = r.choice([1.0, 0.5, -3.0, 1.0 / (h * w)])
+        ctx.start_call()
+        fwd = m.NNGramMatrixCalculation(ctx.device, ctx.bad(r, alpha, ["x", [1.0], object(), 2j], what="alpha"))
+        ctx.expect_rejected_if_invalid("NNGramMatrixCalculation")
+        y, state = fwd.encode(cb, x, destination_state_is_temporary=r.random() < 0.5)
+        g_arr = random_array(r, 1, c, c)
+        dx = m.NNGramMatrixCalculationGradient(ctx.device, alpha).encode(
+            cb, m.Image.from_numpy(g_arr, ctx.device), x, state)
+        run(ctx, cb)
+        flat = x_arr.reshape(h * w, c).astype(np.float64)
+        gram = alpha * flat.T @ flat
+        check_close(y.to_numpy()[0, 0], gram, "Gram matrix")
+        g2 = g_arr[0].astype(np.float64)
+        check_close(dx.to_numpy()[0], (alpha * flat @ (g2 + g2.T)).reshape(h, w, c), "Gram matrix gradient")
+        return
+    x0, y0 = r.randint(-2, w), r.randint(-2, h)
+    rw, rh = r.randint(0, 7), r.randint(1, 7)
+    fwd = m.NNReductionSpatialMean(ctx.device)
+    fwd.clip_rect_source = m.Region((x0, y0, 0), (rw, rh, 1))
+    cx0, cy0 = max(x0, 0), max(y0, 0)
+    cw, ch = min(x0 + rw, w) - cx0, min(y0 + rh, h) - cy0
+    ctx.start_call()
+    if cw <= 0 or ch <= 0:
+        ctx.invalid.append("clip_rect_source selects no pixel")
+    y, state = fwd.encode(cb, x, destination_state_is_temporary=r.random() < 0.5)
+    ctx.expect_rejected_if_invalid("NNReductionSpatialMean encode")
+    g_arr = random_array(r, 1, 1, c)
+    dx = m.NNReductionSpatialMeanGradient(ctx.device).encode(cb, m.Image.from_numpy(g_arr, ctx.device), x, state)
+    run(ctx, cb)
+    region = x_arr[cy0:cy0 + ch, cx0:cx0 + cw].astype(np.float64)
+    check_close(y.to_numpy()[0, 0, 0], region.mean(axis=(0, 1)), "spatial mean")
+    dx_ref = np.zeros(x_arr.shape, np.float64)
+    dx_ref[cy0:cy0 + ch, cx0:cx0 + cw] = g_arr[0, 0] / (cw * ch)
+    check_close(dx.to_numpy()[0], dx_ref, "spatial mean gradient")
+
+
+# The guard comes last: worker subprocesses run this file as a script, so every family above must be
+# registered before main() runs.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -209,6 +209,21 @@ def reshape_pad_kernels():
     }
 
 
+def reduction_kernels():
+    """The Gram matrix and spatial-mean family, properties off their defaults."""
+    def spatial_mean(dev):
+        k = m.NNReductionSpatialMean(dev)
+        k.clip_rect_source = m.Region((1, 1, 0), (3, 2, 1))
+        return k
+
+    return {
+        "NNGramMatrixCalculation": lambda dev: m.NNGramMatrixCalculation(dev, 0.375),
+        "NNGramMatrixCalculationGradient": lambda dev: m.NNGramMatrixCalculationGradient(dev, 0.375),
+        "NNReductionSpatialMean": spatial_mean,
+        "NNReductionSpatialMeanGradient": lambda dev: m.NNReductionSpatialMeanGradient(dev),
+    }
+
+
 def prelu():
     return m.NNNeuronDescriptor.prelu([0.1, 0.2, 0.3, 0.4])
 
@@ -293,6 +308,7 @@ FACTORIES = {
     **batch_normalization_kernels(),
     **instance_group_kernels(),
     **reshape_pad_kernels(),
+    **reduction_kernels(),
     **local_normalization_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(
         dev, momentum_scale=0.75, use_nesterov_momentum=True, optimizer_descriptor=optimizer_descriptor()),
@@ -594,6 +610,14 @@ def output_cases():
         cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9, c=6))]
     for grad_name, forward in (("NNReshapeGradient", lambda dev: m.NNReshape(dev)),
                                ("NNPadGradient", lambda dev: m.NNPad(dev, (2, 1, 1), (1, 3, 2)))):
+        cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
+            q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
+            lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+            lambda inputs, y: inputs[0]))(forward)
+    for name in ("NNGramMatrixCalculation", "NNReductionSpatialMean"):
+        cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9, c=6))]
+    for grad_name, forward in (("NNGramMatrixCalculationGradient", lambda dev: m.NNGramMatrixCalculation(dev, 0.375)),
+                               ("NNReductionSpatialMeanGradient", lambda dev: m.NNReductionSpatialMean(dev))):
         cases[grad_name] = (lambda f: lambda q, dev, k: forward_and_gradient(
             q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
@@ -981,7 +1005,8 @@ def gradient_states(device):
               m.CNNSoftMax(device), m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNUpsamplingNearest(device, 2, 2),
               m.CNNDropout(device, 0.5, 1, (1, 1, 1)), m.CNNInstanceNormalization(device, instance_source(8)),
               m.CNNGroupNormalization(device, group_source(8, 2)), m.CNNConvolutionTranspose(device, transpose_source()),
-              m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0)), m.CNNSpatialNormalization(device, 3, 3)):
+              m.NNReshape(device), m.NNPad(device, (1, 1, 0), (1, 1, 0)), m.CNNSpatialNormalization(device, 3, 3),
+              m.NNGramMatrixCalculation(device), m.NNReductionSpatialMean(device)):
         out.append(k.encode(cb, image(rng("x"), device, 7, 9), destination_state_is_temporary=False)[1])
     _, state = m.CNNAdd(device).encode(cb, image(rng("x"), device), image(rng("y"), device),
                                        destination_state_is_temporary=False)

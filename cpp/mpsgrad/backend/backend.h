@@ -23,6 +23,7 @@
 #include "metal/loss_params.h"        // losses (issue 14)
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
 #include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
+#include "metal/reduction_params.h"    // Gram matrix and spatial mean (issue 13)
 
 namespace mpsgrad {
 
@@ -232,6 +233,17 @@ public:
     // maps: the int32 CSR tables (p.listCount ints).
     virtual void padGradient(CommandBuffer& cb, const PadGradientParams& p, const BufferSlice& gradient,
                              const BufferSlice& destination, const BufferSlice& maps) = 0;
+
+    // ---- Gram matrix and spatial mean (metal/reduction_params.h) -------------------------
+    virtual void gramMatrix(CommandBuffer& cb, const GramMatrixParams& p, const BufferSlice& source,
+                            const BufferSlice& destination) = 0;
+    // gradient = the Gram matrix's gradient Gr, source = the forward source X.
+    virtual void gramMatrixGradient(CommandBuffer& cb, const GramMatrixGradientParams& p, const BufferSlice& gradient,
+                                    const BufferSlice& source, const BufferSlice& destination) = 0;
+    virtual void spatialMean(CommandBuffer& cb, const SpatialMeanParams& p, const BufferSlice& source,
+                             const BufferSlice& destination) = 0;
+    virtual void spatialMeanGradient(CommandBuffer& cb, const SpatialMeanGradientParams& p,
+                                     const BufferSlice& gradient, const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

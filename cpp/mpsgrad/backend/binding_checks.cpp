@@ -602,4 +602,80 @@ void checkPadGradient(const PadGradientParams& p, const BufferSlice& gradient, c
     requireTranspose(op, "channel", m, p.listCount, p.startC, p.destination.channels, p.listC, p.gradient.channels);
 }
 
+// ---- Gram matrix and spatial mean ----------------------------------------------------------------
+
+namespace {
+
+void requireSameChannels(const char* op, const char* name, const ImageLayout& l, int32_t channels) {
+    if (l.channels != channels)
+        throwValueError(op, ": the ", name, " layout has ", l.channels, " channels but the op uses ", channels);
+}
+
+// The Gram matrix image of `channels` channels: at least channels x 1 pixels.
+void requireGramImage(const char* op, const char* name, const ImageLayout& l, int32_t channels) {
+    requireSameChannels(op, name, l, channels);
+    if (l.width < channels || l.height < 1)
+        throwValueError(op, ": the ", name, " image is ", l.width, " x ", l.height, " but the Gram matrix of ",
+                        channels, " channels needs ", channels, " x 1 pixels");
+}
+
+void requireRegion(const char* op, const ImageLayout& l, int32_t x, int32_t y, int32_t w, int32_t h) {
+    if (w < 1 || h < 1) throwValueError(op, ": the region (", w, " x ", h, ") is empty");
+    if (x < 0 || y < 0 || int64_t(x) + w > l.width || int64_t(y) + h > l.height)
+        throwValueError(op, ": the region (", x, ", ", y, ", ", w, " x ", h, ") is not inside the ", l.width, " x ",
+                        l.height, " image");
+}
+
+void requirePixel(const char* op, const char* name, const ImageLayout& l, int32_t x, int32_t y) {
+    if (x < 0 || y < 0 || x >= l.width || y >= l.height)
+        throwValueError(op, ": the ", name, " pixel (", x, ", ", y, ") is not inside the ", l.width, " x ", l.height,
+                        " image");
+}
+
+}  // namespace
+
+void checkGramMatrix(const GramMatrixParams& p, const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "gram_matrix";
+    requireBatch(op, p.batch);
+    requireGramImage(op, "destination", p.destination, p.source.channels);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+}
+
+void checkGramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                             const BufferSlice& destination) {
+    const char* op = "gram_matrix_gradient";
+    requireBatch(op, p.batch);
+    const int32_t n = p.destination.channels;
+    requireGramImage(op, "gradient", p.gradient, n);
+    requireSameChannels(op, "source", p.source, n);
+    if (p.source.width != p.destination.width || p.source.height != p.destination.height)
+        throwValueError(op, ": the source (", p.source.width, " x ", p.source.height, ") and destination (",
+                        p.destination.width, " x ", p.destination.height, ") differ in size");
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+}
+
+void checkSpatialMean(const SpatialMeanParams& p, const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "spatial_mean";
+    requireBatch(op, p.batch);
+    requireSameChannels(op, "destination", p.destination, p.source.channels);
+    requireRegion(op, p.source, p.regionX, p.regionY, p.regionWidth, p.regionHeight);
+    requirePixel(op, "destination", p.destination, p.destinationX, p.destinationY);
+    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+}
+
+void checkSpatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradient,
+                              const BufferSlice& destination) {
+    const char* op = "spatial_mean_gradient";
+    requireBatch(op, p.batch);
+    requireSameChannels(op, "gradient", p.gradient, p.destination.channels);
+    requireRegion(op, p.destination, p.regionX, p.regionY, p.regionWidth, p.regionHeight);
+    requirePixel(op, "gradient", p.gradient, p.gradientX, p.gradientY);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient);
+    requireImage(op, "destination", p.destination, p.batch, destination);
+}
+
 }  // namespace mpsgrad::bindings

@@ -96,4 +96,13 @@ void checkPadForward(const PadParams& p, const BufferSlice& source, const Buffer
 void checkPadGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
                       const BufferSlice& maps);
 
+// Gram matrix: the destination is channels x 1 pixels of `channels` channels; X, Gr and dX agree.
+void checkGramMatrix(const GramMatrixParams& p, const BufferSlice& source, const BufferSlice& destination);
+void checkGramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                             const BufferSlice& destination);
+// Spatial mean: a non-empty region inside the source (dX), the pixel written / read inside its image.
+void checkSpatialMean(const SpatialMeanParams& p, const BufferSlice& source, const BufferSlice& destination);
+void checkSpatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradient,
+                              const BufferSlice& destination);
+
 }  // namespace mpsgrad::bindings

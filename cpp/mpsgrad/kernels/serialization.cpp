@@ -23,6 +23,7 @@
 #include "kernels/neuron.h"
 #include "kernels/normalization.h"
 #include "kernels/pooling.h"
+#include "kernels/reduction.h"
 #include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
@@ -1138,6 +1139,54 @@ std::shared_ptr<NNPadGradient> NNPadGradient::initWithCoder(serial::Reader& r, c
     return kernel;
 }
 
+// ---- Gram matrix and spatial mean ------------------------------------------------------------------
+
+void NNGramMatrixCalculation::encodeWithCoder(serial::Writer& w) const {
+    w.f32(alpha);
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<NNGramMatrixCalculation> NNGramMatrixCalculation::initWithCoder(serial::Reader& r,
+                                                                                const Device& device) {
+    auto kernel = std::make_shared<NNGramMatrixCalculation>(device, r.f32("alpha"));
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNGramMatrixCalculationGradient::encodeWithCoder(serial::Writer& w) const {
+    w.f32(alpha);
+    encodeGradientKernelProperties(w);
+}
+
+std::shared_ptr<NNGramMatrixCalculationGradient> NNGramMatrixCalculationGradient::initWithCoder(
+    serial::Reader& r, const Device& device) {
+    auto kernel = std::make_shared<NNGramMatrixCalculationGradient>(device, r.f32("alpha"));
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+void NNReductionSpatialMean::encodeWithCoder(serial::Writer& w) const {
+    w.region(clipRectSource);
+    encodeCNNKernelProperties(w);
+}
+
+std::shared_ptr<NNReductionSpatialMean> NNReductionSpatialMean::initWithCoder(serial::Reader& r,
+                                                                              const Device& device) {
+    auto kernel = std::make_shared<NNReductionSpatialMean>(device);
+    kernel->clipRectSource = r.region("clip_rect_source");
+    kernel->decodeCNNKernelProperties(r);
+    return kernel;
+}
+
+void NNReductionSpatialMeanGradient::encodeWithCoder(serial::Writer& w) const { encodeGradientKernelProperties(w); }
+
+std::shared_ptr<NNReductionSpatialMeanGradient> NNReductionSpatialMeanGradient::initWithCoder(serial::Reader& r,
+                                                                                              const Device& device) {
+    auto kernel = std::make_shared<NNReductionSpatialMeanGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
 // ---- the registry: every serializable class, by class tag -----------------------------------------
 
 namespace serial {
@@ -1242,6 +1291,10 @@ void registerBuiltinClasses() {
     addKernel("NNReshapeGradient", &NNReshapeGradient::initWithCoder);
     addKernel("NNPad", &NNPad::initWithCoder);
     addKernel("NNPadGradient", &NNPadGradient::initWithCoder);
+    addKernel("NNGramMatrixCalculation", &NNGramMatrixCalculation::initWithCoder);
+    addKernel("NNGramMatrixCalculationGradient", &NNGramMatrixCalculationGradient::initWithCoder);
+    addKernel("NNReductionSpatialMean", &NNReductionSpatialMean::initWithCoder);
+    addKernel("NNReductionSpatialMeanGradient", &NNReductionSpatialMeanGradient::initWithCoder);
 
 
     addState("CNNNormalizationGammaAndBetaState", &CNNNormalizationGammaAndBetaState::initWithCoder);

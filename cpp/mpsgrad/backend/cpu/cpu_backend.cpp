@@ -448,6 +448,28 @@ public:
         encode(cb, [=] { cpu::padGradient(p, gradient, destination, maps); });
     }
 
+    // ---- Gram matrix and spatial mean -----------------------------------------------------------
+    void gramMatrix(CommandBuffer& cb, const GramMatrixParams& p, const BufferSlice& source,
+                    const BufferSlice& destination) override {
+        bindings::checkGramMatrix(p, source, destination);
+        encode(cb, [=] { cpu::gramMatrix(p, source, destination); });
+    }
+    void gramMatrixGradient(CommandBuffer& cb, const GramMatrixGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkGramMatrixGradient(p, gradient, source, destination);
+        encode(cb, [=] { cpu::gramMatrixGradient(p, gradient, source, destination); });
+    }
+    void spatialMean(CommandBuffer& cb, const SpatialMeanParams& p, const BufferSlice& source,
+                     const BufferSlice& destination) override {
+        bindings::checkSpatialMean(p, source, destination);
+        encode(cb, [=] { cpu::spatialMean(p, source, destination); });
+    }
+    void spatialMeanGradient(CommandBuffer& cb, const SpatialMeanGradientParams& p, const BufferSlice& gradient,
+                             const BufferSlice& destination) override {
+        bindings::checkSpatialMeanGradient(p, gradient, destination);
+        encode(cb, [=] { cpu::spatialMeanGradient(p, gradient, destination); });
+    }
+
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
     // the item has run.

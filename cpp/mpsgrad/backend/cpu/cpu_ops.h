@@ -13,6 +13,7 @@
 #include "../../../../metal/pooling_params.h"
 #include "../../../../metal/upsampling_params.h"
 #include "../../../../metal/reshape_pad_params.h"
+#include "../../../../metal/reduction_params.h"
 #include "../../../../metal/dropout_params.h"
 #include "../../../../metal/normalization_params.h"
 #include "backend/backend.h"
@@ -121,6 +122,14 @@ void padForward(const PadParams& p, const BufferSlice& source, const BufferSlice
                 const BufferSlice& fill);
 void padGradient(const PadGradientParams& p, const BufferSlice& gradient, const BufferSlice& destination,
                  const BufferSlice& maps);
+// ---- Gram matrix and spatial mean (metal/reduction_params.h; reduction.cpp); bindings checked by
+// bindings::checkGramMatrix / checkGramMatrixGradient / checkSpatialMean / checkSpatialMeanGradient
+void gramMatrix(const GramMatrixParams& p, const BufferSlice& source, const BufferSlice& destination);
+void gramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
+                        const BufferSlice& destination);
+void spatialMean(const SpatialMeanParams& p, const BufferSlice& source, const BufferSlice& destination);
+void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradient,
+                         const BufferSlice& destination);
 // ---- cross-channel / spatial / local contrast normalization (metal/normalization_params.h;
 // normalization.cpp). source = the forward input X for both ops.
 void normalizationForward(const NormalizationParams& p, const float* source, float* destination);

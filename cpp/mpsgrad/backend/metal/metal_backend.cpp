@@ -279,6 +279,32 @@ public:
         encodePadGradient(ctx_, cb, p, gradient, destination, maps);
     }
 
+    // ---- Gram matrix and spatial mean
+    void gramMatrix(CommandBuffer& cb, const GramMatrixParams& p, const BufferSlice& source,
+                    const BufferSlice& destination) override {
+        bindings::checkGramMatrix(p, source, destination);
+        AutoreleaseScope pool;
+        encodeGramMatrix(ctx_, cb, p, source, destination);
+    }
+    void gramMatrixGradient(CommandBuffer& cb, const GramMatrixGradientParams& p, const BufferSlice& gradient,
+                            const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkGramMatrixGradient(p, gradient, source, destination);
+        AutoreleaseScope pool;
+        encodeGramMatrixGradient(ctx_, cb, p, gradient, source, destination);
+    }
+    void spatialMean(CommandBuffer& cb, const SpatialMeanParams& p, const BufferSlice& source,
+                     const BufferSlice& destination) override {
+        bindings::checkSpatialMean(p, source, destination);
+        AutoreleaseScope pool;
+        encodeSpatialMean(ctx_, cb, p, source, destination);
+    }
+    void spatialMeanGradient(CommandBuffer& cb, const SpatialMeanGradientParams& p, const BufferSlice& gradient,
+                             const BufferSlice& destination) override {
+        bindings::checkSpatialMeanGradient(p, gradient, destination);
+        AutoreleaseScope pool;
+        encodeSpatialMeanGradient(ctx_, cb, p, gradient, destination);
+    }
+
 private:
     MetalContext ctx_;
 };

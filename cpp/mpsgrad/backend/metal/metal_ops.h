@@ -17,6 +17,7 @@
 #include "metal/normalization_params.h"
 #include "metal/upsampling_params.h"
 #include "metal/reshape_pad_params.h"
+#include "metal/reduction_params.h"
 #include "metal/dropout_params.h"
 
 namespace mpsgrad {
@@ -153,5 +154,15 @@ void encodePadForward(MetalContext& ctx, CommandBuffer& cb, PadParams p, const B
                       const BufferSlice& destination, const BufferSlice& maps, const BufferSlice& fill);
 void encodePadGradient(MetalContext& ctx, CommandBuffer& cb, PadGradientParams p, const BufferSlice& gradient,
                        const BufferSlice& destination, const BufferSlice& maps);
+
+// ---- Gram matrix and spatial mean (metal/reduction.metal; metal_reduction.cpp)
+void encodeGramMatrix(MetalContext& ctx, CommandBuffer& cb, GramMatrixParams p, const BufferSlice& source,
+                      const BufferSlice& destination);
+void encodeGramMatrixGradient(MetalContext& ctx, CommandBuffer& cb, GramMatrixGradientParams p,
+                              const BufferSlice& gradient, const BufferSlice& source, const BufferSlice& destination);
+void encodeSpatialMean(MetalContext& ctx, CommandBuffer& cb, SpatialMeanParams p, const BufferSlice& source,
+                       const BufferSlice& destination);
+void encodeSpatialMeanGradient(MetalContext& ctx, CommandBuffer& cb, SpatialMeanGradientParams p,
+                               const BufferSlice& gradient, const BufferSlice& destination);
 
 }  // namespace mpsgrad::metal_backend

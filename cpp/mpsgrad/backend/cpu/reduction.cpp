@@ -1,0 +1,115 @@
+// CPU backend: the Gram matrix, its gradient, the spatial mean and its gradient
+// (metal/reduction_params.h). The Gram matrix and its gradient are GEMMs through the system BLAS
+// (cpu/blas.h): an image's pixels are the rows of a P x N matrix whose row stride is the pixel
+// stride, so both run on the images in place. The bindings were checked by bindings::check*
+// before the op was encoded; every output element is written by one loop iteration, so results
+// are reproducible run to run.
+#include <cstdint>
+#include <vector>
+
+#include "../../../../metal/reduction_params.h"
+#include "blas.h"
+#include "cpu_ops.h"
+#include "parallel.h"
+
+namespace mpsgrad::cpu {
+namespace {
+
+inline int64_t at(const ImageLayout& l, int64_t n, int64_t y, int64_t x) {
+    return n * l.imageStride + (y * l.width + x) * int64_t(l.pixelStride) + l.channelOffset;
+}
+
+}  // namespace
+
+void gramMatrix(const GramMatrixParams& p, const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
+    const ImageLayout& s = p.source;
+    const int n = s.channels;
+    if (p.batch == 0 || n == 0) return;
+    const float* x = sourceSlice.floats();
+    float* g = destinationSlice.floats();
+    const int pixels = s.width * s.height;
+    parallelFor(p.batch, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            float* out = g + at(p.destination, b, 0, 0);
+            if (pixels == 0) {  // an empty sum
+                for (int f = 0; f < n; ++f)
+                    for (int c = 0; c < n; ++c) out[int64_t(f) * p.destination.pixelStride + c] = 0.0f;
+                continue;
+            }
+            const float* a = x + at(s, b, 0, 0);
+            // G = alpha * X^T X: X is pixels x n with row stride pixelStride.
+            blas::sgemm(true, false, n, n, pixels, p.alpha, a, s.pixelStride, a, s.pixelStride, 0.0f, out,
+                        p.destination.pixelStride);
+        }
+    });
+}
+
+void gramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gradientSlice,
+                        const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
+    const ImageLayout& d = p.destination;
+    const int n = d.channels;
+    if (p.batch == 0 || n == 0 || d.width == 0 || d.height == 0) return;
+    const float* gr = gradientSlice.floats();
+    const float* x = sourceSlice.floats();
+    float* dx = destinationSlice.floats();
+    // S = Gr + Gr^T per image (n x n, dense), then one GEMM per row of pixels: dX_row = alpha * X_row * S.
+    const int64_t nn = int64_t(n) * n;
+    std::vector<float> sym(size_t(p.batch * nn));
+    for (int64_t b = 0; b < p.batch; ++b) {
+        const float* g = gr + at(p.gradient, b, 0, 0);
+        float* s = sym.data() + b * nn;
+        for (int64_t f = 0; f < n; ++f)
+            for (int64_t c = 0; c < n; ++c)
+                s[f * n + c] = g[f * p.gradient.pixelStride + c] + g[c * p.gradient.pixelStride + f];
+    }
+    parallelFor(int64_t(p.batch) * d.height, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+            const int64_t b = row / d.height, y = row % d.height;
+            blas::sgemm(false, false, d.width, n, n, p.alpha, x + at(p.source, b, y, 0), p.source.pixelStride,
+                        sym.data() + b * nn, n, 0.0f, dx + at(d, b, y, 0), d.pixelStride);
+        }
+    });
+}
+
+void spatialMean(const SpatialMeanParams& p, const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
+    const int64_t channels = p.source.channels;
+    if (p.batch == 0 || channels == 0) return;
+    const float* x = sourceSlice.floats();
+    float* out = destinationSlice.floats();
+    const float count = float(int64_t(p.regionWidth) * p.regionHeight);
+    parallelFor(int64_t(p.batch) * channels, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const int64_t b = i / channels, k = i % channels;
+            float total = 0.0f;  // row sums added up: the order the Metal kernel uses
+            for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
+                float rowSum = 0.0f;
+                for (int64_t xx = p.regionX; xx < p.regionX + p.regionWidth; ++xx) rowSum += x[at(p.source, b, y, xx) + k];
+                total += rowSum;
+            }
+            out[at(p.destination, b, p.destinationY, p.destinationX) + k] = total / count;
+        }
+    });
+}
+
+void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradientSlice,
+                         const BufferSlice& destinationSlice) {
+    const ImageLayout& d = p.destination;
+    if (p.batch == 0 || d.channels == 0 || d.width == 0 || d.height == 0) return;
+    const float* g = gradientSlice.floats();
+    float* dx = destinationSlice.floats();
+    const float count = float(int64_t(p.regionWidth) * p.regionHeight);
+    parallelFor(int64_t(p.batch) * d.height, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+            const int64_t b = row / d.height, y = row % d.height;
+            const float* gin = g + at(p.gradient, b, p.gradientY, p.gradientX);
+            const bool rowInside = y >= p.regionY && y < p.regionY + p.regionHeight;
+            for (int64_t x = 0; x < d.width; ++x) {
+                const bool inside = rowInside && x >= p.regionX && x < p.regionX + p.regionWidth;
+                float* o = dx + at(d, b, y, x);
+                for (int64_t k = 0; k < d.channels; ++k) o[k] = inside ? gin[k] / count : 0.0f;
+            }
+        }
+    });
+}
+
+}  // namespace mpsgrad::cpu
