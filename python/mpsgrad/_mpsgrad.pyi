@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientState', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientState', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -3644,22 +3644,38 @@ class NNForwardLoss(NNLossKernel):
         """
         -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None, *, destination_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
         """
-        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; returns the loss images)
+        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; destination_states: from result_state_batch, they receive the dynamic properties for NNLossGradient; returns the loss images). With destination_state_is_temporary=True/False: ...weights:destinationStates:destinationStateIsTemporary:, returns (loss images, states).
+        """
+    def result_state_batch(self, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list:
+        """
+        -resultStateBatchForSourceImage:sourceStates:destinationImage: (one gradient state per source)
+        """
+    def temporary_result_state_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list:
+        """
+        -temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:
         """
 class NNLossGradient(NNLossKernel):
     """
-    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per image for a reduced loss (broadcast). computeLabelGradients is not implemented.
+    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).
     """
     def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNLossGradient initWithDevice:lossDescriptor:]
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None) -> list[Image]:
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None, *, source_states: typing.Any = None) -> list[Image]:
         """
-        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (returns the gradient images)
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (source_states: NNForwardLoss's destination states, whose weight, label_smoothing, epsilon and delta replace the kernel's; returns the gradient images)
         """
+    @property
+    def compute_label_gradients(self) -> bool:
+        """
+        MPSNNLossGradient.computeLabelGradients: the destination receives the gradient with respect to the labels instead of the predictions [False]
+        """
+    @compute_label_gradients.setter
+    def compute_label_gradients(self, arg1: typing.Any) -> None:
+        ...
 class NNInitialGradient(Kernel):
     """
     MPSNNInitialGradient: an image of the source's size filled with 1.0
@@ -4874,6 +4890,22 @@ class CNNConvolutionGradientNode(NNGradientFilterNode):
     @training_style.setter
     def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
+class CNNFullyConnectedNode(CNNConvolutionNode):
+    """
+    MPSCNNFullyConnectedNode
+    """
+    def __init__(self, source: NNImageNode, weights: typing.Any) -> None:
+        """
+        +nodeWithSource:weights:
+        """
+class CNNFullyConnectedGradientNode(CNNConvolutionGradientNode):
+    """
+    MPSCNNFullyConnectedGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)
+        """
 class CNNBatchNormalizationNode(NNFilterNode):
     """
     MPSCNNBatchNormalizationNode
@@ -5129,6 +5161,64 @@ class NNInitialGradientNode(NNFilterNode):
     """
     def __init__(self, source: NNImageNode) -> None:
         ...
+class NNReshapeNode(NNFilterNode):
+    """
+    MPSNNReshapeNode
+    """
+    def __init__(self, source: NNImageNode, result_width: typing.SupportsInt | typing.SupportsIndex, result_height: typing.SupportsInt | typing.SupportsIndex, result_feature_channels: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:resultWidth:resultHeight:resultFeatureChannels:
+        """
+    @property
+    def result_feature_channels(self) -> int:
+        ...
+    @property
+    def result_height(self) -> int:
+        ...
+    @property
+    def result_width(self) -> int:
+        ...
+class NNReshapeGradientNode(NNGradientFilterNode):
+    """
+    MPSNNReshapeGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+class NNPadNode(NNFilterNode):
+    """
+    MPSNNPadNode
+    """
+    def __init__(self, source: NNImageNode, padding_size_before: typing.Any, padding_size_after: typing.Any, edge_mode: ImageEdgeMode) -> None:
+        """
+        +nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:
+        """
+    @property
+    def edge_mode(self) -> ImageEdgeMode:
+        ...
+    @property
+    def fill_value(self) -> float:
+        """
+        MPSNNPadNode.fillValue (edge mode CONSTANT)
+        """
+    @fill_value.setter
+    def fill_value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def padding_size_after(self) -> ImageCoordinate:
+        ...
+    @property
+    def padding_size_before(self) -> ImageCoordinate:
+        ...
+class NNPadGradientNode(NNGradientFilterNode):
+    """
+    MPSNNPadGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
 class NNGraph:
     """
     MPSNNGraph
