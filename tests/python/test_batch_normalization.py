@@ -485,6 +485,8 @@ def test_bad_inputs_raise(device, queue):
     bad[2] = -1.0
     with pytest.raises(ValueError, match="variance"):
         m.CNNBatchNormalization(device, m.CNNBatchNormalizationWeightsDataSource(gamma, beta, mean, bad))
+    with pytest.raises(ValueError, match="variance: channel 2 is -1.*must be >= 0"):
+        m.CNNNormalizationMeanAndVarianceState(device, mean, bad)
     with pytest.raises(ValueError, match="epsilon"):
         fam.forward.epsilon = 0.0
     with pytest.raises(ValueError, match="beta"):
