@@ -11,6 +11,12 @@
 //   KL         t (log t - y) (0 where t = 0), -t
 // Labels are smoothed first (SoftMaxCE: t (1 - ls) + ls / numberOfClasses, SigmoidCE:
 // t (1 - ls) + ls / 2, only when ls > 0). Every loss and gradient is multiplied by its weight.
+// With labelGradients (NNLossGradient.computeLabelGradients) the gradient is dl/dt instead:
+//   MAE, MSE, Huber -dl/dy (functions of y - t)   SigmoidCE -y   CategoricalCE -log y
+//   Hinge -2y where 1 - t' y > 0   Log -log(y + eps) + log(1 - y + eps)
+//   KL log t + 1 - y (0 where t = 0, where the true derivative is -infinity)
+//   SoftMaxCE -w_c (y_c - logsumexp(y))   Cosine -w0 y_c
+// times the smoothing's dt'/dt = 1 - ls for SoftMaxCE and SigmoidCE (when ls > 0).
 // Channels of a pixel are visited in increasing order (fixed-order sums).
 #pragma once
 
@@ -83,6 +89,25 @@ inline float lossElement(LossElementsParams p, float y, float t, MPSGRAD_LOSS_TH
     }
 }
 
+// dl/dt of one element of the element-wise types at the smoothed label t, given dl/dy = g.
+inline float lossLabelGradient(LossElementsParams p, float y, float t, float g) {
+    switch (p.lossType) {
+        case kLossSigmoidCrossEntropy: return -y;
+        case kLossCategoricalCrossEntropy: return -MPSGRAD_LOSS_MATH::log(y);
+        case kLossHinge: return 1.0f - (2.0f * t - 1.0f) * y > 0.0f ? -2.0f * y : 0.0f;  // not g: t = 0.5 has g = 0
+        case kLossLog: return MPSGRAD_LOSS_MATH::log(1.0f - y + p.epsilon) - MPSGRAD_LOSS_MATH::log(y + p.epsilon);
+        case kLossKullbackLeiblerDivergence: return t > 0.0f ? MPSGRAD_LOSS_MATH::log(t) + 1.0f - y : 0.0f;
+        default: return -g;  // MAE, MSE, Huber
+    }
+}
+
+// dt'/dt of the label smoothing (lossLabel).
+inline float lossLabelScale(LossElementsParams p) {
+    const bool smoothed = p.labelSmoothing > 0.0f &&
+                          (p.lossType == kLossSoftMaxCrossEntropy || p.lossType == kLossSigmoidCrossEntropy);
+    return smoothed ? 1.0f - p.labelSmoothing : 1.0f;
+}
+
 // One pixel of C channels: writes the weighted gradient to grad[c] and (loss non-null) the weighted
 // per-element losses to loss[c]; returns the pixel's loss sum and its non-zero weight count.
 inline void lossPixel(LossElementsParams p, int C, MPSGRAD_LOSS_DEVICE const float* y,
@@ -107,7 +132,8 @@ inline void lossPixel(LossElementsParams p, int C, MPSGRAD_LOSS_DEVICE const flo
             const float wc = p.hasWeights != 0 ? w[c] : p.weight;
             const float tc = lossLabel(p, t[c]);
             const float l = -wc * tc * (y[c] - lse);
-            grad[c] = MPSGRAD_LOSS_MATH::exp(y[c] - lse) * wt - wc * tc;
+            grad[c] = p.labelGradients != 0 ? -wc * (y[c] - lse) * lossLabelScale(p)
+                                            : MPSGRAD_LOSS_MATH::exp(y[c] - lse) * wt - wc * tc;
             if (writeLoss) loss[c] = l;
             sum += l;
         }
@@ -119,7 +145,7 @@ inline void lossPixel(LossElementsParams p, int C, MPSGRAD_LOSS_DEVICE const flo
         float dot = 0.0f;
         for (int c = 0; c < C; ++c) {
             dot += y[c] * t[c];
-            grad[c] = -w0 * t[c];
+            grad[c] = -w0 * (p.labelGradients != 0 ? y[c] : t[c]);
         }
         sum = w0 * (1.0f - dot);
         nonzero = w0 != 0.0f ? 1.0f : 0.0f;
@@ -128,8 +154,9 @@ inline void lossPixel(LossElementsParams p, int C, MPSGRAD_LOSS_DEVICE const flo
     for (int c = 0; c < C; ++c) {
         const float wc = p.hasWeights != 0 ? w[c] : p.weight;
         float g = 0.0f;
-        const float l = wc * lossElement(p, y[c], lossLabel(p, t[c]), g);
-        grad[c] = wc * g;
+        const float tc = lossLabel(p, t[c]);
+        const float l = wc * lossElement(p, y[c], tc, g);
+        grad[c] = wc * (p.labelGradients != 0 ? lossLabelGradient(p, y[c], tc, g) * lossLabelScale(p) : g);
         if (writeLoss) loss[c] = l;
         sum += l;
         nonzero += wc != 0.0f ? 1.0f : 0.0f;

@@ -56,6 +56,8 @@ struct LossElementsParams {
     float epsilon;            // Log
     float delta;              // Huber
     int32_t partialsOffset;   // pixel slot of image 0 in partials
+    int32_t labelGradients;   // 1: `destination` receives dL/dt, the labels' gradient (NNLossGradient
+                              // computeLabelGradients), instead of dL/dy; the loss is unchanged
 };
 
 struct LossReduceParams {

@@ -3644,22 +3644,38 @@ class NNForwardLoss(NNLossKernel):
         """
         -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_images: typing.Any = None, *, destination_states: typing.Any = None, destination_state_is_temporary: typing.Any = None) -> typing.Any:
         """
-        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; returns the loss images)
+        -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: (labels, weights: image batches; destination_states: from result_state_batch, they receive the dynamic properties for NNLossGradient; returns the loss images). With destination_state_is_temporary=True/False: ...weights:destinationStates:destinationStateIsTemporary:, returns (loss images, states).
+        """
+    def result_state_batch(self, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list:
+        """
+        -resultStateBatchForSourceImage:sourceStates:destinationImage: (one gradient state per source)
+        """
+    def temporary_result_state_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list:
+        """
+        -temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:
         """
 class NNLossGradient(NNLossKernel):
     """
-    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per image for a reduced loss (broadcast). computeLabelGradients is not implemented.
+    MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).
     """
     def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNLossGradient initWithDevice:lossDescriptor:]
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None) -> list[Image]:
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, labels: typing.Any, weights: typing.Any = None, destination_gradients: typing.Any = None, *, source_states: typing.Any = None) -> list[Image]:
         """
-        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (returns the gradient images)
+        -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:[destinationGradients:] (source_states: NNForwardLoss's destination states, whose weight, label_smoothing, epsilon and delta replace the kernel's; returns the gradient images)
         """
+    @property
+    def compute_label_gradients(self) -> bool:
+        """
+        MPSNNLossGradient.computeLabelGradients: the destination receives the gradient with respect to the labels instead of the predictions [False]
+        """
+    @compute_label_gradients.setter
+    def compute_label_gradients(self, arg1: typing.Any) -> None:
+        ...
 class NNInitialGradient(Kernel):
     """
     MPSNNInitialGradient: an image of the source's size filled with 1.0

@@ -66,6 +66,13 @@ std::vector<LossLabelsPtr> labelsList(py::handle value) {
 
 namespace {
 
+// Loss gradient states as a list of NNGradientState (their C++ class is not a Python class).
+py::list gradientStates(const StateBatch& states) {
+    py::list out;
+    for (const StatePtr& state : states) out.append(std::static_pointer_cast<NNGradientState>(state));
+    return out;
+}
+
 // An optional image batch (None: empty).
 ImageBatch optionalBatch(py::handle value, const char* what) {
     return value.is_none() ? ImageBatch{} : toImageBatch(value, what);
@@ -96,43 +103,83 @@ void bindSplitLoss(py::module_& m) {
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNForwardLoss initWithDevice:lossDescriptor:]")
         .def("encode_batch", [](NNForwardLoss& k, CommandBuffer& cb, py::handle sources, py::handle labels,
-                                py::handle weights, py::handle destinations) {
+                                py::handle weights, py::handle destinations, py::handle destinationStates,
+                                py::handle stateIsTemporary) -> py::object {
                  ImageBatch src = toImageBatch(sources, "source_images");
                  ImageBatch lab = toImageBatch(labels, "labels");
                  ImageBatch w = optionalBatch(weights, "weights");
-                 if (destinations.is_none()) return k.encodeBatch(cb, src, lab, w);
+                 StateBatch states = toStateBatch(destinationStates, "destination_states");
+                 if (!stateIsTemporary.is_none()) {
+                     const bool temporary = toBool(stateIsTemporary, "destination_state_is_temporary");
+                     if (!destinations.is_none() || !states.empty())
+                         throwValueError("destination_state_is_temporary: applies to the returning form only; with "
+                                         "destination_images pass destination_states (from result_state_batch)");
+                     StateBatch produced;
+                     ImageBatch dst = k.encodeBatch(cb, src, lab, w, &produced, temporary);
+                     return py::make_tuple(dst, gradientStates(produced));
+                 }
+                 if (destinations.is_none()) {
+                     if (!states.empty()) throwValueError("destination_states: pass destination_images with them");
+                     return py::cast(k.encodeBatch(cb, src, lab, w));
+                 }
                  ImageBatch dst = toImageBatch(destinations, "destination_images");
-                 k.encodeBatch(cb, src, lab, w, dst);
-                 return dst;
+                 k.encodeBatch(cb, src, lab, w, states, dst);
+                 return py::cast(dst);
              },
              py::arg("command_buffer"), py::arg("source_images"), py::arg("labels"), py::arg("weights") = py::none(),
-             py::arg("destination_images") = py::none(),
+             py::arg("destination_images") = py::none(), py::kw_only(), py::arg("destination_states") = py::none(),
+             py::arg("destination_state_is_temporary") = py::none(),
              "-encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages: "
-             "(labels, weights: image batches; returns the loss images)");
+             "(labels, weights: image batches; destination_states: from result_state_batch, they receive the "
+             "dynamic properties for NNLossGradient; returns the loss images). With "
+             "destination_state_is_temporary=True/False: ...weights:destinationStates:destinationStateIsTemporary:, "
+             "returns (loss images, states).")
+        .def("result_state_batch", [](const NNForwardLoss& k, py::handle sources, py::handle, py::handle) {
+                 return gradientStates(k.resultStateBatch(toImageBatch(sources, "source_images")));
+             },
+             py::arg("source_images"), py::arg("source_states") = py::none(), py::arg("destination_images") = py::none(),
+             "-resultStateBatchForSourceImage:sourceStates:destinationImage: (one gradient state per source)")
+        .def("temporary_result_state_batch", [](const NNForwardLoss& k, CommandBuffer& cb, py::handle sources,
+                                                py::handle, py::handle) {
+                 return gradientStates(k.temporaryResultStateBatch(cb, toImageBatch(sources, "source_images")));
+             },
+             py::arg("command_buffer"), py::arg("source_images"), py::arg("source_states") = py::none(),
+             py::arg("destination_images") = py::none(),
+             "-temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:");
 
     py::class_<NNLossGradient, NNLossKernel, std::shared_ptr<NNLossGradient>>(
         m, "NNLossGradient",
-        "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction); source_gradient is 1x1x1 per "
-        "image for a reduced loss (broadcast). computeLabelGradients is not implemented.")
+        "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: "
+        "d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).")
         .def(py::init([](py::object device, const CNNLossDescriptor& d) {
                  return std::make_shared<NNLossGradient>(lossDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNLossGradient initWithDevice:lossDescriptor:]")
+        .def_property("compute_label_gradients", &NNLossGradient::computeLabelGradients,
+                      [](NNLossGradient& k, py::handle value) {
+                          k.setComputeLabelGradients(toBool(value, "compute_label_gradients"));
+                      },
+                      "MPSNNLossGradient.computeLabelGradients: the destination receives the gradient with respect "
+                      "to the labels instead of the predictions [False]")
         .def("encode_batch", [](NNLossGradient& k, CommandBuffer& cb, py::handle gradients, py::handle sources,
-                                py::handle labels, py::handle weights, py::handle destinations) {
+                                py::handle labels, py::handle weights, py::handle destinations,
+                                py::handle sourceStates) {
                  ImageBatch g = toImageBatch(gradients, "source_gradients");
                  ImageBatch src = toImageBatch(sources, "source_images");
                  ImageBatch lab = toImageBatch(labels, "labels");
                  ImageBatch w = optionalBatch(weights, "weights");
-                 if (destinations.is_none()) return k.encodeBatch(cb, g, src, lab, w);
+                 StateBatch states = toStateBatch(sourceStates, "source_states");
+                 if (destinations.is_none()) return k.encodeBatch(cb, g, src, lab, w, states);
                  ImageBatch dst = toImageBatch(destinations, "destination_gradients");
-                 k.encodeBatch(cb, g, src, lab, w, dst);
+                 k.encodeBatch(cb, g, src, lab, w, states, dst);
                  return dst;
              },
              py::arg("command_buffer"), py::arg("source_gradients"), py::arg("source_images"), py::arg("labels"),
-             py::arg("weights") = py::none(), py::arg("destination_gradients") = py::none(),
+             py::arg("weights") = py::none(), py::arg("destination_gradients") = py::none(), py::kw_only(),
+             py::arg("source_states") = py::none(),
              "-encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:"
-             "[destinationGradients:] (returns the gradient images)");
+             "[destinationGradients:] (source_states: NNForwardLoss's destination states, whose weight, "
+             "label_smoothing, epsilon and delta replace the kernel's; returns the gradient images)");
 
     py::class_<NNInitialGradient, Kernel, std::shared_ptr<NNInitialGradient>>(
         m, "NNInitialGradient", "MPSNNInitialGradient: an image of the source's size filled with 1.0")

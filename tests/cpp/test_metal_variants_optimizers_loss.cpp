@@ -142,7 +142,8 @@ constexpr int kBatch = 2, kWidth = 5, kHeight = 3, kChannels = 6;
 
 // loss_elements, then (reduced losses) loss_reduce and loss_scale_gradient, on one command buffer.
 // Bindings: 0 source, 1 labels, 2 weights, 3 destination, 4 loss, 5 partials, 6 results.
-void lossCase(int lossType, int reduction, bool weights, bool acrossBatch, unsigned mask) {
+// labelGradients: the destination receives dL/dt (NNLossGradient.computeLabelGradients).
+void lossCase(int lossType, int reduction, bool weights, bool acrossBatch, unsigned mask, bool labelGradients = false) {
     LossElementsParams p{};
     p.source = denseLayout(kWidth, kHeight, kChannels);
     p.labels = denseLayout(kWidth, kHeight, kChannels, 1);
@@ -159,6 +160,7 @@ void lossCase(int lossType, int reduction, bool weights, bool acrossBatch, unsig
     p.epsilon = 1e-7f;
     p.delta = 0.5f;
     p.partialsOffset = 0;
+    p.labelGradients = labelGradients ? 1 : 0;
     const int pixels = kWidth * kHeight;
 
     LossReduceParams r{};
@@ -193,7 +195,8 @@ void lossCase(int lossType, int reduction, bool weights, bool acrossBatch, unsig
         b.lossReduce(cb, r, v[5], v[6]);
         b.lossScaleGradient(cb, s, v[6], v[3]);
     }, "loss " + std::to_string(lossType) + " reduction " + std::to_string(reduction) + " weights " +
-           std::to_string(weights) + " across " + std::to_string(acrossBatch));
+           std::to_string(weights) + " across " + std::to_string(acrossBatch) + " label gradients " +
+           std::to_string(labelGradients));
 }
 
 TEST(MetalVariantsLoss, EveryTypeReductionAndAlignment) {
@@ -204,6 +207,14 @@ TEST(MetalVariantsLoss, EveryTypeReductionAndAlignment) {
             for (bool weights : {false, true})
                 for (unsigned mask : {0u, 0x7Fu, 0x2Au}) lossCase(type, reduction, weights, mask == 0x2Au, mask);
         }
+}
+
+TEST(MetalVariantsLoss, LabelGradientsOfEveryType) {
+    REQUIRE_METAL();
+    for (int type = 0; type < kLossTypeCount; ++type)
+        for (bool smoothing : {false, true})  // acrossBatch also sets label smoothing 0.1
+            lossCase(type, type == kLossCosineDistance ? kReductionSum : kReductionMean, smoothing, smoothing,
+                     smoothing ? 0x2Au : 0u, true);
 }
 
 }  // namespace

@@ -414,14 +414,21 @@ def split_loss_ops(r: random.Random, ctx: Context):
     ys = [m.Image.from_numpy(y_arr, ctx.device)]
     ts = [m.Image.from_numpy(t_arr if t_shape == (h, w, c) else random_array(r, *t_shape), ctx.device)]
     gs = [m.Image.from_numpy(np.full(g_shape, seed, np.float32), ctx.device)]
+    labels_gradient = r.random() < 0.5  # d/dt of (y - t)^2 is -(d/dy)
+    gradient.compute_label_gradients = labels_gradient
     cb = ctx.queue.command_buffer()
-    losses = forward.encode_batch(cb, ys, ts)
-    grads = gradient.encode_batch(cb, gs, ys, ts)
+    states = None
+    if r.random() < 0.5:  # the forward's destination states carry its properties to the gradient
+        losses, states = forward.encode_batch(cb, ys, ts, destination_state_is_temporary=r.random() < 0.5)
+    else:
+        losses = forward.encode_batch(cb, ys, ts)
+    grads = gradient.encode_batch(cb, gs, ys, ts, source_states=states)
     run(ctx, cb)
     ctx.expect_rejected_if_invalid("NNForwardLoss / NNLossGradient encode")
     diff = y_arr.astype(np.float64) - t_arr
     check_close(losses[0].to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
-    check_close(grads[0].to_numpy()[0], 2 * float(seed) * diff, "MSE gradient x source gradient")
+    check_close(grads[0].to_numpy()[0], (-2 if labels_gradient else 2) * float(seed) * diff,
+                "MSE gradient x source gradient")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -306,6 +306,7 @@ FACTORIES = {
         dev, m.CNNLossDescriptor(m.CNNLossType.COSINE_DISTANCE, m.CNNReductionType.SUM)),
     "NNForwardLoss": lambda dev: m.NNForwardLoss(dev, loss_descriptor()),
     "NNLossGradient": lambda dev: m.NNLossGradient(dev, loss_descriptor()),
+    "NNLossGradient[labels]": lambda dev: _label_gradient_kernel(dev),
     "NNInitialGradient": lambda dev: m.NNInitialGradient(dev),
 }
 
@@ -616,6 +617,7 @@ def output_cases():
         cases[name] = optimizer_steps
     cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
     cases["NNForwardLoss"] = cases["NNLossGradient"] = cases["NNInitialGradient"] = split_loss_outputs
+    cases["NNLossGradient[labels]"] = split_loss_outputs
     for family in ("Instance", "Group"):
         cases[f"CNN{family}Normalization"] = (lambda f: lambda q, dev, k: group_normalization_pass(
             q, dev, f, forward=k))(family)
@@ -702,6 +704,12 @@ def loss_outputs(q, dev, k):
     cb.commit()
     cb.wait_until_completed()
     return [out.to_numpy(), labels.loss_image.to_numpy()]
+
+
+def _label_gradient_kernel(dev):
+    k = m.NNLossGradient(dev, loss_descriptor())
+    k.compute_label_gradients = True
+    return k
 
 
 def split_loss_outputs(q, dev, k):

@@ -218,7 +218,7 @@ void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const st
 // ---- the pass shared by CNNLoss and the split loss kernels ------------------------------------------------
 
 void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescriptor& d,
-                    const std::vector<LossPassImages>& images, const char* labelsName) {
+                    const std::vector<LossPassImages>& images, const char* labelsName, bool labelGradients) {
     d.validate();
     const size_t N = images.size();
     if (N == 0) throwValueError("source_images: empty");
@@ -283,6 +283,7 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
         p.epsilon = d.epsilon;
         p.delta = d.delta;
         p.partialsOffset = int32_t(int64_t(i) * pixels);
+        p.labelGradients = labelGradients ? 1 : 0;
         backend.lossElements(cb, p, im.source->storage(0), im.labels->storage(0),
                              im.weights ? im.weights->storage(0) : BufferSlice{}, im.gradient->storage(0),
                              perElement ? im.loss->storage(0) : BufferSlice{}, partials);
@@ -386,10 +387,47 @@ std::vector<LossPassImages> NNLossKernel::passImages(const ImageBatch& sources, 
     return images;
 }
 
+std::vector<std::shared_ptr<NNLossGradientState>> NNLossKernel::lossStates(const StateBatch& states, size_t count,
+                                                                          const char* what) {
+    std::vector<std::shared_ptr<NNLossGradientState>> out;
+    if (states.empty()) return out;
+    if (states.size() != count) throwValueError(what, ": ", states.size(), " states for ", count, " source images");
+    for (size_t i = 0; i < count; ++i) {
+        auto state = std::dynamic_pointer_cast<NNLossGradientState>(states[i]);
+        if (!state)
+            throwTypeError(what, ": item ", i, " is ", states[i] ? states[i]->className() : "None",
+                           ", expected a state from NNForwardLoss.result_state_batch / temporary_result_state_batch");
+        out.push_back(std::move(state));
+    }
+    return out;
+}
+
+StateBatch NNForwardLoss::resultStateBatch(const ImageBatch& sources) const {
+    StateBatch states;
+    for (size_t i = 0; i < sources.size(); ++i) {
+        if (!sources[i]) throwValueError("source_images: item ", i, " is None");
+        states.push_back(std::make_shared<NNLossGradientState>(device_, false, nullptr));
+    }
+    return states;
+}
+
+StateBatch NNForwardLoss::temporaryResultStateBatch(CommandBuffer& cb, const ImageBatch& sources) const {
+    checkCommandBuffer(cb);
+    StateBatch states;
+    for (size_t i = 0; i < sources.size(); ++i) {
+        if (!sources[i]) throwValueError("source_images: item ", i, " is None");
+        states.push_back(std::make_shared<NNLossGradientState>(device_, true, &cb));
+    }
+    return states;
+}
+
 void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
-                                const ImageBatch& weights, const ImageBatch& destinations) {
+                                const ImageBatch& weights, const StateBatch& destinationStates,
+                                const ImageBatch& destinations) {
     checkCommandBuffer(cb);
     std::vector<LossPassImages> images = passImages(sources, labels, weights);
+    const auto states = lossStates(destinationStates, sources.size(), "destination_states");
+    for (const auto& state : states) state->checkUsable(cb, "destination_states");
     if (destinations.size() != sources.size())
         throwValueError("destination_images: ", destinations.size(), " images for ", sources.size(),
                         " source images");
@@ -408,26 +446,65 @@ void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, co
     }
     encodeLossPass(device_, cb, descriptor_, images, "labels");
     noteLabelsRead(labels, weights);
+    // The properties are host values known now: the state records them at encode time.
+    for (const auto& state : states) {
+        state->weight = descriptor_.weight;
+        state->labelSmoothing = descriptor_.labelSmoothing;
+        state->epsilon = descriptor_.epsilon;
+        state->delta = descriptor_.delta;
+        state->snapshot.batchSize = int64_t(sources.size());
+        state->snapshot.encoded = true;
+    }
 }
 
 ImageBatch NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
-                                      const ImageBatch& weights) {
+                                      const ImageBatch& weights, StateBatch* outStates, bool statesAreTemporary) {
     ImageBatch destinations;
     for (const ImagePtr& s : sources) {
         if (!s) throwValueError("source_images: contains None");
         destinations.push_back(std::make_shared<Image>(device_, lossImageDescriptor(*s)));
     }
-    encodeBatch(cb, sources, labels, weights, destinations);
+    StateBatch states;
+    if (outStates) states = statesAreTemporary ? temporaryResultStateBatch(cb, sources) : resultStateBatch(sources);
+    encodeBatch(cb, sources, labels, weights, states, destinations);
+    if (outStates) *outStates = std::move(states);
     return destinations;
 }
 
 NNLossGradient::NNLossGradient(const Device& device, const CNNLossDescriptor& descriptor)
     : NNLossKernel(device, descriptor), multiply_(std::make_shared<CNNMultiply>(device)) {}
 
+CNNLossDescriptor NNLossGradient::encodeDescriptor(CommandBuffer& cb, const StateBatch& sourceStates,
+                                                  size_t count) const {
+    CNNLossDescriptor d = descriptor_;
+    const auto states = lossStates(sourceStates, count, "source_states");
+    for (size_t i = 0; i < states.size(); ++i) {
+        const NNLossGradientState& s = *states[i];
+        s.checkUsable(cb, "source_states");
+        if (!s.snapshot.encoded)
+            throwValueError("source_states: item ", i, " was not written by an NNForwardLoss encode");
+        // One pass serves the whole batch (reduce_across_batch couples the images), so the
+        // states must agree; they do when one forward encode wrote them.
+        const NNLossGradientState& first = *states[0];
+        if (s.weight != first.weight || s.labelSmoothing != first.labelSmoothing || s.epsilon != first.epsilon ||
+            s.delta != first.delta)
+            throwValueError("source_states: item ", i, " carries other properties than item 0 (states of different "
+                            "forward encodes)");
+    }
+    if (!states.empty()) {
+        d.weight = states[0]->weight;
+        d.labelSmoothing = states[0]->labelSmoothing;
+        d.epsilon = states[0]->epsilon;
+        d.delta = states[0]->delta;
+    }
+    return d;
+}
+
 void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
-                                 const ImageBatch& labels, const ImageBatch& weights,
+                                 const ImageBatch& labels, const ImageBatch& weights, const StateBatch& sourceStates,
                                  const ImageBatch& destinations) {
     checkCommandBuffer(cb);
+    const CNNLossDescriptor d = encodeDescriptor(cb, sourceStates, sources.size());
     std::vector<LossPassImages> images = passImages(sources, labels, weights);
     const size_t N = sources.size();
     if (sourceGradients.size() != N)
@@ -454,10 +531,10 @@ void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGrad
                                                  sources[i]->featureChannels()}))
             throwValueError("destination_gradients: image ", i, " is ", sizeText(*destinations[i]),
                             " but the source image ", sizeText(*sources[i]));
-    if (descriptor_.reductionType == CNNReductionType::None) {
+    if (d.reductionType == CNNReductionType::None) {
         // Per element: the gradient of sum(G * w * l) is that of the loss weighted by G * w (exact
         // also for SoftMaxCE, whose channels are coupled: G is not a factor of its gradient).
-        const ImagePtr scalarWeight = images[0].weights ? nullptr : scalarImage(device_, descriptor_.weight);
+        const ImagePtr scalarWeight = images[0].weights ? nullptr : scalarImage(device_, d.weight);
         for (size_t i = 0; i < N; ++i) {
             auto weighted = std::make_shared<Image>(device_, sources[i]->descriptor());
             encodeProduct(*multiply_, cb, sourceGradients[i], images[i].weights ? images[i].weights : scalarWeight,
@@ -465,24 +542,26 @@ void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGrad
             images[i].weights = weighted;
             images[i].gradient = destinations[i];
         }
-        encodeLossPass(device_, cb, descriptor_, images, "labels");
+        encodeLossPass(device_, cb, d, images, "labels", computeLabelGradients_);
         noteLabelsRead(labels, weights);
+        for (const StatePtr& state : sourceStates) state->noteRead();
         return;
     }
-    encodeLossPass(device_, cb, descriptor_, images, "labels");
+    encodeLossPass(device_, cb, d, images, "labels", computeLabelGradients_);
     noteLabelsRead(labels, weights);
+    for (const StatePtr& state : sourceStates) state->noteRead();
     for (size_t i = 0; i < N; ++i) encodeProduct(*multiply_, cb, images[i].gradient, sourceGradients[i], destinations[i]);
 }
 
 ImageBatch NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients,
                                        const ImageBatch& sources, const ImageBatch& labels,
-                                       const ImageBatch& weights) {
+                                       const ImageBatch& weights, const StateBatch& sourceStates) {
     ImageBatch destinations;
     for (const ImagePtr& s : sources) {
         if (!s) throwValueError("source_images: contains None");
         destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
     }
-    encodeBatch(cb, sourceGradients, sources, labels, weights, destinations);
+    encodeBatch(cb, sourceGradients, sources, labels, weights, sourceStates, destinations);
     return destinations;
 }
 

@@ -142,8 +142,19 @@ struct LossPassImages {
 };
 // Validates every image (ValueError naming the parameter; `labelsName` names the labels argument)
 // and encodes the loss pass of spec §2.12; the sources' read counts are decremented.
+// labelGradients: `gradient` receives dL/dt (the labels' gradient) instead of dL/dy.
 void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescriptor& descriptor,
-                    const std::vector<LossPassImages>& images, const char* labelsName);
+                    const std::vector<LossPassImages>& images, const char* labelsName, bool labelGradients = false);
+
+// The gradient state MPSNNForwardLoss writes into its destinationStates: the dynamic properties
+// (weight, labelSmoothing, epsilon, delta) at the time of the forward encode. NNLossGradient given
+// it as sourceStates uses these instead of its own. Python sees it as an NNGradientState.
+class NNLossGradientState final : public NNGradientState {
+public:
+    NNLossGradientState(const Device& device, bool temporary, const CommandBuffer* cb)
+        : NNGradientState(device, temporary, cb) {}
+    float weight = 1.0f, labelSmoothing = 0.0f, epsilon = 1e-7f, delta = 1.0f;
+};
 
 // The properties the split loss kernels share: ro lossType, reductionType, numberOfClasses; rw
 // weight, labelSmoothing, epsilon, delta and reduceAcrossBatch (macOS 11), validated on set.
@@ -164,6 +175,9 @@ protected:
     // Labels (and weights, empty or one per source) as pass images for `sources`.
     std::vector<LossPassImages> passImages(const ImageBatch& sources, const ImageBatch& labels,
                                            const ImageBatch& weights) const;
+    // The sourceStates / destinationStates argument as loss gradient states (empty or one per source).
+    static std::vector<std::shared_ptr<NNLossGradientState>> lossStates(const StateBatch& states, size_t count,
+                                                                        const char* what);
     void encodeLossProperties(serial::Writer& writer) const;
     static CNNLossDescriptor decodeLossProperties(serial::Reader& reader);
     CNNLossDescriptor descriptor_;
@@ -180,17 +194,22 @@ public:
     static std::shared_ptr<NNForwardLoss> initWithCoder(serial::Reader& reader, const Device& device);
 
     // -encodeBatchToCommandBuffer:sourceImages:labels:weights:destinationStates:destinationImages:
-    // (weights: empty or one per source; the destination states are not produced: the gradient
-    // kernel takes the dynamic properties from its own properties)
+    // (weights: empty or one per source; destinationStates: empty or one NNLossGradientState per
+    // source, from resultStateBatch / temporaryResultStateBatch, receiving the dynamic properties)
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels, const ImageBatch& weights,
-                     const ImageBatch& destinations);
-    // The returning form (new persistent destinations of lossImageDescriptor's size).
+                     const StateBatch& destinationStates, const ImageBatch& destinations);
+    // The returning forms (new persistent destinations of lossImageDescriptor's size); with
+    // outStates: ...destinationStates:destinationStateIsTemporary: (a new state per source).
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
-                           const ImageBatch& weights);
+                           const ImageBatch& weights, StateBatch* outStates = nullptr, bool statesAreTemporary = false);
+    // -resultStateBatchForSourceImage:sourceStates:destinationImage: (persistent) and
+    // -temporaryResultStateBatchForCommandBuffer:... : one NNLossGradientState per source.
+    StateBatch resultStateBatch(const ImageBatch& sources) const;
+    StateBatch temporaryResultStateBatch(CommandBuffer& cb, const ImageBatch& sources) const;
 };
 
-// MPSNNLossGradient: the gradient with respect to the predictions of sum(sourceGradient * loss)
-// (computeLabelGradients, the labels' gradient, is not implemented). sourceGradient is the gradient
+// MPSNNLossGradient: the gradient with respect to the predictions of sum(sourceGradient * loss), or
+// with computeLabelGradients with respect to the labels. sourceGradient is the gradient
 // of the final objective with respect to the forward loss's output: 1x1x1 per image for a reduced
 // loss (destination = sourceGradient * d(loss)/dy), source-sized for reduction None (the loss is
 // weighted by it, which is exact for SoftMaxCE's coupled channels too).
@@ -202,14 +221,24 @@ public:
     void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
     static std::shared_ptr<NNLossGradient> initWithCoder(serial::Reader& reader, const Device& device);
 
+    // computeLabelGradients (default false): the destination receives dL/dlabels instead of dL/dy.
+    bool computeLabelGradients() const { return computeLabelGradients_; }
+    void setComputeLabelGradients(bool value) { computeLabelGradients_ = value; }
+
     // -encodeBatchToCommandBuffer:sourceGradients:sourceImages:labels:weights:sourceStates:destinationGradients:
+    // sourceStates: empty, or NNForwardLoss's destination states (one per source, all written by
+    // the same forward encode): their weight, labelSmoothing, epsilon and delta are used.
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
-                     const ImageBatch& labels, const ImageBatch& weights, const ImageBatch& destinations);
+                     const ImageBatch& labels, const ImageBatch& weights, const StateBatch& sourceStates,
+                     const ImageBatch& destinations);
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
-                           const ImageBatch& labels, const ImageBatch& weights);
+                           const ImageBatch& labels, const ImageBatch& weights, const StateBatch& sourceStates = {});
 
 private:
+    // The descriptor of this encode: the kernel's, with the source states' dynamic properties.
+    CNNLossDescriptor encodeDescriptor(CommandBuffer& cb, const StateBatch& sourceStates, size_t count) const;
     std::shared_ptr<CNNMultiply> multiply_;
+    bool computeLabelGradients_ = false;
 };
 
 // MPSNNInitialGradient: a destination of the source's size filled with 1.0 (the seed gradient of

@@ -1052,12 +1052,15 @@ std::shared_ptr<NNForwardLoss> NNForwardLoss::initWithCoder(serial::Reader& r, c
 
 void NNLossGradient::encodeWithCoder(serial::Writer& w) const {
     encodeLossProperties(w);
+    w.boolean(computeLabelGradients_);
     encodeKernelProperties(w);
 }
 
 std::shared_ptr<NNLossGradient> NNLossGradient::initWithCoder(serial::Reader& r, const Device& device) {
     const CNNLossDescriptor d = decodeLossProperties(r);
+    const bool labelGradients = r.boolean("compute_label_gradients");
     auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<NNLossGradient>(device, d); });
+    k->setComputeLabelGradients(labelGradients);
     k->decodeKernelProperties(r);
     return k;
 }
