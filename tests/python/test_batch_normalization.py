@@ -339,6 +339,56 @@ def test_results_are_bitwise_reproducible(device, queue):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("neuron", ["none", "relu"])
+def test_large_images_match_torch_whatever_the_thread_count(device, queue, check, neuron):
+    """Images of 37x41 = 1517 pixels: the CPU reductions cut each image into two chunks of 64-pixel
+    blocks (batch_normalization.cpp), the Metal ones give every thread several pixels. The training
+    pass matches autograd, and the CPU results are bitwise equal with 1, 2 and 3 threads (the chunk
+    partial sums are added in a fixed order)."""
+    n, h, w, c = 2, 37, 41, 12
+    gen = rng(f"bn-large-{neuron}")
+    x = (randn(gen, n, h, w, c) * 2.0 - 1.5).astype(np.float32)
+    g = randn(gen, n, h, w, c)
+    gamma, beta, mean, variance = _parameters(gen, c)
+    eps = 1e-3
+
+    def once():
+        fam = Family(device, gamma, beta, mean, variance, eps, neuron)
+        xs, gs = _images(x, device), _images(g, device)
+        state = fam.forward.result_state(xs[0])
+        cb = queue.command_buffer()
+        fam.statistics.encode_batch(cb, xs, state)
+        ys = fam.forward.encode_batch(cb, xs, state)
+        fam.statistics_gradient.encode_batch(cb, gs, xs, state)
+        dxs = fam.gradient.encode_batch(cb, gs, xs, [state] * n)
+        cb.commit()
+        cb.wait_until_completed()
+        assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
+        return [np.array(a) for a in (state.mean, state.variance, m.batch_to_numpy(ys), state.gradient_for_gamma,
+                                      state.gradient_for_beta, m.batch_to_numpy(dxs))]
+
+    threads = m.get_num_threads()
+    try:
+        runs = []
+        for t in (1, 2, 3):
+            m.set_num_threads(t)
+            runs.append(once())
+    finally:
+        m.set_num_threads(threads)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert np.array_equal(a, b)
+    mean_, var_, y, dgamma, dbeta, dx = runs[0]
+    y_ref, dx_ref, dgamma_ref, dbeta_ref = _torch_training(x, g, gamma, beta, eps, neuron)
+    x64 = x.astype(np.float64)
+    check(mean_, x64.mean(axis=(0, 1, 2)), "batch mean")
+    check(var_, x64.var(axis=(0, 1, 2)), "biased batch variance")
+    check(y, y_ref, "forward")
+    check(dgamma, dgamma_ref, "gradient_for_gamma")
+    check(dbeta, dbeta_ref, "gradient_for_beta")
+    check(dx, dx_ref, "dX")
+
+
 class ProtocolSource:
     """The required protocol methods only (no epsilon, beta None: no bias)."""
 
@@ -435,6 +485,8 @@ def test_bad_inputs_raise(device, queue):
     bad[2] = -1.0
     with pytest.raises(ValueError, match="variance"):
         m.CNNBatchNormalization(device, m.CNNBatchNormalizationWeightsDataSource(gamma, beta, mean, bad))
+    with pytest.raises(ValueError, match="variance: channel 2 is -1.*must be >= 0"):
+        m.CNNNormalizationMeanAndVarianceState(device, mean, bad)
     with pytest.raises(ValueError, match="epsilon"):
         fam.forward.epsilon = 0.0
     with pytest.raises(ValueError, match="beta"):

@@ -9,8 +9,9 @@ kernel) changes every later gradient. After STEPS steps the kernel's γ/β (read
 state) must match torch's within 1e-4 relative (float32 state against a float64 oracle over a few
 steps; a wrong term is of the order of the learning rate, > 1e-2 relative).
 
-Instance / group normalization states reuse the same NNOptimizer::encodeParameters path; their tests
-belong with those families.
+MPS has no optimizer encode taking an instance or group normalization gradient state (their γ/β are
+updated through the data source's update methods, tests/python/test_instance_group_normalization.py);
+test_no_encodes_on_instance_or_group_states checks that mpsgrad invents none.
 """
 from __future__ import annotations
 
@@ -208,5 +209,33 @@ def test_bad_batch_normalization_encodes_raise(device, queue):
     with pytest.raises(TypeError, match="input_momentum_vectors"):
         m.NNOptimizerStochasticGradientDescent(device, 0.1).encode(cb, state, "momentum", trainer.result)
     assert adam.time_step == 0  # failed encodes do not advance it
+    cb.commit()
+    cb.wait_until_completed()
+
+
+@pytest.mark.parametrize("family", ["instance", "group"])
+def test_no_encodes_on_instance_or_group_states(device, queue, family):
+    """MPSNNOptimizers.h declares state encodes for convolution and batch normalization states only: an
+    instance or group normalization gradient state is a TypeError for every optimizer."""
+    c = 4
+    gamma, beta = np.ones(c, np.float32), np.zeros(c, np.float32)
+    if family == "instance":
+        kernel = m.CNNInstanceNormalization(device, m.CNNInstanceNormalizationWeightsDataSource(gamma, beta))
+    else:
+        kernel = m.CNNGroupNormalization(device, m.CNNGroupNormalizationWeightsDataSource(gamma, beta,
+                                                                                          number_of_groups=2))
+    xs = m.batch_from_numpy(randn(rng(f"no-opt-{family}"), 1, 3, 3, c), device)
+    cb = queue.command_buffer()
+    _, states = kernel.encode_batch(cb, xs, destination_state_is_temporary=False)
+    result = m.CNNNormalizationGammaAndBetaState(device, gamma, beta)
+    vecs = lambda: [m.Vector(device, c), m.Vector(device, c)]  # noqa: E731
+    forms = [(m.NNOptimizerStochasticGradientDescent(device, LR), (vecs(),)),
+             (m.NNOptimizerRMSProp(device, LR), (vecs(),)),
+             (m.NNOptimizerAdam(device, LR), (vecs(), vecs(), None))]
+    for optimizer, vectors in forms:
+        with pytest.raises(TypeError, match="encode"):
+            optimizer.encode(cb, states[0], *vectors, result)
+        with pytest.raises(TypeError, match="encode"):
+            optimizer.encode(cb, states[0], states[0], *vectors, result)
     cb.commit()
     cb.wait_until_completed()

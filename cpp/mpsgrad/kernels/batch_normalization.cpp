@@ -165,6 +165,12 @@ CNNNormalizationMeanAndVarianceState::CNNNormalizationMeanAndVarianceState(const
                                                                            const std::vector<float>& variance)
     : CNNNormalizationMeanAndVarianceState(device, int64_t(mean.size()), false, nullptr) {
     checkVector(variance, mean.size(), "variance");
+    // Epsilon is > 0 on every kernel, so a variance >= 0 keeps variance + epsilon > 0 wherever the state
+    // is reloaded (a negative one would only surface when the forward runs: a command-buffer error on the
+    // CPU, NaN on a GPU, which cannot raise).
+    for (size_t c = 0; c < variance.size(); ++c)
+        if (!(variance[c] >= 0.0f))
+            throwValueError("variance: channel ", c, " is ", variance[c], "; a variance must be >= 0");
     std::memcpy(this->mean().floats(), mean.data(), floatBytes(channels_));
     std::memcpy(this->variance().floats(), variance.data(), floatBytes(channels_));
 }

@@ -174,6 +174,7 @@ struct BatchNormalizationWeights {
 // statistics when a statistics kernel has run on the state, else the data source's (inference).
 class CNNBatchNormalization final : public CNNKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     // -initWithDevice:dataSource:[fusedNeuronDescriptor:]
     CNNBatchNormalization(const Device& device, std::shared_ptr<CNNBatchNormalizationDataSource> dataSource,
                           const NNNeuronDescriptor& fusedNeuron = {});
@@ -262,6 +263,7 @@ private:
 // MPSCNNBatchNormalizationGradient: dX per image, after the statistics gradient (training mode).
 class CNNBatchNormalizationGradient final : public CNNGradientKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     CNNBatchNormalizationGradient(const Device& device, const NNNeuronDescriptor& fusedNeuron = {});
     const char* className() const override { return "CNNBatchNormalizationGradient"; }
     const NNNeuronDescriptor& fusedNeuronDescriptor() const { return neuron_; }

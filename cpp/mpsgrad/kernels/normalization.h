@@ -66,6 +66,7 @@ struct LocalNormalizationWindow {
 // Shared forward implementation of the three kernels.
 class CNNLocalNormalizationBase : public CNNKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     LocalNormalizationKind kind() const { return kind_; }
     int64_t kernelWidth() const override { return window_.width; }
     int64_t kernelHeight() const override { return window_.height; }

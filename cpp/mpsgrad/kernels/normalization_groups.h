@@ -53,6 +53,7 @@ private:
 // The forward kernel of both families: epsilon, gamma / beta on the device, the reloads, the encode.
 class GroupNormalizationKernelBase : public CNNKernel {
 public:
+    bool writesEveryDestinationPixel() const override { return true; }
     int64_t numberOfFeatureChannels() const { return channels_; }
     int64_t numberOfGroups() const { return groups_; }
     float epsilon() const { return epsilon_; }
@@ -92,6 +93,9 @@ private:
 
 // The gradient kernel of both families: dX for every image, and the state's dγ / dβ.
 class GroupNormalizationGradientBase : public CNNGradientKernel {
+public:
+    bool writesEveryDestinationPixel() const override { return true; }
+
 protected:
     explicit GroupNormalizationGradientBase(const Device& device) : CNNGradientKernel(device) {}
     virtual GroupNormalizationGradientStateBase* familyState(State& state) const = 0;

@@ -12,8 +12,9 @@
 //   * batch normalization: a CNNBatchNormalizationState (its gamma/beta and gradient_for_gamma/
 //     beta), or a gradient state + a source state, written into a CNNNormalizationGammaAndBetaState;
 //     state vectors [gamma] or [gamma, beta].
-// Every state family reduces to two ParameterTensors handed to encodeParameters; another family
-// (instance / group normalization) is an overload that builds its two tensors and calls it.
+// Every state family reduces to two ParameterTensors handed to encodeParameters. MPS has no
+// optimizer encode for instance or group normalization states (their data sources update γ/β), so
+// there is none here either (docs/losses_and_optimizers.md).
 #pragma once
 
 #include <cstdint>

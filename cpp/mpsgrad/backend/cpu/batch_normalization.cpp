@@ -1,11 +1,16 @@
 // CPU backend: the batch normalization family (statistics, forward, statistics gradient,
 // gradient). Semantics are exactly those written in metal/batch_normalization_params.h.
 //
-// Every op reads each input once (one pass over memory). The two reductions (statistics and
-// statistics gradient) split the channels into blocks of kChannelBlock, one block per task of
-// cpu::parallelFor; a task walks every pixel of the batch in memory order and sums its block's
-// channels in double precision in that fixed order, so results are bitwise reproducible whatever
-// the thread count. The two element-wise ops split the rows of the batch across threads.
+// Every op is one pass over memory, reading each input once:
+// - The two reductions (statistics, statistics gradient) cut the pixels of the batch into chunks
+//   that depend only on the image size (at most kChunkPixels pixels of one image each), one chunk
+//   per task of cpu::parallelFor. A chunk sums blocks of at most kBlockPixels pixels in float,
+//   all channels at once (channels are innermost in memory, so the loop vectorizes across them),
+//   and adds each block's sums into its own double partial sums. The partials are then added in
+//   chunk order, so results are bitwise reproducible whatever the thread count.
+// - The two element-wise ops (forward, gradient) split the rows of the batch across threads.
+// The fused neuron type is dispatched once per call to loops instantiated for that type, so no
+// per-element switch remains (as in neuron.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,9 +27,12 @@ namespace {
 
 using elementwise::invalid;
 
-// Channels one reduction task owns: 16 floats = one 64-byte cache line per pixel when the
-// channel slice is aligned, so tasks never share a line.
-constexpr int32_t kChannelBlock = 16;
+// Pixels whose sums a reduction accumulates in float before adding them into double: short
+// enough that float rounding stays at the level of the inputs' own (64 terms), long enough
+// that the double additions cost little.
+constexpr int64_t kBlockPixels = 64;
+// Largest reduction task: enough work to amortize a task, small enough to balance threads.
+constexpr int64_t kChunkPixels = 1024;
 
 // The per-channel constants of the forward transform z = x·scale + shift, shift = beta - mean·scale.
 struct Affine {
@@ -50,23 +58,6 @@ Affine affineOf(const char* op, const BatchNormalizationParams& p, const float* 
     return a;
 }
 
-float channelA(const BatchNormalizationParams& p, const float* neuronData, int32_t c) {
-    return p.neuron.hasChannelData ? neuronData[c] : 0.0f;
-}
-
-// G' = G·f'(z), z = x·scale + shift, for channels [c0, c0 + w) of one pixel (scale/shift indexed from c0).
-inline void neuronGradientRow(const BatchNormalizationParams& p, const float* neuronData, int32_t c0, int32_t w,
-                              const float* g, const float* x, const float* scale, const float* shift, float* gp) {
-    const NeuronParams nr = p.neuron;
-    if (nr.type == kNeuronNone) {
-        for (int32_t k = 0; k < w; ++k) gp[k] = g[k];
-        return;
-    }
-    for (int32_t k = 0; k < w; ++k)
-        gp[k] = g[k] * neuronDerivative(nr.type, nr.a, nr.b, nr.c, channelA(p, neuronData, c0 + k),
-                                        x[k] * scale[k] + shift[k]);
-}
-
 void checkImages(const char* op, const BatchNormalizationParams& p, bool gradient, bool destination) {
     elementwise::checkLayout(op, "source", p.source);
     if (p.batch < 0) invalid(op, "negative batch");
@@ -80,26 +71,59 @@ void checkImages(const char* op, const BatchNormalizationParams& p, bool gradien
     if (!(p.epsilon >= 0.0f)) invalid(op, "epsilon must be >= 0");
 }
 
-// Calls body(n, i, rowPointer offsets) for every pixel of channel block [c0, c1) in memory order.
-template <class Body>
-void forEachPixel(const BatchNormalizationParams& p, Body&& body) {
-    const int64_t pixels = int64_t(p.source.width) * p.source.height;
-    for (int64_t n = 0; n < p.batch; ++n)
-        for (int64_t i = 0; i < pixels; ++i) body(n, i);
+// The fused neuron's per-channel slope a (PReLU): neuronData, or zeros when there is none.
+std::vector<float> channelSlopes(const char* op, const BatchNormalizationParams& p, const float* neuronData) {
+    const NeuronParams& n = p.neuron;
+    if (n.type < 0 || n.type >= kNeuronCount) invalid(op, "unknown neuron type " + std::to_string(n.type));
+    if (n.type == kNeuronPReLU && !n.hasChannelData) invalid(op, "PReLU needs per-channel data (hasChannelData = 1)");
+    if (n.hasChannelData && neuronData == nullptr) invalid(op, "neuronData is null but hasChannelData = 1");
+    const size_t C = size_t(p.source.channels);
+    return n.hasChannelData ? std::vector<float>(neuronData, neuronData + C) : std::vector<float>(C, 0.0f);
 }
 
 inline int64_t at(const ImageLayout& l, int64_t n, int64_t i) {
     return n * int64_t(l.imageStride) + i * int64_t(l.pixelStride) + l.channelOffset;
 }
 
-// parallelFor over channel blocks.
-template <class Body>
-void forChannelBlocks(int32_t C, Body&& body) {
-    const int64_t blocks = (int64_t(C) + kChannelBlock - 1) / kChannelBlock;
-    parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b)
-            body(int32_t(b * kChannelBlock), int32_t(std::min<int64_t>(C, (b + 1) * kChannelBlock)));
+// Per-channel sums of two per-pixel quantities over every pixel of the batch, in double.
+// block(n, i0, i1, a, b) adds the quantities of pixels [i0, i1) of image n (at most kBlockPixels)
+// into the zeroed float arrays a, b of C channels.
+template <class Block>
+void reduceChannels(const BatchNormalizationParams& p, Block&& block, std::vector<double>& sumA,
+                    std::vector<double>& sumB) {
+    const int64_t C = p.source.channels;
+    const int64_t pixels = int64_t(p.source.width) * p.source.height;
+    const int64_t perImage = (pixels + kChunkPixels - 1) / kChunkPixels;
+    const int64_t chunks = int64_t(p.batch) * perImage;
+    sumA.assign(size_t(C), 0.0);
+    sumB.assign(size_t(C), 0.0);
+    if (chunks == 0 || C == 0) return;
+    std::vector<double> partial(size_t(chunks * 2 * C), 0.0);  // per chunk: C sums of a, then C of b
+    parallelFor(chunks, 1, [&](int64_t k0, int64_t k1) {
+        std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+        for (int64_t k = k0; k < k1; ++k) {
+            const int64_t n = k / perImage, j = k % perImage;
+            const int64_t first = j * pixels / perImage, end = (j + 1) * pixels / perImage;
+            double* __restrict da = partial.data() + k * 2 * C;
+            double* __restrict db = da + C;
+            for (int64_t i0 = first; i0 < end; i0 += kBlockPixels) {
+                std::fill(a.begin(), a.end(), 0.0f);
+                std::fill(b.begin(), b.end(), 0.0f);
+                block(n, i0, std::min(end, i0 + kBlockPixels), a.data(), b.data());
+                for (int64_t c = 0; c < C; ++c) {
+                    da[c] += double(a[size_t(c)]);
+                    db[c] += double(b[size_t(c)]);
+                }
+            }
+        }
     });
+    for (int64_t k = 0; k < chunks; ++k) {  // chunk order: independent of the threads
+        const double* da = partial.data() + k * 2 * C;
+        for (int64_t c = 0; c < C; ++c) {
+            sumA[size_t(c)] += da[c];
+            sumB[size_t(c)] += da[C + c];
+        }
+    }
 }
 
 // parallelFor over rows (image, y) of the batch: body(n, firstPixel, pixelCount).
@@ -112,6 +136,96 @@ void forRows(const BatchNormalizationParams& p, Body&& body) {
     });
 }
 
+// Everything the per-type loops read: the images and the per-channel constants.
+struct Pass {
+    const BatchNormalizationParams& p;
+    const float* gradient;
+    const float* source;
+    const float* scale;
+    const float* shift;
+    const float* mean;
+    const float* slope;   // PReLU's per-channel a (zeros otherwise)
+    const float* xCoef;   // gradient only: dX = scale·G' − xCoef·(x − mean) − offset
+    const float* offset;
+    float* destination;
+};
+
+// y = f(x·scale + shift) for pixels [i0, i1) of image n.
+template <int32_t Type>
+void forwardPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
+    const NeuronParams nr = s.p.neuron;
+    const int64_t C = s.p.source.channels;
+    const float* __restrict scale = s.scale;
+    const float* __restrict shift = s.shift;
+    const float* __restrict slope = s.slope;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float* __restrict x = s.source + at(s.p.source, n, i);
+        float* __restrict y = s.destination + at(s.p.destination, n, i);
+        for (int64_t c = 0; c < C; ++c)
+            y[c] = neuronForward(Type, nr.a, nr.b, nr.c, slope[c], x[c] * scale[c] + shift[c]);
+    }
+}
+
+// Adds G' = G·f'(x·scale + shift) into sumG and G'·(x − mean) into sumGX, pixels [i0, i1) of image n.
+template <int32_t Type>
+void statisticsGradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1, float* sumG, float* sumGX) {
+    const NeuronParams nr = s.p.neuron;
+    const int64_t C = s.p.source.channels;
+    const float* __restrict scale = s.scale;
+    const float* __restrict shift = s.shift;
+    const float* __restrict slope = s.slope;
+    const float* __restrict mean = s.mean;
+    float* __restrict a = sumG;
+    float* __restrict b = sumGX;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float* __restrict g = s.gradient + at(s.p.gradient, n, i);
+        const float* __restrict x = s.source + at(s.p.source, n, i);
+        for (int64_t c = 0; c < C; ++c) {
+            const float gp = Type == kNeuronNone
+                                 ? g[c]
+                                 : g[c] * neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c], x[c] * scale[c] + shift[c]);
+            a[c] += gp;
+            b[c] += gp * (x[c] - mean[c]);
+        }
+    }
+}
+
+// dX = scale·G' − xCoef·(x − mean) − offset, pixels [i0, i1) of image n.
+template <int32_t Type>
+void gradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
+    const NeuronParams nr = s.p.neuron;
+    const int64_t C = s.p.source.channels;
+    const float* __restrict scale = s.scale;
+    const float* __restrict shift = s.shift;
+    const float* __restrict slope = s.slope;
+    const float* __restrict mean = s.mean;
+    const float* __restrict xCoef = s.xCoef;
+    const float* __restrict offset = s.offset;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float* __restrict g = s.gradient + at(s.p.gradient, n, i);
+        const float* __restrict x = s.source + at(s.p.source, n, i);
+        float* __restrict d = s.destination + at(s.p.destination, n, i);
+        for (int64_t c = 0; c < C; ++c) {
+            const float gp = Type == kNeuronNone
+                                 ? g[c]
+                                 : g[c] * neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c], x[c] * scale[c] + shift[c]);
+            d[c] = scale[c] * gp - xCoef[c] * (x[c] - mean[c]) - offset[c];
+        }
+    }
+}
+
+using ElementwiseFn = void (*)(const Pass&, int64_t, int64_t, int64_t);
+using ReduceFn = void (*)(const Pass&, int64_t, int64_t, int64_t, float*, float*);
+
+template <int32_t... Types>
+struct Tables {
+    static constexpr ElementwiseFn forward[] = {&forwardPixels<Types>...};
+    static constexpr ElementwiseFn gradient[] = {&gradientPixels<Types>...};
+    static constexpr ReduceFn statisticsGradient[] = {&statisticsGradientPixels<Types>...};
+};
+using ByNeuron = Tables<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
+static_assert(kNeuronCount == 16, "ByNeuron lists every neuron type");
+
 }  // namespace
 
 void batchNormalizationStatistics(const BatchNormalizationParams& p, const float* source, float* mean,
@@ -122,34 +236,39 @@ void batchNormalizationStatistics(const BatchNormalizationParams& p, const float
     const int64_t m = int64_t(p.batch) * p.source.width * p.source.height;
     if (C == 0 || m == 0) return;
     if (p.previousCount < 0) invalid(op, "negative previousCount");
-    forChannelBlocks(C, [&](int32_t c0, int32_t c1) {
-        double s1[kChannelBlock] = {}, s2[kChannelBlock] = {}, shift[kChannelBlock];
-        const int32_t w = c1 - c0;
-        // Sums around the first pixel's value: no cancellation for data far from zero.
-        for (int32_t k = 0; k < w; ++k) shift[k] = source[at(p.source, 0, 0) + c0 + k];
-        forEachPixel(p, [&](int64_t n, int64_t i) {
-            const float* x = source + at(p.source, n, i) + c0;
-            for (int32_t k = 0; k < w; ++k) {
-                const double d = double(x[k]) - shift[k];
-                s1[k] += d;
-                s2[k] += d * d;
+    // Sums around the first pixel's value: no cancellation for data far from zero.
+    const std::vector<float> shift(source + at(p.source, 0, 0), source + at(p.source, 0, 0) + C);
+    std::vector<double> s1, s2;
+    reduceChannels(
+        p,
+        [&](int64_t n, int64_t i0, int64_t i1, float* a, float* b) {
+            const float* __restrict sh = shift.data();
+            float* __restrict sa = a;
+            float* __restrict sb = b;
+            for (int64_t i = i0; i < i1; ++i) {
+                const float* __restrict x = source + at(p.source, n, i);
+                for (int32_t c = 0; c < C; ++c) {
+                    const float d = x[c] - sh[c];
+                    sa[c] += d;
+                    sb[c] += d * d;
+                }
             }
-        });
-        const double n0 = double(p.previousCount), total = n0 + double(m);
-        for (int32_t k = 0; k < w; ++k) {
-            const double meanB = shift[k] + s1[k] / double(m);
-            const double m2B = std::max(0.0, s2[k] - s1[k] * s1[k] / double(m));
-            double newMean = meanB, m2 = m2B;
-            if (p.previousCount > 0) {
-                const double meanA = mean[c0 + k], m2A = double(variance[c0 + k]) * n0;
-                const double delta = meanB - meanA;
-                newMean = meanA + delta * double(m) / total;
-                m2 = m2A + m2B + delta * delta * n0 * double(m) / total;
-            }
-            mean[c0 + k] = float(newMean);
-            variance[c0 + k] = float(m2 / total);
+        },
+        s1, s2);
+    const double n0 = double(p.previousCount), total = n0 + double(m);
+    for (int32_t c = 0; c < C; ++c) {
+        const double meanB = double(shift[size_t(c)]) + s1[size_t(c)] / double(m);
+        const double m2B = std::max(0.0, s2[size_t(c)] - s1[size_t(c)] * s1[size_t(c)] / double(m));
+        double newMean = meanB, m2 = m2B;
+        if (p.previousCount > 0) {  // Chan et al.'s merge of the earlier sub-batches' statistics
+            const double meanA = mean[c], m2A = double(variance[c]) * n0;
+            const double delta = meanB - meanA;
+            newMean = meanA + delta * double(m) / total;
+            m2 = m2A + m2B + delta * delta * n0 * double(m) / total;
         }
-    });
+        mean[c] = float(newMean);
+        variance[c] = float(m2 / total);
+    }
 }
 
 void batchNormalizationForward(const BatchNormalizationParams& p, const float* source, const float* gamma,
@@ -160,20 +279,11 @@ void batchNormalizationForward(const BatchNormalizationParams& p, const float* s
     const int32_t C = p.source.channels;
     if (C == 0 || p.batch == 0) return;
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
-    const NeuronParams nr = p.neuron;
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
-        for (int64_t i = first; i < first + count; ++i) {
-            const float* x = source + at(p.source, n, i);
-            float* y = destination + at(p.destination, n, i);
-            if (nr.type == kNeuronNone) {
-                for (int32_t c = 0; c < C; ++c) y[c] = x[c] * a.scale[size_t(c)] + a.shift[size_t(c)];
-            } else {
-                for (int32_t c = 0; c < C; ++c)
-                    y[c] = neuronForward(nr.type, nr.a, nr.b, nr.c, channelA(p, neuronData, c),
-                                         x[c] * a.scale[size_t(c)] + a.shift[size_t(c)]);
-            }
-        }
-    });
+    const std::vector<float> slope = channelSlopes(op, p, neuronData);
+    const Pass s{p, nullptr, source, a.scale.data(), a.shift.data(), mean, slope.data(), nullptr, nullptr,
+                 destination};
+    const ElementwiseFn fn = ByNeuron::forward[p.neuron.type];
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) { fn(s, n, first, first + count); });
 }
 
 void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const float* gradient,
@@ -185,30 +295,19 @@ void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, con
     const int32_t C = p.source.channels;
     if (C == 0) return;
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
-    forChannelBlocks(C, [&](int32_t c0, int32_t c1) {
-        double sumG[kChannelBlock] = {}, sumGX[kChannelBlock] = {};
-        float gp[kChannelBlock], xhat[kChannelBlock];
-        const int32_t w = c1 - c0;
-        const float* scale = a.scale.data() + c0;
-        const float* shift = a.shift.data() + c0;
-        const float* invStd = a.invStd.data() + c0;
-        const float* mu = mean + c0;
-        forEachPixel(p, [&](int64_t n, int64_t i) {
-            const float* g = gradient + at(p.gradient, n, i) + c0;
-            const float* x = source + at(p.source, n, i) + c0;
-            neuronGradientRow(p, neuronData, c0, w, g, x, scale, shift, gp);
-            for (int32_t k = 0; k < w; ++k) xhat[k] = (x[k] - mu[k]) * invStd[k];
-            for (int32_t k = 0; k < w; ++k) {
-                sumG[k] += double(gp[k]);
-                sumGX[k] += double(gp[k]) * double(xhat[k]);
-            }
-        });
-        for (int32_t k = 0; k < w; ++k) {
-            const bool add = p.previousCount != 0;
-            betaGradient[c0 + k] = float((add ? double(betaGradient[c0 + k]) : 0.0) + sumG[k]);
-            gammaGradient[c0 + k] = float((add ? double(gammaGradient[c0 + k]) : 0.0) + sumGX[k]);
-        }
-    });
+    const std::vector<float> slope = channelSlopes(op, p, neuronData);
+    const Pass s{p, gradient, source, a.scale.data(), a.shift.data(), mean, slope.data(), nullptr, nullptr, nullptr};
+    const ReduceFn fn = ByNeuron::statisticsGradient[p.neuron.type];
+    std::vector<double> sumG, sumGX;
+    reduceChannels(
+        p, [&](int64_t n, int64_t i0, int64_t i1, float* g, float* gx) { fn(s, n, i0, i1, g, gx); }, sumG, sumGX);
+    const bool add = p.previousCount != 0;  // a later sub-batch: accumulate
+    for (int32_t c = 0; c < C; ++c) {
+        // dγ = Σ G'·x̂ = invStd·Σ G'·(x − mean), dβ = Σ G'.
+        const double dGamma = double(a.invStd[size_t(c)]) * sumGX[size_t(c)];
+        betaGradient[c] = float((add ? double(betaGradient[c]) : 0.0) + sumG[size_t(c)]);
+        gammaGradient[c] = float((add ? double(gammaGradient[c]) : 0.0) + dGamma);
+    }
 }
 
 void batchNormalizationGradient(const BatchNormalizationParams& p, const float* gradient, const float* source,
@@ -221,6 +320,7 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
     if (C == 0 || p.batch == 0) return;
     if (p.trainingStatistics && p.totalCount <= 0) invalid(op, "totalCount must be > 0");
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
+    const std::vector<float> slope = channelSlopes(op, p, neuronData);
     // dX = scale·(G' − dβ/M − x̂·dγ/M) = scale·G' − xCoef·(x − mean) − offset, with
     // xCoef = scale·invStd·dγ/M and offset = scale·dβ/M (both 0 in inference mode).
     std::vector<float> xCoef(size_t(C), 0.0f), offset(size_t(C), 0.0f);
@@ -229,20 +329,10 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
             xCoef[c] = a.scale[c] * a.invStd[c] * (gammaGradient[c] / float(p.totalCount));
             offset[c] = a.scale[c] * (betaGradient[c] / float(p.totalCount));
         }
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
-        std::vector<float> gp(static_cast<size_t>(C));
-        for (int64_t i = first; i < first + count; ++i) {
-            const float* g = gradient + at(p.gradient, n, i);
-            const float* x = source + at(p.source, n, i);
-            float* d = destination + at(p.destination, n, i);
-            neuronGradientRow(p, neuronData, 0, C, g, x, a.scale.data(), a.shift.data(), gp.data());
-            const float* scale = a.scale.data();
-            const float* mu = mean;
-            const float* xc = xCoef.data();
-            const float* off = offset.data();
-            for (int32_t c = 0; c < C; ++c) d[c] = scale[c] * gp[size_t(c)] - xc[c] * (x[c] - mu[c]) - off[c];
-        }
-    });
+    const Pass s{p,           gradient,    source,        a.scale.data(), a.shift.data(), mean,
+                 slope.data(), xCoef.data(), offset.data(), destination};
+    const ElementwiseFn fn = ByNeuron::gradient[p.neuron.type];
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) { fn(s, n, first, first + count); });
 }
 
 }  // namespace mpsgrad::cpu
