@@ -22,7 +22,9 @@ emulation_harness_tests() {
 }
 
 emulation_build() {
+    # No link-time optimization (pybind11 would add it): this build is for testing, not speed.
     cmake -S . -B build/ci-metal -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-16 \
+        -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
         -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=ON -DMPSGRAD_METAL_COVERAGE=ON \
         -Dpybind11_DIR="$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')" >/dev/null
     cmake --build build/ci-metal

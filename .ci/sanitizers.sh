@@ -3,10 +3,12 @@
 # "Robustness and fuzzing"). Python itself is not instrumented, so libasan is preloaded and leak
 # detection is off (the interpreter's own allocations would be reported at exit).
 # Debug info is line tables only (-g1): enough for file:line in every report, and it builds
-# much faster than full -g.
+# much faster than full -g. Link-time optimization is off: pybind11_add_module turns it on for
+# every build type but Debug, and under the sanitizers the LTO link alone took 270 s.
 
 sanitizer_build() {
     cmake -S . -B build/ci-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DMPSGRAD_TESTS=OFF -DMPSGRAD_PYTHON=ON \
+        -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
         -DCMAKE_CXX_FLAGS="-O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
         -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
         -Dpybind11_DIR="$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')" >/dev/null
