@@ -24,60 +24,24 @@
 #include "convolution_scenarios.h"
 #include "core/command_buffer.h"
 #include "core/device.h"
+#include "metal_variant_support.h"
 
 namespace {
 
 using namespace mpsgrad;
-using namespace mpsgrad::testconv;
+using testmetal::download;
+using testmetal::runOnMetal;
+using testmetal::upload;
 
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
+// Same bits, or within 1e-4 relative (1e-5 absolute): the backends may sum in other orders.
+void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
+    testmetal::expectMatches(metal, cpu, what, 1e-4, 1e-5);
 }
 
-#define REQUIRE_METAL()                                                                         \
-    do {                                                                                        \
-        if (!metalAvailable()) GTEST_SKIP() << "no Metal device: " << metalUnavailableReason(); \
-    } while (0)
+using namespace mpsgrad::testconv;
 
 // Bit i of `mask`: binding i is misaligned by one float (its aligned flag becomes false).
 bool misaligned(unsigned mask, int i) { return (mask >> i) & 1u; }
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data, bool shift) {
-    const size_t offset = shift ? 1 : 0;
-    auto buffer = backend.newBuffer((data.size() + offset + 1) * sizeof(float));
-    std::memcpy(static_cast<float*>(buffer->contents()) + offset, data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, offset * sizeof(float)};
-}
-
-std::vector<float> download(const BufferSlice& slice, size_t count) {
-    const float* p = slice.floats();
-    return std::vector<float>(p, p + count);
-}
-
-void runOnMetal(const std::function<void(Backend&, CommandBuffer&)>& encode) {
-    Device device("metal");
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    encode(device.backend(), *cb);
-    cb->commit();
-    cb->waitUntilCompleted();
-    ASSERT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
-}
-
-// Same bits, or within 1e-4 relative (1e-5 absolute): the backends sum in different orders. The
-// tests below are about which floats each variant reads and writes; test_metal_backend.cpp and
-// the pytest suite bound the numerics tightly.
-void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
-    ASSERT_EQ(metal.size(), cpu.size()) << what;
-    int failures = 0;
-    for (size_t i = 0; i < metal.size() && failures < 4; ++i) {
-        if (std::memcmp(&metal[i], &cpu[i], sizeof(float)) == 0) continue;
-        if (!(std::fabs(double(metal[i]) - double(cpu[i])) <= 1e-4 * std::fabs(double(cpu[i])) + 1e-5))
-            ++failures, ADD_FAILURE() << what << ": element " << i << ": metal " << metal[i] << ", cpu " << cpu[i];
-    }
-}
 
 std::vector<float> noise(size_t n, uint32_t seed) { return randomVector(n, seed, 10.0f, 20.0f); }
 

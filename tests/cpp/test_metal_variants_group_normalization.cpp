@@ -25,26 +25,27 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "pooling_scenarios.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
+
+using testmetal::download;
+using testmetal::masks;
+using testmetal::runOnMetal;
+using testmetal::shifted;
+using testmetal::upload;
+
+// Same bits, or within 2e-5 relative (2e-5 absolute): the backends may sum in other orders.
+void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
+    testmetal::expectMatches(metal, cpu, what, 2e-5, 2e-5);
+}
 
 using testpool::floatsOf;
 using testpool::noise;
 
 constexpr int kBatch = 2;
 constexpr int kChannels = 6;
-
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-#define REQUIRE_METAL()                                                                         \
-    do {                                                                                        \
-        if (!metalAvailable()) GTEST_SKIP() << "no Metal device: " << metalUnavailableReason(); \
-    } while (0)
 
 ImageLayout layout() {
     ImageLayout l{};
@@ -54,48 +55,6 @@ ImageLayout layout() {
     l.channelOffset = 1, l.channels = kChannels;
     return l;
 }
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data, bool shift) {
-    const size_t offset = shift ? 1 : 0;
-    auto buffer = backend.newBuffer((data.size() + offset) * sizeof(float));
-    std::memcpy(static_cast<float*>(buffer->contents()) + offset, data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, offset * sizeof(float)};
-}
-
-std::vector<float> download(const BufferSlice& slice, size_t count) {
-    const float* p = slice.floats();
-    return std::vector<float>(p, p + count);
-}
-
-void runOnMetal(const std::function<void(Backend&, CommandBuffer&)>& encode) {
-    Device device("metal");
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    encode(device.backend(), *cb);
-    cb->commit();
-    cb->waitUntilCompleted();
-    ASSERT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
-}
-
-// Within 2e-5 relative (2e-5 absolute): the backends sum in different orders and precisions.
-void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
-    ASSERT_EQ(metal.size(), cpu.size()) << what;
-    int failures = 0;
-    for (size_t i = 0; i < metal.size() && failures < 4; ++i) {
-        if (std::memcmp(&metal[i], &cpu[i], sizeof(float)) == 0) continue;
-        if (!(std::fabs(double(metal[i]) - double(cpu[i])) <= 2e-5 * std::fabs(double(cpu[i])) + 2e-5))
-            ++failures, ADD_FAILURE() << what << ": element " << i << ": metal " << metal[i] << ", cpu " << cpu[i];
-    }
-}
-
-// The masks of an op with `bindings` bindings: none shifted, all shifted, each alone.
-std::vector<unsigned> masks(int bindings) {
-    std::vector<unsigned> out{0u, (1u << bindings) - 1u};
-    for (int i = 0; i < bindings; ++i) out.push_back(1u << i);
-    return out;
-}
-
-bool shifted(unsigned mask, int i) { return (mask >> i) & 1u; }
 
 struct Inputs {
     GroupNormalizationParams p{};

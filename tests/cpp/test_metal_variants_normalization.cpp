@@ -20,57 +20,24 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "pooling_scenarios.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
+
+using testmetal::download;
+using testmetal::runOnMetal;
+using testmetal::upload;
+
+// Same bits, or within 1e-5 relative (1e-6 absolute): the backends may sum in other orders.
+void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
+    testmetal::expectMatches(metal, cpu, what, 1e-5, 1e-6);
+}
 
 using namespace testpool;
 
 constexpr int kChannels = 7;
 constexpr int kBatch = 2;
-
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-#define REQUIRE_METAL()                                                                         \
-    do {                                                                                        \
-        if (!metalAvailable()) GTEST_SKIP() << "no Metal device: " << metalUnavailableReason(); \
-    } while (0)
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data) {
-    auto buffer = backend.newBuffer(data.size() * sizeof(float));
-    std::memcpy(buffer->contents(), data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, 0};
-}
-
-std::vector<float> download(const BufferSlice& slice, size_t count) {
-    const float* p = slice.floats();
-    return std::vector<float>(p, p + count);
-}
-
-void runOnMetal(const std::function<void(Backend&, CommandBuffer&)>& encode) {
-    Device device("metal");
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    encode(device.backend(), *cb);
-    cb->commit();
-    cb->waitUntilCompleted();
-    ASSERT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
-}
-
-// Same bits, or within 1e-5 relative (1e-6 absolute): the backends' pow may round differently.
-void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
-    ASSERT_EQ(metal.size(), cpu.size()) << what;
-    int failures = 0;
-    for (size_t i = 0; i < metal.size() && failures < 4; ++i) {
-        if (std::memcmp(&metal[i], &cpu[i], sizeof(float)) == 0) continue;
-        if (!(std::fabs(double(metal[i]) - double(cpu[i])) <= 1e-5 * std::fabs(double(cpu[i])) + 1e-6))
-            ++failures, ADD_FAILURE() << what << ": element " << i << ": metal " << metal[i] << ", cpu " << cpu[i];
-    }
-}
 
 // A 4 x 4 window (even: it leans top-left) or a 4-channel window, non-default parameters.
 NormalizationParams variantParams(int kind) {

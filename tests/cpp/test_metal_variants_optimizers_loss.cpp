@@ -22,36 +22,22 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "pooling_scenarios.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
 
+using testmetal::download;
+using testmetal::upload;
+
+// Same bits, or within 1e-5 relative (1e-6 absolute): the backends may sum in other orders.
+void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
+    testmetal::expectMatches(metal, cpu, what, 1e-5, 1e-6);
+}
+
 using testpool::denseLayout;
 using testpool::floatsOf;
 using testpool::noise;
-
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-#define REQUIRE_METAL()                                                                         \
-    do {                                                                                        \
-        if (!metalAvailable()) GTEST_SKIP() << "no Metal device: " << metalUnavailableReason(); \
-    } while (0)
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data, bool shift) {
-    const size_t offset = shift ? 1 : 0;
-    auto buffer = backend.newBuffer((data.size() + offset) * sizeof(float));
-    std::memcpy(static_cast<float*>(buffer->contents()) + offset, data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, offset * sizeof(float)};
-}
-
-std::vector<float> download(const BufferSlice& slice, size_t count) {
-    const float* p = slice.floats();
-    return std::vector<float>(p, p + count);
-}
 
 // Uploads `inputs` to `device` (binding i shifted by one float when bit i of mask is set), runs
 // `encode` on them and returns every binding's contents afterwards.
@@ -70,17 +56,6 @@ std::vector<std::vector<float>> runOn(const char* name, const std::vector<std::v
     std::vector<std::vector<float>> out;
     for (size_t i = 0; i < inputs.size(); ++i) out.push_back(download(slices[i], inputs[i].size()));
     return out;
-}
-
-// Same bits, or within 1e-5 relative (1e-6 absolute): the backends may round differently.
-void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
-    ASSERT_EQ(metal.size(), cpu.size()) << what;
-    int failures = 0;
-    for (size_t i = 0; i < metal.size() && failures < 4; ++i) {
-        if (std::memcmp(&metal[i], &cpu[i], sizeof(float)) == 0) continue;
-        if (!(std::fabs(double(metal[i]) - double(cpu[i])) <= 1e-5 * std::fabs(double(cpu[i])) + 1e-6))
-            ++failures, ADD_FAILURE() << what << ": element " << i << ": metal " << metal[i] << ", cpu " << cpu[i];
-    }
 }
 
 void compareBackends(const std::vector<std::vector<float>>& inputs, unsigned mask, const Encode& encode,

@@ -24,61 +24,27 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "pooling_scenarios.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
+
+using testmetal::download;
+using testmetal::runOnMetal;
+using testmetal::upload;
+
+// Same bits, or within 1e-5 relative (1e-6 absolute): the backends may sum in other orders.
+void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
+    testmetal::expectMatches(metal, cpu, what, 1e-5, 1e-6);
+}
 
 using namespace testpool;
 
 constexpr int kChannels = 8;  // a multiple of 4: the aligned flags depend on the offsets alone
 constexpr int kBatch = 2;
 
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-#define REQUIRE_METAL()                                                                         \
-    do {                                                                                        \
-        if (!metalAvailable()) GTEST_SKIP() << "no Metal device: " << metalUnavailableReason(); \
-    } while (0)
-
 // Bit i of `mask`: binding i is misaligned by one float (its aligned flag becomes false).
 bool misaligned(unsigned mask, int i) { return (mask >> i) & 1u; }
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data, bool shift) {
-    const size_t offset = shift ? 1 : 0;
-    auto buffer = backend.newBuffer((data.size() + offset) * sizeof(float));
-    std::memcpy(static_cast<float*>(buffer->contents()) + offset, data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, offset * sizeof(float)};
-}
-
-std::vector<float> download(const BufferSlice& slice, size_t count) {
-    const float* p = slice.floats();
-    return std::vector<float>(p, p + count);
-}
-
-void runOnMetal(const std::function<void(Backend&, CommandBuffer&)>& encode) {
-    Device device("metal");
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    encode(device.backend(), *cb);
-    cb->commit();
-    cb->waitUntilCompleted();
-    ASSERT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
-}
-
-// Same bits, or within 1e-5 relative (1e-6 absolute): the backends may round sums differently.
-void expectMatches(const std::vector<float>& metal, const std::vector<float>& cpu, const std::string& what) {
-    ASSERT_EQ(metal.size(), cpu.size()) << what;
-    int failures = 0;
-    for (size_t i = 0; i < metal.size() && failures < 4; ++i) {
-        if (std::memcmp(&metal[i], &cpu[i], sizeof(float)) == 0) continue;
-        if (!(std::fabs(double(metal[i]) - double(cpu[i])) <= 1e-5 * std::fabs(double(cpu[i])) + 1e-6))
-            ++failures, ADD_FAILURE() << what << ": element " << i << ": metal " << metal[i] << ", cpu " << cpu[i];
-    }
-}
 
 std::string caseName(const char* op, int mode, unsigned mask) {
     return std::string(op) + ", mode " + std::to_string(mode) + ", mask " + std::to_string(mask);

@@ -20,80 +20,18 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "kernels/reduction.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
 
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-ImagePtr noiseImage(const Device& device, int64_t w, int64_t h, int64_t c, int64_t images, unsigned seed) {
-    auto image = std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, w, h, c,
-                                                                       images));
-    std::vector<float> data(size_t(w * h * c));
-    for (int64_t n = 0; n < images; ++n) {
-        for (size_t i = 0; i < data.size(); ++i)
-            data[i] = float(int((i * 2654435761u + seed * 40503u + unsigned(n) * 977u) % 2001u) - 1000) / 256.0f;
-        image->writeBytes(data.data(), DataLayout::HeightxWidthxFeatureChannels, n);
-    }
-    return image;
-}
-
-ImagePtr blankImage(const Device& device, int64_t w, int64_t h, int64_t c, int64_t images) {
-    return std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, w, h, c, images));
-}
-
-std::vector<float> contents(const Image& image) {
-    std::vector<float> all;
-    for (int64_t n = 0; n < image.numberOfImages(); ++n) {
-        std::vector<float> data(size_t(image.width() * image.height() * image.featureChannels()));
-        image.readBytes(data.data(), DataLayout::HeightxWidthxFeatureChannels, n);
-        all.insert(all.end(), data.begin(), data.end());
-    }
-    return all;
-}
-
-using Pass = std::function<std::vector<ImagePtr>(const Device&, CommandBuffer&)>;
-
-std::vector<std::vector<float>> run(const std::string& name, const Pass& pass) {
-    Device device(name);
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    std::vector<ImagePtr> images = pass(device, *cb);
-    cb->commit();
-    cb->waitUntilCompleted();
-    EXPECT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
-    std::vector<std::vector<float>> out;
-    for (const auto& image : images) out.push_back(contents(*image));
-    return out;
-}
-
-// relTol 0: bit for bit; otherwise max|cpu - metal| <= relTol * max|cpu| per output.
-void expectSameOnBothBackends(const Pass& pass, const std::string& what, double relTol) {
-    auto cpu = run("cpu", pass);
-    auto metal = run("metal", pass);
-    ASSERT_EQ(cpu.size(), metal.size());
-    for (size_t i = 0; i < cpu.size(); ++i) {
-        ASSERT_EQ(cpu[i].size(), metal[i].size()) << what;
-        if (relTol == 0) {
-            EXPECT_EQ(0, std::memcmp(cpu[i].data(), metal[i].data(), cpu[i].size() * sizeof(float)))
-                << what << ": output " << i << " differs between the backends";
-            continue;
-        }
-        double scale = 0, diff = 0;
-        for (size_t j = 0; j < cpu[i].size(); ++j) {
-            scale = std::max(scale, std::fabs(double(cpu[i][j])));
-            diff = std::max(diff, std::fabs(double(cpu[i][j]) - double(metal[i][j])));
-        }
-        EXPECT_LE(diff, relTol * scale) << what << ": output " << i;
-    }
-}
+using testmetal::blankImage;
+using testmetal::expectSameOnBothBackends;
+using testmetal::metalAvailable;
+using testmetal::noiseImage;
 
 TEST(MetalVariantsReduction, GramMatrixForwardAndGradient) {
-    if (!metalAvailable()) GTEST_SKIP() << "no Metal device";
+    REQUIRE_METAL();
     for (int64_t channels : {3, 37}) {
         expectSameOnBothBackends([channels](const Device& device, CommandBuffer& cb) {
             auto x = noiseImage(device, 9, 7, channels, 2, 1);
@@ -111,7 +49,7 @@ TEST(MetalVariantsReduction, GramMatrixForwardAndGradient) {
 }
 
 TEST(MetalVariantsReduction, SpatialMeanForwardAndGradient) {
-    if (!metalAvailable()) GTEST_SKIP() << "no Metal device";
+    REQUIRE_METAL();
     for (bool wholeImage : {true, false}) {
         expectSameOnBothBackends([wholeImage](const Device& device, CommandBuffer& cb) {
             auto x = noiseImage(device, 11, 6, 37, 2, 3);
