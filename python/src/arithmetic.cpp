@@ -8,7 +8,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device arithmeticDevice(const py::object& device) { return toDevice(device, "device"); }
+Device arithmeticDevice(const DeviceArg& device) { return toDevice(device, "device"); }
 
 // A 0/1 stride property: ValueError naming the property for anything else.
 template <class Cls, class K>
@@ -64,24 +64,24 @@ void bindArithmetic(py::module_& m) {
                "slice");
 
     py::class_<CNNAdd, CNNArithmetic, std::shared_ptr<CNNAdd>>(m, "CNNAdd", "MPSCNNAdd: OP = +")
-        .def(py::init([](py::object device) { return std::make_shared<CNNAdd>(arithmeticDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNAdd>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSCNNAdd initWithDevice:]");
     py::class_<CNNSubtract, CNNArithmetic, std::shared_ptr<CNNSubtract>>(m, "CNNSubtract", "MPSCNNSubtract: OP = -")
-        .def(py::init([](py::object device) { return std::make_shared<CNNSubtract>(arithmeticDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNSubtract>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSCNNSubtract initWithDevice:]");
     py::class_<CNNMultiply, CNNArithmetic, std::shared_ptr<CNNMultiply>>(m, "CNNMultiply", "MPSCNNMultiply: OP = *")
-        .def(py::init([](py::object device) { return std::make_shared<CNNMultiply>(arithmeticDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNMultiply>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSCNNMultiply initWithDevice:]");
     py::class_<CNNDivide, CNNArithmetic, std::shared_ptr<CNNDivide>>(
         m, "CNNDivide", "MPSCNNDivide: OP = / (IEEE division; x/0 gives ±inf or NaN)")
-        .def(py::init([](py::object device) { return std::make_shared<CNNDivide>(arithmeticDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNDivide>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSCNNDivide initWithDevice:]");
     py::class_<NNCompare, CNNArithmetic, std::shared_ptr<NNCompare>>(
         m, "NNCompare",
         "MPSNNCompare: r = clamp((compare(primary_scale*x, secondary_scale*y) ? 1 : 0) + bias, minimum_value, "
         "maximum_value); forward only (no gradient, no state). threshold is used by EQUAL / NOT_EQUAL only: "
         "|x - y| <= threshold.")
-        .def(py::init([](py::object device) { return std::make_shared<NNCompare>(arithmeticDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNCompare>(arithmeticDevice(device)); }),
              py::arg("device"), "-[MPSNNCompare initWithDevice:]")
         .def_property("comparison_type", getter(&NNCompare::comparisonType), setter(&NNCompare::comparisonType, "comparison_type"), "MPSNNCompare.comparisonType [EQUAL]")
         .def_property("threshold", getter(&NNCompare::threshold), setter(&NNCompare::threshold, "threshold"), "MPSNNCompare.threshold [0]");
@@ -114,7 +114,7 @@ void bindArithmetic(py::module_& m) {
 
     py::class_<CNNAddGradient, CNNArithmeticGradient, std::shared_ptr<CNNAddGradient>>(
         m, "CNNAddGradient", "MPSCNNAddGradient: primary dX = primary_scale*G, secondary dY = secondary_scale*G")
-        .def(py::init([](py::object device, Hinted<bool> secondary) {
+        .def(py::init([](const DeviceArg& device, Hinted<bool> secondary) {
                  return std::make_shared<CNNAddGradient>(arithmeticDevice(device),
                                                  toBool(secondary, "is_secondary_source_filter"));
              }),
@@ -124,7 +124,7 @@ void bindArithmetic(py::module_& m) {
         m, "CNNSubtractGradient",
         "MPSCNNSubtractGradient: primary dX = primary_scale*G, secondary dY = -secondary_scale*G (MPS code that "
         "sets primary_scale = -1 on the secondary filter still gets -G)")
-        .def(py::init([](py::object device, Hinted<bool> secondary) {
+        .def(py::init([](const DeviceArg& device, Hinted<bool> secondary) {
                  return std::make_shared<CNNSubtractGradient>(arithmeticDevice(device),
                                                  toBool(secondary, "is_secondary_source_filter"));
              }),
@@ -134,7 +134,7 @@ void bindArithmetic(py::module_& m) {
         m, "CNNMultiplyGradient",
         "MPSCNNMultiplyGradient: primary dX = pS*sS*y*G (source_image = y), secondary dY = pS*sS*x*G "
         "(source_image = x)")
-        .def(py::init([](py::object device, Hinted<bool> secondary) {
+        .def(py::init([](const DeviceArg& device, Hinted<bool> secondary) {
                  return std::make_shared<CNNMultiplyGradient>(arithmeticDevice(device),
                                                  toBool(secondary, "is_secondary_source_filter"));
              }),
@@ -144,7 +144,7 @@ void bindArithmetic(py::module_& m) {
         m, "CNNDivideGradient",
         "mpsgrad extension (MPS has no divide gradient): primary dX = G*pS/(sS*y) (source_image = y), secondary "
         "dY = -G*pS*x/(sS*y^2) (source_image = x; y is the copy CNNDivide stored in the state)")
-        .def(py::init([](py::object device, Hinted<bool> secondary) {
+        .def(py::init([](const DeviceArg& device, Hinted<bool> secondary) {
                  return std::make_shared<CNNDivideGradient>(arithmeticDevice(device),
                                                  toBool(secondary, "is_secondary_source_filter"));
              }),

@@ -9,7 +9,7 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-Device bnDevice(const py::object& device) {
+Device bnDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -168,7 +168,7 @@ int64_t channelsArg(int64_t channels) {
 void bindStates(py::module_& m) {
     py::class_<CNNNormalizationGammaAndBetaState, State, std::shared_ptr<CNNNormalizationGammaAndBetaState>>(
         m, "CNNNormalizationGammaAndBetaState", "MPSCNNNormalizationGammaAndBetaState: gamma and beta buffers")
-        .def(py::init([](py::object device, py::handle gamma, py::handle beta) {
+        .def(py::init([](const DeviceArg& device, py::handle gamma, py::handle beta) {
                  std::vector<float> g = vectorOf(gamma, -1, "gamma");
                  return std::make_shared<CNNNormalizationGammaAndBetaState>(bnDevice(device), g,
                                                                             vectorOf(beta, int64_t(g.size()), "beta"));
@@ -189,7 +189,7 @@ void bindStates(py::module_& m) {
 
     py::class_<CNNNormalizationMeanAndVarianceState, State, std::shared_ptr<CNNNormalizationMeanAndVarianceState>>(
         m, "CNNNormalizationMeanAndVarianceState", "MPSCNNNormalizationMeanAndVarianceState: mean and variance buffers")
-        .def(py::init([](py::object device, py::handle mean, py::handle variance) {
+        .def(py::init([](const DeviceArg& device, py::handle mean, py::handle variance) {
                  std::vector<float> m = vectorOf(mean, -1, "mean");
                  return std::make_shared<CNNNormalizationMeanAndVarianceState>(
                      bnDevice(device), m, vectorOf(variance, int64_t(m.size()), "variance"));
@@ -315,7 +315,7 @@ void bindKernels(py::module_& m) {
         "MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional "
         "fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and "
         "variance are the batch statistics (training); otherwise the data source's (inference).")
-        .def(py::init([](py::object device, py::object dataSource, py::handle neuron) {
+        .def(py::init([](const DeviceArg& device, py::object dataSource, py::handle neuron) {
                  return std::make_shared<CNNBatchNormalization>(bnDevice(device), toDataSource(dataSource),
                                                                 neuronOf(neuron));
              }),
@@ -398,7 +398,7 @@ void bindKernels(py::module_& m) {
         "MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, "
         "written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the "
         "family encodes with the state (or reset()).")
-        .def(py::init([](py::object device) { return std::make_shared<CNNBatchNormalizationStatistics>(bnDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNBatchNormalizationStatistics>(bnDevice(device)); }),
              py::arg("device"), "-initWithDevice:")
         .def(
             "encode_batch",
@@ -421,7 +421,7 @@ void bindKernels(py::module_& m) {
         "MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over "
         "the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls "
         "on sub-batches add into the state.")
-        .def(py::init([](py::object device, py::handle neuron) {
+        .def(py::init([](const DeviceArg& device, py::handle neuron) {
                  return std::make_shared<CNNBatchNormalizationStatisticsGradient>(bnDevice(device), neuronOf(neuron));
              }),
              py::arg("device"), py::arg("fused_neuron_descriptor") = py::none(),
@@ -454,7 +454,7 @@ void bindKernels(py::module_& m) {
         "and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives "
         "the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / "
         "gradient_states is the CNNBatchNormalizationState.")
-        .def(py::init([](py::object device, py::handle neuron) {
+        .def(py::init([](const DeviceArg& device, py::handle neuron) {
                  return std::make_shared<CNNBatchNormalizationGradient>(bnDevice(device), neuronOf(neuron));
              }),
              py::arg("device"), py::arg("fused_neuron_descriptor") = py::none(),

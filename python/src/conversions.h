@@ -26,6 +26,9 @@ namespace py = pybind11;
 template <typename... T>
 using Hinted = py::typing::Union<T...>;
 
+// Every `device` parameter: a Device or a device name ("cpu", "metal"); toDevice checks it.
+using DeviceArg = Hinted<Device, py::str>;
+
 inline std::string typeName(py::handle value) {
     return std::string(py::str(py::type::of(value).attr("__qualname__")));
 }

@@ -122,11 +122,11 @@ std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
             py::ssize_t(d.inputFeatureChannels / d.effectiveGroups())};
 }
 
-Device deviceOf(py::object device) { return toDevice(device, "device"); }
+Device deviceOf(const DeviceArg& device) { return toDevice(device, "device"); }
 
 std::shared_ptr<CNNConvolutionGradientState> toConvolutionGradientState(py::handle value, const char* what) {
     if (!py::isinstance<CNNConvolutionGradientState>(value))
-        throwTypeError(what, ": expected a CNNConvolutionGradientState, got ", std::string(py::repr(value.get_type())));
+        throwTypeError(what, ": expected a CNNConvolutionGradientState, got ", typeName(value));
     return value.cast<std::shared_ptr<CNNConvolutionGradientState>>();
 }
 
@@ -272,7 +272,7 @@ void bindConvolution(py::module_& m) {
 
     py::class_<CNNConvolutionWeightsAndBiasesState, State, std::shared_ptr<CNNConvolutionWeightsAndBiasesState>>(
         m, "CNNConvolutionWeightsAndBiasesState", "MPSCNNConvolutionWeightsAndBiasesState")
-        .def(py::init([](py::object device, const CNNConvolutionDescriptor& d) {
+        .def(py::init([](const DeviceArg& device, const CNNConvolutionDescriptor& d) {
                  return std::make_shared<CNNConvolutionWeightsAndBiasesState>(deviceOf(device), d);
              }),
              py::arg("device"), py::arg("descriptor"), "-initWithDevice:cnnConvolutionDescriptor:")
@@ -289,7 +289,7 @@ void bindConvolution(py::module_& m) {
         .def_property_readonly("biases_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.biases().offset; });
 
     py::class_<CNNConvolution, CNNKernel, std::shared_ptr<CNNConvolution>>(m, "CNNConvolution", "MPSCNNConvolution")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNConvolution>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"), "-[MPSCNNConvolution initWithDevice:weights:]")
@@ -330,7 +330,7 @@ void bindConvolution(py::module_& m) {
 
     py::class_<CNNConvolutionGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionGradient>>(
         m, "CNNConvolutionGradient", "MPSCNNConvolutionGradient")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNConvolutionGradient>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"),
@@ -359,13 +359,13 @@ void bindConvolution(py::module_& m) {
         m, "CNNFullyConnected",
         "MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; "
         "the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNFullyConnected>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"), "-[MPSCNNFullyConnected initWithDevice:weights:]");
     py::class_<CNNFullyConnectedGradient, CNNConvolutionGradient, std::shared_ptr<CNNFullyConnectedGradient>>(
         m, "CNNFullyConnectedGradient", "MPSCNNFullyConnectedGradient")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNFullyConnectedGradient>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"),
@@ -383,7 +383,7 @@ void bindConvolution(py::module_& m) {
         m, "CNNConvolutionTranspose",
         "MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 "
         "correlation with the OHWI weights used as given (not rotated)")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNConvolutionTranspose>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"), "-[MPSCNNConvolutionTranspose initWithDevice:weights:]")
@@ -431,7 +431,7 @@ void bindConvolution(py::module_& m) {
              "-exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:");
     py::class_<CNNConvolutionTransposeGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionTransposeGradient>>(
         m, "CNNConvolutionTransposeGradient", "MPSCNNConvolutionTransposeGradient")
-        .def(py::init([](py::object device, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object weights) {
                  return std::make_shared<CNNConvolutionTransposeGradient>(deviceOf(device), toDataSource(weights));
              }),
              py::arg("device"), py::arg("weights"),

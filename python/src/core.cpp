@@ -229,7 +229,7 @@ private:
     size_t length_;
 };
 
-Device deviceOr(const py::object& device) { return toDevice(device, "device"); }
+Device deviceOr(const DeviceArg& device) { return toDevice(device, "device"); }
 
 // (H, W, C) or (N, H, W, C) float array → N (1 for 3-D input) and its 4-D view.
 py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle data, const char* what) {
@@ -249,7 +249,7 @@ py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle 
     return array;
 }
 
-ImagePtr imageFromNumpy(py::handle data, const py::object& device) {
+ImagePtr imageFromNumpy(py::handle data, const DeviceArg& device) {
     auto array = asNHWC(data, "array");
     auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3),
                                    array.shape(0));
@@ -260,7 +260,7 @@ ImagePtr imageFromNumpy(py::handle data, const py::object& device) {
     return image;
 }
 
-ImageBatch batchFromNumpy(py::handle data, const py::object& device) {
+ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device) {
     auto array = asNHWC(data, "array");
     auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3));
     auto batch = Image::makeBatch(deviceOr(device), d, size_t(array.shape(0)));
@@ -284,7 +284,7 @@ py::array numpyView(const Image& image) {
 
 // Wraps a C-contiguous float32 (N, H, W, C) CPU array without copying when C is a multiple of
 // 4 (the image layout's pixel stride); otherwise copies.
-ImagePtr imageFromArrayZeroCopy(py::array array, const py::object& device) {
+ImagePtr imageFromArrayZeroCopy(py::array array, const DeviceArg& device) {
     Device dev = deviceOr(device);
     bool contiguous = (array.flags() & py::array::c_style) && array.dtype().is(py::dtype::of<float>());
     if (dev.name() == "cpu" && contiguous && array.ndim() == 4 && array.shape(3) % 4 == 0 && array.writeable()) {
@@ -433,7 +433,7 @@ void bindCore(py::module_& m) {
         }, py::arg("handler"), "-[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.");
 
     py::class_<CommandQueue, std::shared_ptr<CommandQueue>>(m, "CommandQueue", "MTLCommandQueue")
-        .def(py::init([](py::object device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),
              py::arg("device") = py::none(), "-[MTLDevice newCommandQueue]")
         .def_property_readonly("device", &CommandQueue::device)
         .def_property("label", getter(&CommandQueue::label), setter(&CommandQueue::label, "label"))
@@ -466,7 +466,7 @@ void bindCore(py::module_& m) {
         });
 
     py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 feature channels, NHWC storage.")
-        .def(py::init([](py::object device, py::handle d) {
+        .def(py::init([](const DeviceArg& device, py::handle d) {
                  return std::make_shared<Image>(deviceOr(device), fromPython<ImageDescriptor>(d, "image_descriptor"));
              }),
              py::arg("device"), py::arg("image_descriptor"), "-[MPSImage initWithDevice:imageDescriptor:]")
@@ -541,7 +541,7 @@ void bindCore(py::module_& m) {
 
     // ---- states ---------------------------------------------------------------------------------
     py::class_<State, std::shared_ptr<State>>(m, "State", "MPSState: buffers with a read count")
-        .def(py::init([](py::object device, size_t bufferSize) {
+        .def(py::init([](const DeviceArg& device, size_t bufferSize) {
                  return std::make_shared<State>(deviceOr(device), bufferSize);
              }),
              py::arg("device"), py::arg("buffer_size") = 0, "-[MPSState initWithDevice:bufferSize:]")

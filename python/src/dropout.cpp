@@ -5,7 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device dropoutDevice(const py::object& device) {
+Device dropoutDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -64,7 +64,7 @@ void bindDropout(py::module_& m) {
         m, "CNNDropout",
         "MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from "
         "Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.")
-        .def(py::init([](py::object device, double keep, uint64_t seed, py::handle stride) {
+        .def(py::init([](const DeviceArg& device, double keep, uint64_t seed, py::handle stride) {
                  return std::make_shared<CNNDropout>(dropoutDevice(device), float(checkedProbability(keep)), seed,
                                                      toMaskStride(stride));
              }),
@@ -82,7 +82,7 @@ void bindDropout(py::module_& m) {
         m, "CNNDropoutGradient",
         "MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made "
         "gradient_state. source_image is not read.")
-        .def(py::init([](py::object device, double keep, uint64_t seed, py::handle stride) {
+        .def(py::init([](const DeviceArg& device, double keep, uint64_t seed, py::handle stride) {
                  return std::make_shared<CNNDropoutGradient>(dropoutDevice(device), float(checkedProbability(keep)),
                                                              seed, toMaskStride(stride));
              }),

@@ -499,7 +499,7 @@ void bindShapeNodes(py::module_& m) {
 
 void bindNNGraph(py::module_& m) {
     py::class_<NNGraph, std::shared_ptr<NNGraph>>(m, "NNGraph", "MPSNNGraph")
-        .def(py::init([](py::object device, py::object result, py::object needed) {
+        .def(py::init([](const DeviceArg& device, py::object result, py::object needed) {
                  Device d = toDevice(device);
                  if (py::isinstance<NNImageNode>(result))
                      return std::make_shared<NNGraph>(d, result.cast<ImageNodePtr>(),

@@ -7,7 +7,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device lossDevice(const py::object& device) {
+Device lossDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -98,7 +98,7 @@ void bindSplitLoss(py::module_& m) {
         m, "NNForwardLoss",
         "MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, "
         "else 1x1x1 per image)")
-        .def(py::init([](py::object device, const CNNLossDescriptor& d) {
+        .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
                  return std::make_shared<NNForwardLoss>(lossDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNForwardLoss initWithDevice:lossDescriptor:]")
@@ -151,7 +151,7 @@ void bindSplitLoss(py::module_& m) {
         m, "NNLossGradient",
         "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: "
         "d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).")
-        .def(py::init([](py::object device, const CNNLossDescriptor& d) {
+        .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
                  return std::make_shared<NNLossGradient>(lossDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNLossGradient initWithDevice:lossDescriptor:]")
@@ -183,7 +183,7 @@ void bindSplitLoss(py::module_& m) {
 
     py::class_<NNInitialGradient, Kernel, std::shared_ptr<NNInitialGradient>>(
         m, "NNInitialGradient", "MPSNNInitialGradient: an image of the source's size filled with 1.0")
-        .def(py::init([](py::object device) { return std::make_shared<NNInitialGradient>(lossDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNInitialGradient>(lossDevice(device)); }),
              py::arg("device"), "-[MPSNNInitialGradient initWithDevice:]")
         .def("encode", [](NNInitialGradient& k, CommandBuffer& cb, const ImagePtr& source, py::object destination) {
                  if (destination.is_none()) return k.encodeBatch(cb, {source}).at(0);
@@ -243,7 +243,7 @@ void bindLoss(py::module_& m) {
     py::class_<CNNLossLabels, State, std::shared_ptr<CNNLossLabels>>(
         m, "CNNLossLabels",
         "MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes")
-        .def(py::init([](py::object device, py::object labels, py::object lossImageSize, py::object weights) {
+        .def(py::init([](const DeviceArg& device, py::object labels, py::object lossImageSize, py::object weights) {
                  const Device dev = lossDevice(device);
                  const LossSize size = lossImageSize.is_none() ? LossSize{1, 1, 1}
                                                                 : toLossSize(lossImageSize, "loss_image_size");
@@ -290,7 +290,7 @@ void bindLoss(py::module_& m) {
     py::class_<CNNLoss, Kernel, std::shared_ptr<CNNLoss>>(
         m, "CNNLoss",
         "MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss")
-        .def(py::init([](py::object device, const CNNLossDescriptor& d) {
+        .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
                  return std::make_shared<CNNLoss>(lossDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSCNNLoss initWithDevice:lossDescriptor:]")

@@ -5,7 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device neuronDevice(const py::object& device) { return toDevice(device, "device"); }
+Device neuronDevice(const DeviceArg& device) { return toDevice(device, "device"); }
 
 const NNNeuronDescriptor& requireNeuronDescriptor(const py::object& value) {
     if (value.is_none() || !py::isinstance<NNNeuronDescriptor>(value))
@@ -41,7 +41,7 @@ NNNeuronDescriptor neuronDefaults(CNNNeuronType type) { return NNNeuronDescripto
 template <class K>
 void bindNoParameterNeuron(py::module_& m, const char* name, const char* formula) {
     neuronClass<K>(m, name, formula)
-        .def(py::init([](py::object device) { return std::make_shared<K>(neuronDevice(device)); }), py::arg("device"),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<K>(neuronDevice(device)); }), py::arg("device"),
              (std::string("-[MPS") + name + " initWithDevice:]").c_str());
 }
 
@@ -49,7 +49,7 @@ template <class K>
 void bindABNeuron(py::module_& m, const char* name, const char* formula) {
     const NNNeuronDescriptor d = neuronDefaults(K::kType);
     neuronClass<K>(m, name, formula)
-        .def(py::init([](py::object device, float a, float b) { return std::make_shared<K>(neuronDevice(device), a, b); }),
+        .def(py::init([](const DeviceArg& device, float a, float b) { return std::make_shared<K>(neuronDevice(device), a, b); }),
              py::arg("device"), py::arg("a") = d.a, py::arg("b") = d.b,
              (std::string("-[MPS") + name + " initWithDevice:a:b:] (defaults: docs/neurons.md)").c_str());
 }
@@ -58,7 +58,7 @@ template <class K>
 void bindABCNeuron(py::module_& m, const char* name, const char* formula) {
     const NNNeuronDescriptor d = neuronDefaults(K::kType);
     neuronClass<K>(m, name, formula)
-        .def(py::init([](py::object device, float a, float b, float c) {
+        .def(py::init([](const DeviceArg& device, float a, float b, float c) {
                  return std::make_shared<K>(neuronDevice(device), a, b, c);
              }),
              py::arg("device"), py::arg("a") = d.a, py::arg("b") = d.b, py::arg("c") = d.c,
@@ -70,18 +70,18 @@ void bindNeuronTypes(py::module_& m) {
     bindNoParameterNeuron<CNNNeuronSigmoid>(m, "CNNNeuronSigmoid", "1 / (1 + exp(-x))");
     bindNoParameterNeuron<CNNNeuronSoftSign>(m, "CNNNeuronSoftSign", "x / (1 + |x|)");
     neuronClass<CNNNeuronReLU>(m, "CNNNeuronReLU", "x >= 0 ? x : a*x")
-        .def(py::init([](py::object device, float a) {
+        .def(py::init([](const DeviceArg& device, float a) {
                  return std::make_shared<CNNNeuronReLU>(neuronDevice(device), a);
              }),
              py::arg("device"), py::arg("a") = neuronDefaults(CNNNeuronType::ReLU).a,
              "-[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)");
     neuronClass<CNNNeuronELU>(m, "CNNNeuronELU", "x >= 0 ? x : a*(exp(x) - 1)")
-        .def(py::init([](py::object device, float a) {
+        .def(py::init([](const DeviceArg& device, float a) {
                  return std::make_shared<CNNNeuronELU>(neuronDevice(device), a);
              }),
              py::arg("device"), py::arg("a") = neuronDefaults(CNNNeuronType::ELU).a, "-[MPSCNNNeuronELU initWithDevice:a:]");
     neuronClass<CNNNeuronPReLU>(m, "CNNNeuronPReLU", "x >= 0 ? x : a[channel]*x")
-        .def(py::init([](py::object device, std::vector<float> a) {
+        .def(py::init([](const DeviceArg& device, std::vector<float> a) {
                  if (a.empty()) throwValueError("a: PReLU needs at least one per-channel value");
                  return std::make_shared<CNNNeuronPReLU>(neuronDevice(device), a.data(), a.size());
              }),
@@ -167,7 +167,7 @@ void bindNeuron(py::module_& m) {
         m, "CNNNeuron",
         "MPSCNNNeuron: Y = f(X) per pixel and feature channel, f given by the NNNeuronDescriptor (formulas in "
         "docs/neurons.md). result_state() returns a CNNNeuronGradientState for CNNNeuronGradient.")
-        .def(py::init([](py::object device, py::object descriptor) {
+        .def(py::init([](const DeviceArg& device, py::object descriptor) {
                  return std::make_shared<CNNNeuron>(neuronDevice(device), requireNeuronDescriptor(descriptor));
              }),
              py::arg("device"), py::arg("neuron_descriptor"),
@@ -187,7 +187,7 @@ void bindNeuron(py::module_& m) {
         "MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, "
         "gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the "
         "derivative of the x >= 0 branch is used, as MPS documents.")
-        .def(py::init([](py::object device, py::object descriptor) {
+        .def(py::init([](const DeviceArg& device, py::object descriptor) {
                  return std::make_shared<CNNNeuronGradient>(neuronDevice(device), requireNeuronDescriptor(descriptor));
              }),
              py::arg("device"), py::arg("neuron_descriptor"),

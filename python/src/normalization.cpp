@@ -46,7 +46,7 @@ template <class T, class Parent>
 py::class_<T, Parent, std::shared_ptr<T>> bindChannelClass(py::module_& m, const char* name, const char* doc,
                                                              const char* selector) {
     py::class_<T, Parent, std::shared_ptr<T>> cls(m, name, doc);
-    cls.def(py::init([](py::object device, IntArg size) {
+    cls.def(py::init([](const DeviceArg& device, IntArg size) {
                 return std::make_shared<T>(toDevice(device), toInt64(size.value, "kernel_size"));
             }),
             py::arg("device"), py::arg("kernel_size") = 5, selector)
@@ -59,7 +59,7 @@ template <class T, class Parent>
 py::class_<T, Parent, std::shared_ptr<T>> bindWindowClass(py::module_& m, const char* name, const char* doc,
                                                             const char* selector) {
     py::class_<T, Parent, std::shared_ptr<T>> cls(m, name, doc);
-    cls.def(py::init([](py::object device, IntArg kw, IntArg kh) {
+    cls.def(py::init([](const DeviceArg& device, IntArg kw, IntArg kh) {
                 return std::make_shared<T>(toDevice(device), toInt64(kw.value, "kernel_width"),
                                            toInt64(kh.value, "kernel_height"));
             }),

@@ -279,7 +279,7 @@ void bindInstanceNormalization(py::module_& m) {
         "MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) "
         "variance per image and channel over the pixels. Encode with a destination_state (from result_state) to "
         "train; CNNInstanceNormalizationGradient then reads it.");
-    k.def(py::init([](py::handle device, py::object dataSource) {
+    k.def(py::init([](const DeviceArg& device, py::object dataSource) {
               return std::make_shared<CNNInstanceNormalization>(
                   toDevice(device),
                   toDataSource<CNNInstanceNormalizationDataSource, PythonInstanceNormalizationDataSource>(
@@ -296,7 +296,7 @@ void bindInstanceNormalization(py::module_& m) {
         "MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and "
         "channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; "
         "gradient_state is the image's CNNInstanceNormalizationGradientState.")
-        .def(py::init([](py::handle device) { return std::make_shared<CNNInstanceNormalizationGradient>(toDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNInstanceNormalizationGradient>(toDevice(device)); }),
              py::arg("device"), "-initWithDevice:");
 }
 
@@ -353,7 +353,7 @@ void bindGroupNormalization(py::module_& m) {
         "MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; "
         "Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, "
         "gamma and beta per channel.");
-    k.def(py::init([](py::handle device, py::object dataSource) {
+    k.def(py::init([](const DeviceArg& device, py::object dataSource) {
               return std::make_shared<CNNGroupNormalization>(
                   toDevice(device), toDataSource<CNNGroupNormalizationDataSource, PythonGroupNormalizationDataSource>(
                                         dataSource, "CNNGroupNormalizationDataSource"));
@@ -370,7 +370,7 @@ void bindGroupNormalization(py::module_& m) {
         m, "CNNGroupNormalizationGradient",
         "MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / "
         "gradient_for_beta. Every CNNGradientKernel encode form.")
-        .def(py::init([](py::handle device) { return std::make_shared<CNNGroupNormalizationGradient>(toDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<CNNGroupNormalizationGradient>(toDevice(device)); }),
              py::arg("device"), "-initWithDevice:");
 }
 

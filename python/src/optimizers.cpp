@@ -12,7 +12,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device optimizerDevice(const py::object& device) {
+Device optimizerDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -42,7 +42,7 @@ py::array vectorView(const Vector& v) {
 }
 
 // A new vector holding a copy of a 1-D (length,) or 2-D (vectors, length) float array.
-VectorPtr vectorFromNumpy(const py::object& data, const py::object& device) {
+VectorPtr vectorFromNumpy(const py::object& data, const DeviceArg& device) {
     auto array = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(data);
     if (!array) throwTypeError("array: expected array-like float data");
     if (array.ndim() != 1 && array.ndim() != 2)
@@ -79,7 +79,7 @@ void bindVectors(py::module_& m) {
         m, "Vector",
         "MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the "
         "command buffer that wrote it completed; write it before encoding).")
-        .def(py::init([](py::object device, py::object descriptor) {
+        .def(py::init([](const DeviceArg& device, py::object descriptor) {
                  if (py::isinstance<py::int_>(descriptor))
                      return std::make_shared<Vector>(optimizerDevice(device),
                                                      makeDescriptor(descriptor.cast<int64_t>(), 1, py::none(),
@@ -225,7 +225,7 @@ void bindSgd(py::module_& m) {
         m, "NNOptimizerStochasticGradientDescent",
         "MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, "
         "w -= lr*(g + mu*m); no momentum vector: w -= lr*g")
-        .def(py::init([](py::object device, py::object lr, float momentum, py::object nesterov, py::object nestrov,
+        .def(py::init([](const DeviceArg& device, py::object lr, float momentum, py::object nesterov, py::object nestrov,
                          py::object descriptor) {
                  if (!nesterov.is_none() && !nestrov.is_none() && nesterov.cast<bool>() != nestrov.cast<bool>())
                      throwValueError("use_nesterov_momentum: differs from use_nestrov_momentum (the same property "
@@ -281,7 +281,7 @@ void bindSgd(py::module_& m) {
 void bindRmsProp(py::module_& m) {
     py::class_<NNOptimizerRMSProp, NNOptimizer, std::shared_ptr<NNOptimizerRMSProp>>(
         m, "NNOptimizerRMSProp", "MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)")
-        .def(py::init([](py::object device, py::object lr, double decay, float epsilon, py::object descriptor) {
+        .def(py::init([](const DeviceArg& device, py::object lr, double decay, float epsilon, py::object descriptor) {
                  return std::make_shared<NNOptimizerRMSProp>(optimizerDevice(device), decay, epsilon,
                                                              descriptorOrLearningRate(lr, descriptor));
              }),
@@ -330,7 +330,7 @@ void bindAdam(py::module_& m) {
         "MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; "
         "v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). "
         "Every encode advances time_step by one.")
-        .def(py::init([](py::object device, py::object lr, double beta1, double beta2, float epsilon,
+        .def(py::init([](const DeviceArg& device, py::object lr, double beta1, double beta2, float epsilon,
                          int64_t timeStep, py::object descriptor) {
                  if (timeStep < 0) throwValueError("time_step: must be >= 0, got ", timeStep);
                  return std::make_shared<NNOptimizerAdam>(optimizerDevice(device), beta1, beta2, epsilon,

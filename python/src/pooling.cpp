@@ -5,7 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device poolingDevice(const py::object& device) {
+Device poolingDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -34,7 +34,7 @@ template <class T, class Parent>
 py::class_<T, Parent, std::shared_ptr<T>> bindPooling(py::module_& m, const char* name, const char* doc,
                                                       const char* selector) {
     py::class_<T, Parent, std::shared_ptr<T>> cls(m, name, doc);
-    cls.def(py::init([](py::object device, int64_t kw, int64_t kh, int64_t sx, int64_t sy) {
+    cls.def(py::init([](const DeviceArg& device, int64_t kw, int64_t kh, int64_t sx, int64_t sy) {
                 return std::make_shared<T>(poolingDevice(device), kw, kh, sx, sy);
             }),
             py::arg("device"), py::arg("kernel_width"), py::arg("kernel_height"), py::arg("stride_in_pixels_x") = 1,
@@ -45,7 +45,7 @@ py::class_<T, Parent, std::shared_ptr<T>> bindPooling(py::module_& m, const char
 template <class T, class Parent>
 void bindDilated(py::module_& m, const char* name, const char* doc, const char* selector) {
     py::class_<T, Parent, std::shared_ptr<T>>(m, name, doc)
-        .def(py::init([](py::object device, int64_t kw, int64_t kh, int64_t dx, int64_t dy, int64_t sx, int64_t sy) {
+        .def(py::init([](const DeviceArg& device, int64_t kw, int64_t kh, int64_t dx, int64_t dy, int64_t sx, int64_t sy) {
                  return std::make_shared<T>(poolingDevice(device), kw, kh, dx, dy, sx, sy);
              }),
              py::arg("device"), py::arg("kernel_width"), py::arg("kernel_height"), py::arg("dilation_rate_x") = 1,

@@ -20,7 +20,7 @@ void bindReduction(py::module_& m) {
         "MPSNNGramMatrixCalculation: per image, G[f][c] = alpha * sum over pixels of X[f] * X[c] for the N source "
         "channels read, written as an N-wide, 1-high image of N feature channels (pixel x = f holds row f). offset.x/y "
         "must be 0 and clip_rect must cover the N x 1 result (docs/gram_matrix_spatial_mean.md).")
-        .def(py::init([](py::object device, py::handle alpha) {
+        .def(py::init([](const DeviceArg& device, py::handle alpha) {
                  const float a = alpha.is_none() ? 1.0f : fromPython<float>(alpha, "alpha");
                  return std::make_shared<NNGramMatrixCalculation>(toDevice(device, "device"), a);
              }),
@@ -33,7 +33,7 @@ void bindReduction(py::module_& m) {
         m, "NNGramMatrixCalculationGradient",
         "MPSNNGramMatrixCalculationGradient: dX[p][f] = alpha * sum over c of X[p][c] * (Gr[f][c] + Gr[c][f]). "
         "source_gradient = Gr (N x 1 x N), source_image = the forward source X, gradient_state = the forward's state.")
-        .def(py::init([](py::object device, py::handle alpha) {
+        .def(py::init([](const DeviceArg& device, py::handle alpha) {
                  const float a = alpha.is_none() ? 1.0f : fromPython<float>(alpha, "alpha");
                  return std::make_shared<NNGramMatrixCalculationGradient>(toDevice(device, "device"), a);
              }),
@@ -48,7 +48,7 @@ void bindReduction(py::module_& m) {
         "The spatial mean of MPSNNReductionSpatialMeanNode (mpsgrad name; Apple publishes no kernel class): one "
         "pixel per image holding each feature channel's mean over clip_rect_source (default: the whole source), "
         "written at clip_rect.origin; the returning encode forms make a 1 x 1 destination.")
-        .def(py::init([](py::object device) { return std::make_shared<NNReductionSpatialMean>(toDevice(device, "device")); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNReductionSpatialMean>(toDevice(device, "device")); }),
              py::arg("device"), "Kernel of MPSNNReductionSpatialMeanNode (initWithDevice:)")
         .def_property(
             "clip_rect_source", [](const NNReductionSpatialMean& k) { return k.clipRectSource; },
@@ -59,7 +59,7 @@ void bindReduction(py::module_& m) {
         m, "NNReductionSpatialMeanGradient",
         "The gradient of the spatial mean (MPSNNReductionSpatialMeanGradientNode's kernel; mpsgrad name): "
         "dX = G / (w * h) over the forward's source region, 0 elsewhere.")
-        .def(py::init([](py::object device) {
+        .def(py::init([](const DeviceArg& device) {
                  return std::make_shared<NNReductionSpatialMeanGradient>(toDevice(device, "device"));
              }),
              py::arg("device"), "Kernel of MPSNNReductionSpatialMeanGradientNode (initWithDevice:)");

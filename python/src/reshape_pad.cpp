@@ -5,7 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device shapingDevice(const py::object& device) { return toDevice(device, "device"); }
+Device shapingDevice(const DeviceArg& device) { return toDevice(device, "device"); }
 
 // An ImageCoordinate from an ImageCoordinate or an (x, y, channel) sequence of ints >= 0.
 ImageCoordinate toImageCoordinate(py::handle value, const char* what) {
@@ -73,7 +73,7 @@ void bindReshapePad(py::module_& m) {
         "MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a "
         "destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y "
         "must be 0 and clip_rect must not cut the destination.")
-        .def(py::init([](py::object device) { return std::make_shared<NNReshape>(shapingDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNReshape>(shapingDevice(device)); }),
              py::arg("device"), "-[MPSNNReshape initWithDevice:]")
         .def(
             "encode",
@@ -144,7 +144,7 @@ void bindReshapePad(py::module_& m) {
         m, "NNReshapeGradient",
         "MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. "
         "source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.")
-        .def(py::init([](py::object device) { return std::make_shared<NNReshapeGradient>(shapingDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNReshapeGradient>(shapingDevice(device)); }),
              py::arg("device"), "-[MPSNNReshapeGradient initWithDevice:]");
 
     py::class_<NNPad, CNNKernel, std::shared_ptr<NNPad>>(
@@ -153,7 +153,7 @@ void bindReshapePad(py::module_& m) {
         "(fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE "
         "(np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel "
         "offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).")
-        .def(py::init([](py::object device, py::handle before, py::handle after, py::handle fill) {
+        .def(py::init([](const DeviceArg& device, py::handle before, py::handle after, py::handle fill) {
                  ImageCoordinate b = before.is_none() ? ImageCoordinate{} : toImageCoordinate(before, "padding_size_before");
                  ImageCoordinate a = after.is_none() ? ImageCoordinate{} : toImageCoordinate(after, "padding_size_after");
                  std::vector<float> values;
@@ -186,7 +186,7 @@ void bindReshapePad(py::module_& m) {
         m, "NNPadGradient",
         "MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element "
         "(a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.")
-        .def(py::init([](py::object device) { return std::make_shared<NNPadGradient>(shapingDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNPadGradient>(shapingDevice(device)); }),
              py::arg("device"), "-[MPSNNPadGradient initWithDevice:]");
 }
 

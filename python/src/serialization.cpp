@@ -39,7 +39,7 @@ py::bytes toBytes(const std::vector<uint8_t>& blob) {
     return py::bytes(reinterpret_cast<const char*>(blob.data()), blob.size());
 }
 
-Device deviceArgument(py::handle device) {
+Device deviceArgument(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (py::isinstance<Device>(device)) return device.cast<Device>();
@@ -95,7 +95,7 @@ void bindKernelSerialization(py::module_& m) {
         "docs/serialization.md). TypeError for a kernel class that is not serializable, ValueError for a custom "
         "padding policy or image allocator (pickle handles those)."));
     addClassMethod(kernel, "from_bytes", py::cpp_function(
-        [](py::object cls, py::handle data, py::handle device, py::object padding, py::object allocator) {
+        [](py::object cls, py::handle data, const DeviceArg& device, py::object padding, py::object allocator) {
             ByteView bytes(data);
             serial::ExternalObjects externals;
             if (!padding.is_none()) {
@@ -152,7 +152,7 @@ void bindStateSerialization(py::module_& m) {
         "The state as bytes: persistent State (label, buffers) and CNNConvolutionWeightsAndBiasesState (label, "
         "descriptor, weights, biases). ValueError for a temporary state, TypeError for gradient states."));
     addClassMethod(state, "from_bytes", py::cpp_function(
-        [](py::object cls, py::handle data, py::handle device) {
+        [](py::object cls, py::handle data, const DeviceArg& device) {
             ByteView bytes(data);
             auto result = State::deserialize(bytes.data(), bytes.size(), deviceArgument(device));
             return requireInstance(py::cast(result), cls, result->className());

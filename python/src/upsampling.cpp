@@ -5,7 +5,7 @@
 namespace mpsgrad::python {
 namespace {
 
-Device upsamplingDevice(const py::object& device) {
+Device upsamplingDevice(const DeviceArg& device) {
     if (device.is_none()) return Device::defaultDevice();
     if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
     if (!py::isinstance<Device>(device))
@@ -40,7 +40,7 @@ void bindUpsampling(py::module_& m) {
         .def_property_readonly("align_corners", &CNNUpsampling::alignCorners);
     py::class_<CNNUpsamplingNearest, CNNUpsampling, std::shared_ptr<CNNUpsamplingNearest>>(
         m, "CNNUpsamplingNearest", "MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].")
-        .def(py::init([](py::object device, int64_t sx, int64_t sy) {
+        .def(py::init([](const DeviceArg& device, int64_t sx, int64_t sy) {
                  return std::make_shared<CNNUpsamplingNearest>(upsamplingDevice(device), sx, sy);
              }),
              py::arg("device"), py::arg("integer_scale_factor_x"), py::arg("integer_scale_factor_y"),
@@ -49,7 +49,7 @@ void bindUpsampling(py::module_& m) {
         m, "CNNUpsamplingBilinear",
         "MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto "
         "each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).")
-        .def(py::init([](py::object device, int64_t sx, int64_t sy, Hinted<bool> alignCorners) {
+        .def(py::init([](const DeviceArg& device, int64_t sx, int64_t sy, Hinted<bool> alignCorners) {
                  return std::make_shared<CNNUpsamplingBilinear>(upsamplingDevice(device), sx, sy,
                                                                 toBool(alignCorners, "align_corners"));
              }),
@@ -67,7 +67,7 @@ void bindUpsampling(py::module_& m) {
         .def_property_readonly("scale_factor_y", &CNNUpsamplingGradient::scaleFactorY);
     py::class_<CNNUpsamplingNearestGradient, CNNUpsamplingGradient, std::shared_ptr<CNNUpsamplingNearestGradient>>(
         m, "CNNUpsamplingNearestGradient", "MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.")
-        .def(py::init([](py::object device, int64_t sx, int64_t sy) {
+        .def(py::init([](const DeviceArg& device, int64_t sx, int64_t sy) {
                  return std::make_shared<CNNUpsamplingNearestGradient>(upsamplingDevice(device), sx, sy);
              }),
              py::arg("device"), py::arg("integer_scale_factor_x"), py::arg("integer_scale_factor_y"),
@@ -75,7 +75,7 @@ void bindUpsampling(py::module_& m) {
     py::class_<CNNUpsamplingBilinearGradient, CNNUpsamplingGradient, std::shared_ptr<CNNUpsamplingBilinearGradient>>(
         m, "CNNUpsamplingBilinearGradient",
         "MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.")
-        .def(py::init([](py::object device, int64_t sx, int64_t sy) {
+        .def(py::init([](const DeviceArg& device, int64_t sx, int64_t sy) {
                  return std::make_shared<CNNUpsamplingBilinearGradient>(upsamplingDevice(device), sx, sy);
              }),
              py::arg("device"), py::arg("integer_scale_factor_x"), py::arg("integer_scale_factor_y"),
