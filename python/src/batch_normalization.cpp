@@ -335,9 +335,7 @@ void bindKernels(py::module_& m) {
                 auto s = bnStateOf(state, "batch_normalization_state", true);
                 ImagePtr dst;
                 if (destination.is_none()) {
-                    ImageDescriptor d = k.destinationImageDescriptor({src}, {});
-                    dst = (k.destinationImageAllocator ? k.destinationImageAllocator : ImageAllocator::temporaryAllocator())
-                              ->imageForCommandBuffer(cb, d, &k);
+                    dst = k.allocateDestinationImages(cb, {src}, 1).front();
                 } else {
                     dst = imageOf(destination, "destination_image");
                 }
@@ -358,10 +356,7 @@ void bindKernels(py::module_& m) {
                 StateBatch states = s ? StateBatch(src.size(), s) : StateBatch{};
                 ImageBatch dst;
                 if (destinations.is_none()) {
-                    if (src.empty()) throwValueError("source_images: the batch is empty");
-                    ImageDescriptor d = k.destinationImageDescriptor({src.front()}, {});
-                    dst = (k.destinationImageAllocator ? k.destinationImageAllocator : ImageAllocator::temporaryAllocator())
-                              ->imageBatchForCommandBuffer(cb, d, &k, src.size());
+                    dst = k.allocateDestinationImages(cb, src, src.size());
                 } else {
                     dst = toImageBatch(destinations, "destination_images");
                 }

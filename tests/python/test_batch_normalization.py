@@ -389,6 +389,42 @@ def test_large_images_match_torch_whatever_the_thread_count(device, queue, check
     check(dx, dx_ref, "dX")
 
 
+@pytest.mark.parametrize("layout", ["separate", "two-blocks"])
+def test_batches_not_stored_back_to_back(device, queue, check, layout):
+    """Back-to-back images are encoded as one op per run (kernels/batch_normalization.cpp): a batch
+    of separately allocated images (runs of one) and one made of two back-to-back blocks (two
+    runs) give the training pass of autograd."""
+    n, h, w, c = 5, 6, 7, 6
+    gen = rng(f"bn-runs-{layout}")
+    x = (randn(gen, n, h, w, c) + 1.0).astype(np.float32)
+    g = randn(gen, n, h, w, c)
+    gamma, beta, mean, variance = _parameters(gen, c)
+    eps = 1e-3
+    fam = Family(device, gamma, beta, mean, variance, eps, "relu")
+
+    def batch(a):
+        if layout == "separate":
+            return [m.Image.from_numpy(np.ascontiguousarray(a[i:i + 1]), device) for i in range(n)]
+        return _images(a[:2], device) + _images(a[2:], device)
+
+    xs, gs = batch(x), batch(g)
+    destinations = batch(np.zeros_like(x))
+    state = fam.forward.result_state(xs[0])
+    cb = queue.command_buffer()
+    fam.statistics.encode_batch(cb, xs, state)
+    ys = fam.forward.encode_batch(cb, xs, state)
+    fam.statistics_gradient.encode_batch(cb, gs, xs, state)
+    fam.gradient.encode_batch(cb, gs, xs, [state] * n, destinations)
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
+    y_ref, dx_ref, dgamma_ref, dbeta_ref = _torch_training(x, g, gamma, beta, eps, "relu")
+    check(m.batch_to_numpy(ys), y_ref, "forward")
+    check(state.gradient_for_gamma, dgamma_ref, "gradient_for_gamma")
+    check(state.gradient_for_beta, dbeta_ref, "gradient_for_beta")
+    check(m.batch_to_numpy(destinations), dx_ref, "dX")
+
+
 class ProtocolSource:
     """The required protocol methods only (no epsilon, beta None: no bias)."""
 

@@ -62,6 +62,13 @@ CASES = [
     ("7x7-c64-o33", (7, 7, 64, 33), 2, True, "tanh", None, "returning", False),  # K = 3136: two column chunks
     ("2x9-c1-o1", (2, 9, 1, 1), 4, True, "sigmoid", int(PM.TENSORFLOW_SAME), "destination", False),
     ("6x5-c12-o40-batch5", (6, 5, 12, 40), 5, True, "leaky_relu", None, "returning", True),
+    # Batches through the one-product-per-batch path (CPU backend, fully_connected.cpp): channel
+    # counts that are not multiples of 4 (padded pixels: the source rows are gathered), several
+    # column tiles of the output channels, a batch of one.
+    ("3x3-c6-o10-batch17", (3, 3, 6, 10), 17, True, "none", None, "returning", True),
+    ("2x2-c5-o7-batch3", (2, 2, 5, 7), 3, True, "relu", None, "destination", True),
+    ("1x1-c2048-o9-batch1", (1, 1, 2048, 9), 1, False, "none", None, "returning", True),
+    ("4x4-c8-o300-batch17", (4, 4, 8, 300), 17, True, "none", None, "returning", True),
 ]
 
 
@@ -169,6 +176,30 @@ def test_fully_connected_training_step_through_states(device, queue, check):
     ref1 = linear_reference(x, w1.astype(np.float32), b1.astype(np.float32), e)
     check(m.batch_to_numpy(ys2), ref1["y"], "forward with the updated weights")
     check(m.batch_to_numpy(dxs2), ref1["dx"], "data gradient with the updated weights")
+
+
+def test_fully_connected_batch_is_thread_count_independent(device, queue):
+    """Forward, data and weight gradients of a batch are bitwise equal on 1 and 2 threads."""
+    gen = rng("fc-threads")
+    _, fc, grad, _, _ = make_fc(device, 5, 5, 12, 70, gen)
+    x, e = randn(gen, 9, 5, 5, 12), randn(gen, 9, 1, 1, 70)
+    xs, es = m.batch_from_numpy(x, device), m.batch_from_numpy(e, device)
+    before = m.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            m.set_num_threads(threads)
+            cb = queue.command_buffer()
+            ys, states = fc.encode_batch(cb, xs, destination_state_is_temporary=False)
+            dxs = grad.encode_batch(cb, es, xs, states)
+            cb.commit()
+            cb.wait_until_completed()
+            results.append((m.batch_to_numpy(ys), m.batch_to_numpy(dxs), np.array(states[0].gradient_for_weights),
+                            np.array(states[0].gradient_for_biases)))
+    finally:
+        m.set_num_threads(before)
+    for one, two in zip(*results):
+        assert np.array_equal(one, two)
 
 
 def test_fully_connected_errors(device, queue):

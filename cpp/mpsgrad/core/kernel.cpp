@@ -224,6 +224,16 @@ ImageBatch CNNKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, 
     return destinations;
 }
 
+ImageBatch CNNKernel::allocateDestinationImages(CommandBuffer& cb, const ImageBatch& sources, size_t count) {
+    checkCommandBuffer(cb);
+    if (sources.empty()) throwValueError("source_images: the batch is empty");
+    requireObject(sources.front(), "source_image", "an Image");
+    ImageDescriptor descriptor = destinationImageDescriptor({sources.front()}, {});
+    return allocateDestinations(
+        cb, destinationImageAllocator, descriptor, this, count,
+        writesEveryDestinationPixel() && writesWholeDestination(descriptor, destinationFeatureChannelOffset, clipRect));
+}
+
 StatePtr CNNKernel::resultState(const ImagePtr& source, const StateBatch&, const ImagePtr&) {
     requireObject(source, "source_image", "an Image");
     return makeResultState(*source, nullptr);

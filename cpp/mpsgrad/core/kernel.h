@@ -142,6 +142,10 @@ public:
     // -destinationImageDescriptorForSourceImages:sourceStates: — runs the padding policy and
     // sets `offset`.
     ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates);
+    // `count` destinations for an encode of `sources` into states it does not create (as a returning
+    // encode allocates them: destinationImageDescriptor of the first source, the destination
+    // allocator or the temporary one, and no zero fill when the kernel overwrites them entirely).
+    ImageBatch allocateDestinationImages(CommandBuffer& cb, const ImageBatch& sources, size_t count);
 
 protected:
     // Feature channels of the destination for `source`.

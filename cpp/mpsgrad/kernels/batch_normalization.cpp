@@ -20,6 +20,20 @@ void checkChannelCount(int64_t channels, const char* what) {
         throwValueError(what, ": the number of feature channels must be in [1, ", INT32_MAX / 4, "], got ", channels);
 }
 
+// Consecutive images of a batch stored back to back (as batch_from_numpy and the built-in
+// allocators place them) are encoded as one backend op over all of them: one pass, one fork-join,
+// instead of one per image. `follows(i)` says whether entry i continues entry i - 1; `encode(i, j)`
+// encodes entries [i, j).
+template <class Follows, class Encode>
+void forEachRun(size_t count, Follows&& follows, Encode&& encode) {
+    for (size_t i = 0; i < count;) {
+        size_t j = i + 1;
+        while (j < count && follows(j)) ++j;
+        encode(i, j);
+        i = j;
+    }
+}
+
 BufferSlice uploadFloats(const Device& device, const float* values, int64_t count) {
     BufferSlice slice{device.backend().newBuffer(floatBytes(count)), 0};
     if (values) std::memcpy(slice.floats(), values, floatBytes(count));
@@ -415,12 +429,24 @@ void CNNBatchNormalization::encodeImpl(CommandBuffer& cb, const std::vector<Unar
         elementwise::recordUnaryForward(state->snapshot, *this, dispatches.front(), offset, C,
                                         dispatches.front().imageCount);
     }
-    for (size_t i = 0; i < dispatches.size(); ++i) {
-        params[i].epsilon = epsilon;
-        const UnaryDispatch& d = dispatches[i];
-        backend.batchNormalizationForward(cb, params[i], d.source->storage(d.sourceImageIndex), v,
-                                          d.destination->storage(d.destinationImageIndex));
-    }
+    auto single = [&](size_t i) {
+        return dispatches[i].source->numberOfImages() == 1 && dispatches[i].destination->numberOfImages() == 1;
+    };
+    forEachRun(
+        dispatches.size(),
+        [&](size_t j) {
+            return single(j - 1) && single(j) && dispatches[j - 1].source->isFollowedBy(*dispatches[j].source) &&
+                   dispatches[j - 1].destination->isFollowedBy(*dispatches[j].destination) &&
+                   dispatches[j - 1].sourceChannelOffset == dispatches[j].sourceChannelOffset;
+        },
+        [&](size_t i, size_t j) {
+            BatchNormalizationParams p = params[i];
+            p.epsilon = epsilon;
+            for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
+            const UnaryDispatch& d = dispatches[i];
+            backend.batchNormalizationForward(cb, p, d.source->storage(d.sourceImageIndex), v,
+                                              d.destination->storage(d.destinationImageIndex));
+        });
     if (state) state->noteRead();
 }
 
@@ -461,7 +487,13 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     Backend::BatchNormalizationVectors v;
     v.mean = state->mean();
     v.variance = state->variance();
-    for (size_t i = 0; i < sources.size(); ++i) backend.batchNormalizationStatistics(cb, params[i], sources[i]->storage(0), v);
+    forEachRun(
+        sources.size(), [&](size_t j) { return sources[j - 1]->isFollowedBy(*sources[j]); },
+        [&](size_t i, size_t j) {
+            BatchNormalizationParams p = params[i];
+            for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
+            backend.batchNormalizationStatistics(cb, p, sources[i]->storage(0), v);
+        });
     state->statisticsCount = count;
     state->statisticsGradientCount = 0;
     state->phase = CNNBatchNormalizationState::Phase::Statistics;
@@ -532,9 +564,18 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     }
     Backend& backend = device_.backend();
     const Backend::BatchNormalizationVectors v = stateVectors(*state);
-    for (size_t i = 0; i < params.size(); ++i)
-        backend.batchNormalizationStatisticsGradient(cb, params[i], sourceGradients[i]->storage(0),
-                                                     sourceImages[i]->storage(0), v);
+    forEachRun(
+        params.size(),
+        [&](size_t j) {
+            return sourceGradients[j - 1]->isFollowedBy(*sourceGradients[j]) &&
+                   sourceImages[j - 1]->isFollowedBy(*sourceImages[j]);
+        },
+        [&](size_t i, size_t j) {
+            BatchNormalizationParams p = params[i];
+            for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
+            backend.batchNormalizationStatisticsGradient(cb, p, sourceGradients[i]->storage(0),
+                                                         sourceImages[i]->storage(0), v);
+        });
     state->statisticsGradientCount = count;
     state->phase = Phase::StatisticsGradient;
     state->noteRead();
@@ -606,12 +647,27 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         params.push_back(p);
     }
     Backend& backend = device_.backend();
-    for (size_t i = 0; i < params.size(); ++i) {
-        auto& state = static_cast<CNNBatchNormalizationState&>(*states[i]);
-        backend.batchNormalizationGradient(cb, params[i], sourceGradients[i]->storage(0), sourceImages[i]->storage(0),
-                                           stateVectors(state), destinations[i]->storage(0));
-        state.phase = Phase::Gradient;
-    }
+    // Images whose three images hold the same number of images, so that a run's p.batch covers each.
+    auto even = [&](size_t i) {
+        return sourceGradients[i]->numberOfImages() == sourceImages[i]->numberOfImages() &&
+               destinations[i]->numberOfImages() == sourceImages[i]->numberOfImages();
+    };
+    forEachRun(
+        params.size(),
+        [&](size_t j) {
+            return states[j] == states[j - 1] && even(j - 1) && even(j) &&
+                   sourceGradients[j - 1]->isFollowedBy(*sourceGradients[j]) &&
+                   sourceImages[j - 1]->isFollowedBy(*sourceImages[j]) &&
+                   destinations[j - 1]->isFollowedBy(*destinations[j]);
+        },
+        [&](size_t i, size_t j) {
+            auto& state = static_cast<CNNBatchNormalizationState&>(*states[i]);
+            BatchNormalizationParams p = params[i];
+            for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
+            backend.batchNormalizationGradient(cb, p, sourceGradients[i]->storage(0), sourceImages[i]->storage(0),
+                                               stateVectors(state), destinations[i]->storage(0));
+            state.phase = Phase::Gradient;
+        });
 }
 
 }  // namespace mpsgrad

@@ -7,6 +7,7 @@
 
 #include "core/checked.h"
 #include "core/errors.h"
+#include "kernels/fully_connected.h"
 
 namespace mpsgrad {
 
@@ -617,23 +618,35 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
 
     Backend& backend = device_.backend();
     std::map<const State*, int64_t> imageIndexInState;
-    for (size_t i = 0; i < states.size(); ++i) {
+    const bool imageRuns = dynamic_cast<const CNNFullyConnectedGradient*>(this) != nullptr;
+    for (size_t i = 0; i < states.size();) {
+        // Images [i, run) are encoded together: one image, or for a fully connected gradient every
+        // following image stored right after the previous one and sharing its state (its data and
+        // weight gradients are then each one matrix product over the batch on the CPU backend).
+        size_t run = i + 1;
+        while (imageRuns && run < states.size() && states[run] == states[i] &&
+               sourceGradients[run - 1]->isFollowedBy(*sourceGradients[run]) &&
+               sourceImages[run - 1]->isFollowedBy(*sourceImages[run]) &&
+               destinations[run - 1]->isFollowedBy(*destinations[run]))
+            ++run;
+        const int32_t count = int32_t(run - i);
         auto& state = static_cast<CNNConvolutionGradientState&>(*states[i]);
         const Image& gImage = *sourceGradients[i];
         const Image& xImage = *sourceImages[i];
-        int64_t indexInState = imageIndexInState[&state]++;
+        const int64_t indexInState = imageIndexInState[&state];
+        imageIndexInState[&state] += count;
 
         ImageLayout gradientLayout = gImage.layout(primarySourceFeatureChannelOffset, out);
         BufferSlice gradient = gImage.storage(primaryOffset.z);
         if (state.preactivation) {
             // E' = E * f'(pre-activation): the fused neuron's derivative, into a scratch image.
             ImageLayout scratch = state.preactivationLayout;
-            BufferSlice scaled{backend.newBuffer(size_t(scratch.imageStride) * sizeof(float)), 0};
+            BufferSlice scaled{backend.newBuffer(size_t(scratch.imageStride) * size_t(count) * sizeof(float)), 0};
             NeuronGradientParams np{};
             np.gradient = gradientLayout;
             np.source = scratch;
             np.destination = scratch;
-            np.batch = 1;
+            np.batch = count;
             np.clipWidth = scratch.width;
             np.clipHeight = scratch.height;
             np.neuron = state.neuron;
@@ -650,7 +663,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             ConvolutionDataGradientParams p{};
             p.gradient = gradientLayout;
             p.destination = dst.layout(destinationFeatureChannelOffset, in);
-            p.batch = 1;
+            p.batch = count;
             setKernelGeometry(p, d);
             int64_t kw = (d.kernelWidth - 1) * d.dilationRateX + 1, kh = (d.kernelHeight - 1) * d.dilationRateY + 1;
             p.windowLeftX = checked::toInt32(
@@ -675,7 +688,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             ConvolutionWeightGradientParams p{};
             p.gradient = gradientLayout;
             p.source = xImage.layout(secondarySourceFeatureChannelOffset, in);
-            p.batch = 1;
+            p.batch = count;
             setKernelGeometry(p, d);
             p.windowLeftX = checked::toInt32(secondaryOffset.x, "secondary_offset.x");
             p.windowTopY = checked::toInt32(secondaryOffset.y, "secondary_offset.y");
@@ -686,6 +699,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             backend.convolutionWeightGradient(cb, p, gradient, xImage.storage(secondaryOffset.z),
                                               state.gradientForWeights(), state.gradientForBiases());
         }
+        i = run;
     }
 }
 

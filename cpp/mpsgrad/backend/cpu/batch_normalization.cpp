@@ -8,13 +8,19 @@
 //   all channels at once (channels are innermost in memory, so the loop vectorizes across them),
 //   and adds each block's sums into its own double partial sums. The partials are then added in
 //   chunk order, so results are bitwise reproducible whatever the thread count.
-// - The two element-wise ops (forward, gradient) split the rows of the batch across threads.
-// The fused neuron type is dispatched once per call to loops instantiated for that type, so no
-// per-element switch remains (as in neuron.cpp).
+// - The two element-wise ops (forward, gradient) split the rows of the batch across threads and
+//   walk them from the last row to the first: the statistics pass that precedes each of them
+//   read the batch from first to last, so the rows it read last are still in the cache.
+// The fused neuron type is dispatched once per block of pixels to loops instantiated for that
+// type, so no per-element switch remains (as in neuron.cpp), and those loops are compiled
+// twice, for AVX2 and for the baseline ISA, picked at load time (MPSGRAD_VECTOR_CLONES). Every
+// channel is computed by the same sequence of float operations in both copies and whatever the
+// thread count, so results stay bitwise reproducible.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../../../metal/neuron_math.h"
@@ -126,13 +132,17 @@ void reduceChannels(const BatchNormalizationParams& p, Block&& block, std::vecto
     }
 }
 
-// parallelFor over rows (image, y) of the batch: body(n, firstPixel, pixelCount).
+// parallelFor over rows (image, y) of the batch, last row first (see the top of the file):
+// body(n, firstPixel, pixelCount).
 template <class Body>
-void forRows(const BatchNormalizationParams& p, Body&& body) {
+void forRowsBackwards(const BatchNormalizationParams& p, Body&& body) {
     const int64_t rows = int64_t(p.batch) * p.source.height;
     const int64_t W = p.source.width;
     parallelFor(rows, elementwise::rowGrain(W * p.source.channels), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) body(r / p.source.height, (r % p.source.height) * W, W);
+        for (int64_t k = r0; k < r1; ++k) {
+            const int64_t r = rows - 1 - k;
+            body(r / p.source.height, (r % p.source.height) * W, W);
+        }
     });
 }
 
@@ -150,9 +160,35 @@ struct Pass {
     float* destination;
 };
 
+// The per-type loops are inlined into the cloned dispatchers below, so each clone compiles
+// them for its own ISA.
+#if defined(__GNUC__) || defined(__clang__)
+#define MPSGRAD_BN_INLINE inline __attribute__((always_inline))
+#else
+#define MPSGRAD_BN_INLINE inline
+#endif
+
+// Adds x − shift and (x − shift)² into a, b for pixels [i0, i1) of image n.
+MPSGRAD_VECTOR_CLONES
+void statisticsPixels(const BatchNormalizationParams& p, const float* source, const float* shift, int64_t n,
+                      int64_t i0, int64_t i1, float* a, float* b) {
+    const int64_t C = p.source.channels;
+    const float* __restrict sh = shift;
+    float* __restrict sa = a;
+    float* __restrict sb = b;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float* __restrict x = source + at(p.source, n, i);
+        for (int64_t c = 0; c < C; ++c) {
+            const float d = x[c] - sh[c];
+            sa[c] += d;
+            sb[c] += d * d;
+        }
+    }
+}
+
 // y = f(x·scale + shift) for pixels [i0, i1) of image n.
 template <int32_t Type>
-void forwardPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
+MPSGRAD_BN_INLINE void forwardPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
     const NeuronParams nr = s.p.neuron;
     const int64_t C = s.p.source.channels;
     const float* __restrict scale = s.scale;
@@ -168,7 +204,8 @@ void forwardPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
 
 // Adds G' = G·f'(x·scale + shift) into sumG and G'·(x − mean) into sumGX, pixels [i0, i1) of image n.
 template <int32_t Type>
-void statisticsGradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1, float* sumG, float* sumGX) {
+MPSGRAD_BN_INLINE void statisticsGradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1, float* sumG,
+                                                float* sumGX) {
     const NeuronParams nr = s.p.neuron;
     const int64_t C = s.p.source.channels;
     const float* __restrict scale = s.scale;
@@ -192,7 +229,7 @@ void statisticsGradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1, 
 
 // dX = scale·G' − xCoef·(x − mean) − offset, pixels [i0, i1) of image n.
 template <int32_t Type>
-void gradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
+MPSGRAD_BN_INLINE void gradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
     const NeuronParams nr = s.p.neuron;
     const int64_t C = s.p.source.channels;
     const float* __restrict scale = s.scale;
@@ -214,17 +251,35 @@ void gradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1) {
     }
 }
 
-using ElementwiseFn = void (*)(const Pass&, int64_t, int64_t, int64_t);
-using ReduceFn = void (*)(const Pass&, int64_t, int64_t, int64_t, float*, float*);
+// The loop of the pass's neuron type, chosen once per block of pixels.
+using NeuronTypes = std::make_integer_sequence<int32_t, kNeuronCount>;
 
-template <int32_t... Types>
-struct Tables {
-    static constexpr ElementwiseFn forward[] = {&forwardPixels<Types>...};
-    static constexpr ElementwiseFn gradient[] = {&gradientPixels<Types>...};
-    static constexpr ReduceFn statisticsGradient[] = {&statisticsGradientPixels<Types>...};
-};
-using ByNeuron = Tables<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
-static_assert(kNeuronCount == 16, "ByNeuron lists every neuron type");
+template <int32_t... T>
+MPSGRAD_BN_INLINE void forwardByType(std::integer_sequence<int32_t, T...>, const Pass& s, int64_t n, int64_t i0,
+                                     int64_t i1) {
+    ((s.p.neuron.type == T ? forwardPixels<T>(s, n, i0, i1) : void()), ...);
+}
+template <int32_t... T>
+MPSGRAD_BN_INLINE void gradientByType(std::integer_sequence<int32_t, T...>, const Pass& s, int64_t n, int64_t i0,
+                                      int64_t i1) {
+    ((s.p.neuron.type == T ? gradientPixels<T>(s, n, i0, i1) : void()), ...);
+}
+template <int32_t... T>
+MPSGRAD_BN_INLINE void statisticsGradientByType(std::integer_sequence<int32_t, T...>, const Pass& s, int64_t n,
+                                                int64_t i0, int64_t i1, float* a, float* b) {
+    ((s.p.neuron.type == T ? statisticsGradientPixels<T>(s, n, i0, i1, a, b) : void()), ...);
+}
+
+MPSGRAD_VECTOR_CLONES
+void forwardBlock(const Pass& s, int64_t n, int64_t i0, int64_t i1) { forwardByType(NeuronTypes{}, s, n, i0, i1); }
+
+MPSGRAD_VECTOR_CLONES
+void gradientBlock(const Pass& s, int64_t n, int64_t i0, int64_t i1) { gradientByType(NeuronTypes{}, s, n, i0, i1); }
+
+MPSGRAD_VECTOR_CLONES
+void statisticsGradientBlock(const Pass& s, int64_t n, int64_t i0, int64_t i1, float* a, float* b) {
+    statisticsGradientByType(NeuronTypes{}, s, n, i0, i1, a, b);
+}
 
 }  // namespace
 
@@ -242,17 +297,7 @@ void batchNormalizationStatistics(const BatchNormalizationParams& p, const float
     reduceChannels(
         p,
         [&](int64_t n, int64_t i0, int64_t i1, float* a, float* b) {
-            const float* __restrict sh = shift.data();
-            float* __restrict sa = a;
-            float* __restrict sb = b;
-            for (int64_t i = i0; i < i1; ++i) {
-                const float* __restrict x = source + at(p.source, n, i);
-                for (int32_t c = 0; c < C; ++c) {
-                    const float d = x[c] - sh[c];
-                    sa[c] += d;
-                    sb[c] += d * d;
-                }
-            }
+            statisticsPixels(p, source, shift.data(), n, i0, i1, a, b);
         },
         s1, s2);
     const double n0 = double(p.previousCount), total = n0 + double(m);
@@ -282,8 +327,7 @@ void batchNormalizationForward(const BatchNormalizationParams& p, const float* s
     const std::vector<float> slope = channelSlopes(op, p, neuronData);
     const Pass s{p, nullptr, source, a.scale.data(), a.shift.data(), mean, slope.data(), nullptr, nullptr,
                  destination};
-    const ElementwiseFn fn = ByNeuron::forward[p.neuron.type];
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) { fn(s, n, first, first + count); });
+    forRowsBackwards(p, [&](int64_t n, int64_t first, int64_t count) { forwardBlock(s, n, first, first + count); });
 }
 
 void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, const float* gradient,
@@ -297,10 +341,10 @@ void batchNormalizationStatisticsGradient(const BatchNormalizationParams& p, con
     const Affine a = affineOf(op, p, gamma, beta, mean, variance);
     const std::vector<float> slope = channelSlopes(op, p, neuronData);
     const Pass s{p, gradient, source, a.scale.data(), a.shift.data(), mean, slope.data(), nullptr, nullptr, nullptr};
-    const ReduceFn fn = ByNeuron::statisticsGradient[p.neuron.type];
     std::vector<double> sumG, sumGX;
     reduceChannels(
-        p, [&](int64_t n, int64_t i0, int64_t i1, float* g, float* gx) { fn(s, n, i0, i1, g, gx); }, sumG, sumGX);
+        p, [&](int64_t n, int64_t i0, int64_t i1, float* g, float* gx) { statisticsGradientBlock(s, n, i0, i1, g, gx); },
+        sumG, sumGX);
     const bool add = p.previousCount != 0;  // a later sub-batch: accumulate
     for (int32_t c = 0; c < C; ++c) {
         // dγ = Σ G'·x̂ = invStd·Σ G'·(x − mean), dβ = Σ G'.
@@ -331,8 +375,7 @@ void batchNormalizationGradient(const BatchNormalizationParams& p, const float* 
         }
     const Pass s{p,           gradient,    source,        a.scale.data(), a.shift.data(), mean,
                  slope.data(), xCoef.data(), offset.data(), destination};
-    const ElementwiseFn fn = ByNeuron::gradient[p.neuron.type];
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) { fn(s, n, first, first + count); });
+    forRowsBackwards(p, [&](int64_t n, int64_t first, int64_t count) { gradientBlock(s, n, first, first + count); });
 }
 
 }  // namespace mpsgrad::cpu

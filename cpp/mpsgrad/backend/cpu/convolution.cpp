@@ -28,6 +28,7 @@
 
 #include "../../../../metal/neuron_math.h"
 #include "blas.h"
+#include "fully_connected.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
@@ -198,6 +199,8 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
     }
     if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
 
+    // One output pixel per image (fully connected): one product over the batch.
+    if (fc::forward(p, source, weights, biases, neuronData, destination, preactivation)) return;
     const int G = p.groups, Cig = S.channels / G, Cog = D.channels / G;
     if (Cig == 1 && Cog == 1) {
         forwardDepthwise(p, source, weights, biases, neuronData, destination, preactivation);
@@ -490,6 +493,7 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
     checkLayout(D, "destination");
     checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
     if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
+    if (fc::dataGradient(p, gradient, weights, destination)) return;  // one gradient pixel per image
 
     const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, sX = p.strideX, sY = p.strideY;
@@ -705,6 +709,8 @@ void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const f
     if (doW && !weightGradient) invalid("computeWeights is set but the weight gradient buffer is null");
     if (doB && !biasGradient) invalid("computeBiases is set but the bias gradient buffer is null");
     if (!doW && !doB) return;
+    // One gradient pixel per image (fully connected): one product over the batch.
+    if (fc::weightGradient(p, gradient, source, weightGradient, biasGradient)) return;
 
     const int G = p.groups, Cig = S.channels / G, Cog = E.channels / G;
     if (Cig == 1 && Cog == 1) {
