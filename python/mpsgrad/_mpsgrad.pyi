@@ -587,7 +587,7 @@ class ImageDescriptor:
         ...
 class Image:
     """
-    MPSImage: float32 feature channels, NHWC storage.
+    MPSImage: float32 or float16 feature channels, NHWC storage.
     """
     label: str
     @staticmethod
@@ -596,20 +596,21 @@ class Image:
     @staticmethod
     def from_dlpack(obj, device = None):
         """
-        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
             (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
             otherwise a copy. 3-D (height, width, channels) input gives one image.
         """
     @staticmethod
-    def from_numpy(array: typing.Any, device: typing.Any = None) -> Image:
+    def from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> Image:
         """
-        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 values into FLOAT16 storage rounds to nearest even.
         """
     def __array__(self, dtype = None, copy = None):
         ...
     def __dlpack__(self, stream = None, **kwargs):
         """
-        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
+        DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
+            dtype (float32, or float16 for a FLOAT16 image).
         """
     def __dlpack_device__(self):
         ...
@@ -631,7 +632,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array (height, width, channels) or (channels, height, width)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -641,13 +642,13 @@ class Image:
         """
         -[MPSImage synchronizeOnCommandBuffer:]
         """
-    def to_numpy(self) -> numpy.typing.NDArray[numpy.float32]:
+    def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as a float32 array (number_of_images, height, width, feature_channels).
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
-        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many bytes)
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are accepted, FLOAT16 storage rounds float32 values to nearest even
         """
     @property
     def device(self) -> Device:
@@ -5329,9 +5330,9 @@ def _is_initialized(object: typing.Any) -> bool:
     """
     Internal: whether a bound object's C++ part has been constructed.
     """
-def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
+def batch_from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> list[Image]:
     """
-    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
+    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; channel_format as for Image.from_numpy.
     """
 def blas_info() -> str:
     """

@@ -100,6 +100,23 @@ def random_array(r: random.Random, *shape) -> np.ndarray:
     return gen.standard_normal(shape).astype(np.float32)
 
 
+def image_format(r: random.Random, m):
+    """FLOAT16 for about a third of the images (docs/float16.md), else FLOAT32."""
+    return m.ImageFeatureChannelFormat.FLOAT16 if r.random() < 0.3 else m.ImageFeatureChannelFormat.FLOAT32
+
+
+def as_stored(array: np.ndarray, fmt, m) -> np.ndarray:
+    """The values an image of format `fmt` holds after writing `array` (half rounding for FLOAT16)."""
+    if fmt == m.ImageFeatureChannelFormat.FLOAT16:
+        return np.asarray(array, np.float32).astype(np.float16).astype(np.float32)
+    return array
+
+
+# One rounding of the result to half (2**-11 relative) plus the rounding of the inputs the reference
+# already sees: 4e-3 of the largest value leaves room for both.
+FLOAT16_TOL = 4e-3
+
+
 def run(ctx: Context, cb):
     cb.commit()
     cb.wait_until_completed()
@@ -120,9 +137,11 @@ def core_ops(r: random.Random, ctx: Context):
         c = ctx.bad(r, r.randint(1, 9), [0, -4] + HUGE_INTS + ["4"], what="feature_channels")
         # (2**31 images of a few bytes would be a valid, if huge, allocation: only overflowing counts)
         n = ctx.bad(r, r.randint(1, 3), [0, -1, 2**62, 2**63, 2**64, -(2**63) - 1], what="number_of_images")
-        image = m.Image(ctx.device, m.ImageDescriptor(w, h, c, n))
+        fmt = ctx.bad(r, image_format(r, m), [m.ImageFeatureChannelFormat.UNORM8, m.ImageFeatureChannelFormat.NONE],
+                      p=0.05, what="channel_format")
+        image = m.Image(ctx.device, m.ImageDescriptor(w, h, c, n, fmt))
         ctx.expect_rejected_if_invalid("Image")
-        data = random_array(r, h, w, c)
+        data = as_stored(random_array(r, h, w, c), fmt, m)
         index = r.randrange(n)
         ctx.start_call()
         bad_index = ctx.bad(r, index, [n, -1, 2**40, 2**64, "0"], what="image_index")
@@ -291,9 +310,10 @@ def arithmetic_ops(r: random.Random, ctx: Context):
     name = r.choice(sorted(ops))
     kernel = getattr(m, name)(ctx.device)
     h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 8)
-    a_arr, b_arr = random_array(r, h, w, c), random_array(r, h, w, c)
-    a = m.Image.from_numpy(a_arr, ctx.device)
-    b = m.Image.from_numpy(b_arr, ctx.device)
+    fa, fb = image_format(r, m), image_format(r, m)
+    a_arr, b_arr = as_stored(random_array(r, h, w, c), fa, m), as_stored(random_array(r, h, w, c), fb, m)
+    a = m.Image.from_numpy(a_arr, ctx.device, channel_format=fa)
+    b = m.Image.from_numpy(b_arr, ctx.device, channel_format=fb)
     ctx.start_call()
     kernel.primary_scale = ctx.bad(r, 1.0, ["2", None, [1.0]], what="primary_scale")
     if r.random() < 0.15:
@@ -305,7 +325,10 @@ def arithmetic_ops(r: random.Random, ctx: Context):
     result = kernel.encode(cb, a, b)
     run(ctx, cb)
     ctx.expect_rejected_if_invalid(name)
-    check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward")
+    # The result takes the primary's format (docs/float16.md, the allocator rule).
+    assert result.feature_channel_format == fa
+    tol = FLOAT16_TOL if fa == m.ImageFeatureChannelFormat.FLOAT16 else 1e-4
+    check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward", tol=tol)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/float16_shadow.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -443,13 +444,16 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     const bool accumulate = state->phase == CNNBatchNormalizationState::Phase::Statistics;
     int64_t count = accumulate ? state->statisticsCount : 0;
     std::vector<BatchNormalizationParams> params;
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch sources32;
     for (const ImagePtr& source : sources) {
         if (!source) throwTypeError("source_images: expected a list of Images, got None in it");
         source->checkUsable(cb, "source_image");
         checkWholeImage(*source, availableSourceChannels(*source), C, "source_images", className());
         const int64_t m = pixelCount(source->numberOfImages(), source->width(), source->height(), "source_images");
+        sources32.push_back(shadows.read(source));
         BatchNormalizationParams p{};
-        p.source = source->layout(sourceFeatureChannelOffset, C);
+        p.source = sources32.back()->layout(sourceFeatureChannelOffset, C);
         p.gradient = p.destination = p.source;
         p.batch = int32_t(source->numberOfImages());
         p.previousCount = int32_t(count);
@@ -461,7 +465,7 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     Backend::BatchNormalizationVectors v;
     v.mean = state->mean();
     v.variance = state->variance();
-    for (size_t i = 0; i < sources.size(); ++i) backend.batchNormalizationStatistics(cb, params[i], sources[i]->storage(0), v);
+    for (size_t i = 0; i < sources.size(); ++i) backend.batchNormalizationStatistics(cb, params[i], sources32[i]->storage(0), v);
     state->statisticsCount = count;
     state->statisticsGradientCount = 0;
     state->phase = CNNBatchNormalizationState::Phase::Statistics;
@@ -507,12 +511,16 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     const bool accumulate = state->phase == Phase::StatisticsGradient;
     int64_t count = accumulate ? state->statisticsGradientCount : 0;
     std::vector<BatchNormalizationParams> params;
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch gradients32, images32;
     for (size_t i = 0; i < sourceGradients.size(); ++i) {
         const ImagePtr& g = sourceGradients[i];
         const ImagePtr& x = sourceImages[i];
         if (!g || !x) throwTypeError("source_gradients / source_images: expected lists of Images, got None in them");
         g->checkUsable(cb, "source_gradient");
         x->checkUsable(cb, "source_image");
+        gradients32.push_back(shadows.read(g));
+        images32.push_back(shadows.read(x));
         checkWholeImage(*x, availableSecondaryChannels(*x), C, "source_images", className());
         checkWholeImage(*g, availablePrimaryChannels(*g), C, "source_gradients", className());
         if (g->width() != x->width() || g->height() != x->height() || g->numberOfImages() != x->numberOfImages())
@@ -521,8 +529,8 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
                             x->numberOfImages());
         const int64_t m = pixelCount(x->numberOfImages(), x->width(), x->height(), "source_images");
         BatchNormalizationParams p = stateParams(*state);
-        p.source = x->layout(secondarySourceFeatureChannelOffset, C);
-        p.gradient = g->layout(primarySourceFeatureChannelOffset, C);
+        p.source = images32.back()->layout(secondarySourceFeatureChannelOffset, C);
+        p.gradient = gradients32.back()->layout(primarySourceFeatureChannelOffset, C);
         p.destination = p.source;
         p.batch = int32_t(x->numberOfImages());
         p.previousCount = int32_t(count > 0 ? 1 : 0);
@@ -533,8 +541,8 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     Backend& backend = device_.backend();
     const Backend::BatchNormalizationVectors v = stateVectors(*state);
     for (size_t i = 0; i < params.size(); ++i)
-        backend.batchNormalizationStatisticsGradient(cb, params[i], sourceGradients[i]->storage(0),
-                                                     sourceImages[i]->storage(0), v);
+        backend.batchNormalizationStatisticsGradient(cb, params[i], gradients32[i]->storage(0),
+                                                     images32[i]->storage(0), v);
     state->statisticsGradientCount = count;
     state->phase = Phase::StatisticsGradient;
     state->noteRead();
