@@ -326,7 +326,8 @@ def arithmetic_ops(r: random.Random, ctx: Context):
     run(ctx, cb)
     ctx.expect_rejected_if_invalid(name)
     # The result takes the primary's format (docs/float16.md, the allocator rule).
-    assert result.feature_channel_format == fa
+    if result.feature_channel_format != fa:
+        raise WrongResult(f"{name}: the result's format {result.feature_channel_format} is not the primary's {fa}")
     tol = FLOAT16_TOL if fa == m.ImageFeatureChannelFormat.FLOAT16 else 1e-4
     check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward", tol=tol)
 
