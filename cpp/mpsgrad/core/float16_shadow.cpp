@@ -1,6 +1,8 @@
 #include "core/float16_shadow.h"
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/checked.h"
 #include "core/command_buffer.h"
@@ -8,6 +10,25 @@
 namespace mpsgrad {
 
 namespace {
+// Which half storage each live shadow buffer shadows (weak both ways: never keeps memory alive).
+struct ShadowOrigin {
+    std::weak_ptr<Buffer> shadow;
+    std::weak_ptr<Buffer> original;
+    size_t offset = 0;
+};
+std::mutex originsMutex;
+std::unordered_map<const Buffer*, ShadowOrigin>& origins() {
+    static std::unordered_map<const Buffer*, ShadowOrigin> map;
+    return map;
+}
+
+void registerShadow(const std::shared_ptr<Buffer>& shadow, const BufferSlice& original) {
+    std::lock_guard<std::mutex> lock(originsMutex);
+    auto& map = origins();
+    for (auto it = map.begin(); it != map.end();) it = it->second.shadow.expired() ? map.erase(it) : std::next(it);
+    map[shadow.get()] = ShadowOrigin{shadow, original.buffer, original.offset};
+}
+
 // Elements per conversion op: ConvertFormatParams counts in int32.
 constexpr size_t kMaxConvertElements = size_t(1) << 30;
 
@@ -37,6 +58,7 @@ Float32Shadows::Shadow& Float32Shadows::shadowOf(const Image& image) {
                                                             BufferFill::Unspecified),
                            0};
     encodeConversion(cb_, s.original, s.floats, elements, false);
+    registerShadow(s.floats.buffer, s.original);
     order_.push_back(key);
     return shadows_.emplace(key, std::move(s)).first->second;
 }
@@ -73,6 +95,17 @@ void Float32Shadows::finish() {
         if (s.written) encodeConversion(cb_, s.floats, s.original, s.elements, true);
         s.written = false;
     }
+}
+
+BufferSlice shadowedStorage(const BufferSlice& slice) {
+    if (!slice) return slice;
+    std::lock_guard<std::mutex> lock(originsMutex);
+    auto found = origins().find(slice.buffer.get());
+    if (found == origins().end() || found->second.shadow.lock() != slice.buffer) return slice;
+    auto original = found->second.original.lock();
+    if (!original) return slice;
+    // The shadow holds one float per half of the original, from offset 0.
+    return BufferSlice{original, found->second.offset + slice.offset / sizeof(float) * 2};
 }
 
 bool anyFloat16(std::initializer_list<const ImageBatch*> batches) {

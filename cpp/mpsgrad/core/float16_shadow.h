@@ -58,6 +58,11 @@ private:
     std::vector<Key> order_;  // creation order, for a deterministic write-back order
 };
 
+// The storage a forward pass saw, for identity checks across passes (a gradient kernel telling
+// the forward's input from its output): for the storage of a float32 shadow, the slice of the
+// FLOAT16 storage it shadows (each pass has shadows of its own); any other slice unchanged.
+BufferSlice shadowedStorage(const BufferSlice& slice);
+
 // True when some image of the batches is FLOAT16.
 bool anyFloat16(std::initializer_list<const ImageBatch*> batches);
 
