@@ -230,7 +230,8 @@ def persistent(kernel):
 
 
 def _neuron(device, cb, make, x):
-    y, state = persistent(m.CNNNeuronTanH(device, a=1.5, b=0.7)).encode(cb, make(x), destination_state_is_temporary=False)
+    y, state = persistent(m.CNNNeuronTanH(device, a=1.5, b=0.7)).encode(cb, make(x),
+                                                                       destination_state_is_temporary=False)
     dx = persistent(m.CNNNeuronGradient(device, m.NNNeuronDescriptor(m.CNNNeuronType.TANH, a=1.5, b=0.7))).encode(
         cb, make(x[..., ::-1].copy()), make(x), state)
     return [y, dx]
