@@ -6,6 +6,11 @@ softmax over the feature channels is a reduction over the innermost dimension fo
 
 Bytes: every float read or written once by the op (e.g. ReLU forward: read X, write Y).
 
+Rows labelled "... f16" run the same ops on FLOAT16 images (docs/float16.md) against the same
+PyTorch float32 ops; their bytes count 2 per element (the storage's traffic, not the float32
+shadows the kernels compute through). Comparing a "f16" row's mpsgrad time with the plain row's
+gives mpsgrad float16 against mpsgrad float32.
+
 | row                     | mpsgrad                                              | PyTorch                              |
 |-------------------------|------------------------------------------------------|--------------------------------------|
 | neuron forward          | CNNNeuron(ReLU).encode_batch(cb, xs)                 | torch.relu(x)                        |
@@ -27,6 +32,7 @@ import mpsgrad as m
 # (label suffix, N, N with --quick, H, W, C): the row label is "NxHxWxC" + suffix
 SHAPES = [
     ("", 8, 2, 56, 56, 64),
+    (" f16", 8, 2, 56, 56, 64),  # FLOAT16 images
     (" tiny", 2, 2, 8, 8, 8),  # for smoke tests (tests/python/test_benchmarks.py)
 ]
 SOFTMAX_SHAPES = [
@@ -67,11 +73,17 @@ class _Shape:
         self.x[self.x == 0] = 0.5
         self.y = (rng.standard_normal(shape, dtype=np.float32) + 3.0).astype(np.float32)
         self.g = rng.standard_normal(shape, dtype=np.float32)
-        self.xs, self.ys, self.gs = (m.batch_from_numpy(a, device) for a in (self.x, self.y, self.g))
+        self.half = spec[0].endswith("f16")
+        fmt = m.ImageFeatureChannelFormat.FLOAT16 if self.half else m.ImageFeatureChannelFormat.FLOAT32
+        if self.half:  # PyTorch computes on the values the half images hold
+            self.x, self.y, self.g = (a.astype(np.float16).astype(np.float32) for a in (self.x, self.y, self.g))
+            self.x[self.x == 0] = 0.5
+        self.xs, self.ys, self.gs = (m.batch_from_numpy(a, device, channel_format=fmt)
+                                     for a in (self.x, self.y, self.g))
         self.tx, self.ty, self.tg = (torch.from_numpy(a) for a in (self.x, self.y, self.g))
 
     def bytes(self, arrays):
-        return 4.0 * self.elements * arrays
+        return (2.0 if self.half else 4.0) * self.elements * arrays
 
 
 def _neuron_rows(s):

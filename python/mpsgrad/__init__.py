@@ -72,7 +72,8 @@ class KernelOptions(_enum.IntFlag):
 
 
 def _image_dlpack(self, stream=None, **kwargs):
-    """DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor."""
+    """DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
+    dtype (float32, or float16 for a FLOAT16 image)."""
     return self._numpy_view().__dlpack__(**kwargs)
 
 
@@ -82,7 +83,7 @@ def _image_dlpack_device(self):
 
 
 def _image_from_dlpack(obj, device=None):
-    """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+    """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
     (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
     otherwise a copy. 3-D (height, width, channels) input gives one image."""
     try:
@@ -111,7 +112,7 @@ Image.__array__ = _image_array
 
 
 def batch_to_numpy(batch):
-    """Stack a list of images into one float32 array (n, height, width, channels)."""
+    """Stack a list of images into one array (n, height, width, channels) (float32 unless every image is FLOAT16)."""
     return _np.concatenate([image.to_numpy() for image in batch], axis=0)
 
 

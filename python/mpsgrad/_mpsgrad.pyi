@@ -507,7 +507,7 @@ class CommandQueue:
     MTLCommandQueue
     """
     label: str
-    def __init__(self, device: Device | str = None) -> None:
+    def __init__(self, device: typing.Any = None) -> None:
         """
         -[MTLDevice newCommandQueue]
         """
@@ -587,33 +587,34 @@ class ImageDescriptor:
         ...
 class Image:
     """
-    MPSImage: float32 feature channels, NHWC storage.
+    MPSImage: float32 or float16 feature channels, NHWC storage.
     """
     label: str
     @staticmethod
-    def _from_array_zero_copy(array: numpy.ndarray, device: Device | str = None) -> Image:
+    def _from_array_zero_copy(array: numpy.ndarray, device: typing.Any = None) -> Image:
         ...
     @staticmethod
     def from_dlpack(obj, device = None):
         """
-        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
             (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
             otherwise a copy. 3-D (height, width, channels) input gives one image.
         """
     @staticmethod
-    def from_numpy(array: typing.Any, device: Device | str = None) -> Image:
+    def from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> Image:
         """
-        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 values into FLOAT16 storage rounds to nearest even.
         """
     def __array__(self, dtype = None, copy = None):
         ...
     def __dlpack__(self, stream = None, **kwargs):
         """
-        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
+        DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
+            dtype (float32, or float16 for a FLOAT16 image).
         """
     def __dlpack_device__(self):
         ...
-    def __init__(self, device: Device | str, image_descriptor: typing.Any) -> None:
+    def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
@@ -631,7 +632,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array (height, width, channels) or (channels, height, width)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -641,13 +642,13 @@ class Image:
         """
         -[MPSImage synchronizeOnCommandBuffer:]
         """
-    def to_numpy(self) -> numpy.typing.NDArray[numpy.float32]:
+    def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as a float32 array (number_of_images, height, width, feature_channels).
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
-        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many bytes)
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are accepted, FLOAT16 storage rounds float32 values to nearest even
         """
     @property
     def device(self) -> Device:
@@ -748,11 +749,11 @@ class State:
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
     @classmethod
-    def from_bytes(cls: typing.Any, data: typing.Any, device: Device | str = None) -> typing.Any:
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
         """
         A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
         """
-    def __init__(self, device: Device | str, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
         """
@@ -816,7 +817,7 @@ class Kernel:
     """
     label: str
     @classmethod
-    def from_bytes(cls: typing.Any, data: typing.Any, device: Device | str = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
         """
         -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
         """
@@ -1369,7 +1370,7 @@ class CNNNeuron(CNNKernel):
     """
     MPSCNNNeuron: Y = f(X) per pixel and feature channel, f given by the NNNeuronDescriptor (formulas in docs/neurons.md). result_state() returns a CNNNeuronGradientState for CNNNeuronGradient.
     """
-    def __init__(self, device: Device | str, neuron_descriptor: typing.Any) -> None:
+    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
         """
         -[MPSCNNNeuron initWithDevice:neuronDescriptor:]. ValueError for a neuron type out of range or a PReLU descriptor without data; PReLU data must hold one value per processed channel (or per channel of the source image), checked at encode.
         """
@@ -1405,7 +1406,7 @@ class CNNNeuronAbsolute(CNNNeuron):
     """
     MPSCNNNeuronAbsolute: the Absolute neuron, f(x) = |x|. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNNeuronAbsolute initWithDevice:]
         """
@@ -1413,7 +1414,7 @@ class CNNNeuronSigmoid(CNNNeuron):
     """
     MPSCNNNeuronSigmoid: the Sigmoid neuron, f(x) = 1 / (1 + exp(-x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNNeuronSigmoid initWithDevice:]
         """
@@ -1421,7 +1422,7 @@ class CNNNeuronSoftSign(CNNNeuron):
     """
     MPSCNNNeuronSoftSign: the SoftSign neuron, f(x) = x / (1 + |x|). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNNeuronSoftSign initWithDevice:]
         """
@@ -1429,7 +1430,7 @@ class CNNNeuronReLU(CNNNeuron):
     """
     MPSCNNNeuronReLU: the ReLU neuron, f(x) = x >= 0 ? x : a*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         """
         -[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)
         """
@@ -1437,7 +1438,7 @@ class CNNNeuronELU(CNNNeuron):
     """
     MPSCNNNeuronELU: the ELU neuron, f(x) = x >= 0 ? x : a*(exp(x) - 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronELU initWithDevice:a:]
         """
@@ -1445,7 +1446,7 @@ class CNNNeuronPReLU(CNNNeuron):
     """
     MPSCNNNeuronPReLU: the PReLU neuron, f(x) = x >= 0 ? x : a[channel]*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+    def __init__(self, device: typing.Any, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
         """
         -[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or one per channel of the source image); count is len(a)
         """
@@ -1453,7 +1454,7 @@ class CNNNeuronLinear(CNNNeuron):
     """
     MPSCNNNeuronLinear: the Linear neuron, f(x) = a*x + b. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         """
         -[MPSCNNNeuronLinear initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1461,7 +1462,7 @@ class CNNNeuronHardSigmoid(CNNNeuron):
     """
     MPSCNNNeuronHardSigmoid: the HardSigmoid neuron, f(x) = clamp(a*x + b, 0, 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         """
         -[MPSCNNNeuronHardSigmoid initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1469,7 +1470,7 @@ class CNNNeuronTanH(CNNNeuron):
     """
     MPSCNNNeuronTanH: the TanH neuron, f(x) = a*tanh(b*x). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronTanH initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1477,7 +1478,7 @@ class CNNNeuronSoftPlus(CNNNeuron):
     """
     MPSCNNNeuronSoftPlus: the SoftPlus neuron, f(x) = a*log(1 + exp(b*x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronSoftPlus initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1485,7 +1486,7 @@ class CNNNeuronReLUN(CNNNeuron):
     """
     MPSCNNNeuronReLUN: the ReLUN neuron, f(x) = min(x >= 0 ? x : a*x, b). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
         """
         -[MPSCNNNeuronReLUN initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1493,7 +1494,7 @@ class CNNNeuronPower(CNNNeuron):
     """
     MPSCNNNeuronPower: the Power neuron, f(x) = (a*x + b)^c. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronPower initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1501,7 +1502,7 @@ class CNNNeuronExponential(CNNNeuron):
     """
     MPSCNNNeuronExponential: the Exponential neuron, f(x) = c^(a*x + b), c = -1 meaning base e. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         """
         -[MPSCNNNeuronExponential initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1509,7 +1510,7 @@ class CNNNeuronLogarithm(CNNNeuron):
     """
     MPSCNNNeuronLogarithm: the Logarithm neuron, f(x) = log_c(a*x + b), c = -1 meaning the natural log. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         """
         -[MPSCNNNeuronLogarithm initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1517,7 +1518,7 @@ class CNNNeuronGradient(CNNGradientKernel):
     """
     MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the derivative of the x >= 0 branch is used, as MPS documents.
     """
-    def __init__(self, device: Device | str, neuron_descriptor: typing.Any) -> None:
+    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
         """
         -[MPSCNNNeuronGradient initWithDevice:neuronDescriptor:] (the forward neuron's descriptor)
         """
@@ -1827,7 +1828,7 @@ class CNNConvolutionWeightsAndBiasesState(State):
         """
         +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:
         """
-    def __init__(self, device: Device | str, descriptor: CNNConvolutionDescriptor) -> None:
+    def __init__(self, device: typing.Any, descriptor: CNNConvolutionDescriptor) -> None:
         """
         -initWithDevice:cnnConvolutionDescriptor:
         """
@@ -1851,7 +1852,7 @@ class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolution initWithDevice:weights:]
         """
@@ -1926,7 +1927,7 @@ class CNNConvolutionGradient(CNNGradientKernel):
     """
     MPSCNNConvolutionGradient
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionGradient initWithDevice:weights:] (pass the forward convolution's data source)
         """
@@ -1965,7 +1966,7 @@ class CNNFullyConnected(CNNConvolution):
     """
     MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNFullyConnected initWithDevice:weights:]
         """
@@ -1973,7 +1974,7 @@ class CNNFullyConnectedGradient(CNNConvolutionGradient):
     """
     MPSCNNFullyConnectedGradient
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
         """
@@ -1990,7 +1991,7 @@ class CNNConvolutionTranspose(CNNKernel):
     """
     MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionTranspose initWithDevice:weights:]
         """
@@ -2048,7 +2049,7 @@ class CNNConvolutionTransposeGradient(CNNGradientKernel):
     """
     MPSCNNConvolutionTransposeGradient
     """
-    def __init__(self, device: Device | str, weights: typing.Any) -> None:
+    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
         """
@@ -2226,7 +2227,7 @@ class CNNAdd(CNNArithmetic):
     """
     MPSCNNAdd: OP = +
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNAdd initWithDevice:]
         """
@@ -2234,7 +2235,7 @@ class CNNSubtract(CNNArithmetic):
     """
     MPSCNNSubtract: OP = -
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNSubtract initWithDevice:]
         """
@@ -2242,7 +2243,7 @@ class CNNMultiply(CNNArithmetic):
     """
     MPSCNNMultiply: OP = *
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNMultiply initWithDevice:]
         """
@@ -2250,7 +2251,7 @@ class CNNDivide(CNNArithmetic):
     """
     MPSCNNDivide: OP = / (IEEE division; x/0 gives ±inf or NaN)
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNDivide initWithDevice:]
         """
@@ -2258,7 +2259,7 @@ class NNCompare(CNNArithmetic):
     """
     MPSNNCompare: r = clamp((compare(primary_scale*x, secondary_scale*y) ? 1 : 0) + bias, minimum_value, maximum_value); forward only (no gradient, no state). threshold is used by EQUAL / NOT_EQUAL only: |x - y| <= threshold.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNCompare initWithDevice:]
         """
@@ -2347,7 +2348,7 @@ class CNNAddGradient(CNNArithmeticGradient):
     """
     MPSCNNAddGradient: primary dX = primary_scale*G, secondary dY = secondary_scale*G
     """
-    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNAddGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2355,7 +2356,7 @@ class CNNSubtractGradient(CNNArithmeticGradient):
     """
     MPSCNNSubtractGradient: primary dX = primary_scale*G, secondary dY = -secondary_scale*G (MPS code that sets primary_scale = -1 on the secondary filter still gets -G)
     """
-    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNSubtractGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2363,7 +2364,7 @@ class CNNMultiplyGradient(CNNArithmeticGradient):
     """
     MPSCNNMultiplyGradient: primary dX = pS*sS*y*G (source_image = y), secondary dY = pS*sS*x*G (source_image = x)
     """
-    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNMultiplyGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2371,7 +2372,7 @@ class CNNDivideGradient(CNNArithmeticGradient):
     """
     mpsgrad extension (MPS has no divide gradient): primary dX = G*pS/(sS*y) (source_image = y), secondary dY = -G*pS*x/(sS*y^2) (source_image = x; y is the copy CNNDivide stored in the state)
     """
-    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
         """
         CNNDivideGradient(device, is_secondary_source_filter), shaped like the MPS arithmetic gradient inits
         """
@@ -2386,7 +2387,7 @@ class CNNSoftMax(CNNKernel):
     """
     MPSCNNSoftMax: Y_k = exp(X_k - M) / sum_j exp(X_j - M) across the feature channels of every pixel (M = max_j X_j, so any magnitude is safe).
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNSoftMax initWithDevice:]
         """
@@ -2394,7 +2395,7 @@ class CNNLogSoftMax(CNNKernel):
     """
     MPSCNNLogSoftMax: Y_k = (X_k - M) - log(sum_j exp(X_j - M)) across the feature channels of every pixel.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNLogSoftMax initWithDevice:]
         """
@@ -2402,7 +2403,7 @@ class CNNSoftMaxGradient(CNNGradientKernel):
     """
     MPSCNNSoftMaxGradient: dX_k = Y_k * (G_k - sum_j G_j Y_j). source_image is the forward OUTPUT Y (not X); gradient_state is CNNSoftMax's result state.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNSoftMaxGradient initWithDevice:]
         """
@@ -2410,7 +2411,7 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
     """
     MPSCNNLogSoftMaxGradient: dX_k = G_k - exp(Y_k) * sum_j G_j. source_image is the forward OUTPUT Y (log-probabilities); gradient_state is CNNLogSoftMax's result state.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
@@ -2423,7 +2424,7 @@ class CNNNormalizationGammaAndBetaState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: Device | str, gamma: typing.Any, beta: typing.Any) -> None:
+    def __init__(self, device: typing.Any, gamma: typing.Any, beta: typing.Any) -> None:
         """
         -initWithGamma:beta: (the values are copied into new buffers on `device`)
         """
@@ -2449,7 +2450,7 @@ class CNNNormalizationMeanAndVarianceState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: Device | str, mean: typing.Any, variance: typing.Any) -> None:
+    def __init__(self, device: typing.Any, mean: typing.Any, variance: typing.Any) -> None:
         """
         -initWithMean:variance:
         """
@@ -2589,7 +2590,7 @@ class CNNBatchNormalization(CNNKernel):
     """
     MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and variance are the batch statistics (training); otherwise the data source's (inference).
     """
-    def __init__(self, device: Device | str, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:dataSource:[fusedNeuronDescriptor:]
         """
@@ -2638,7 +2639,7 @@ class CNNBatchNormalizationStatistics(CNNKernel):
     """
     MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the family encodes with the state (or reset()).
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -initWithDevice:
         """
@@ -2654,7 +2655,7 @@ class CNNBatchNormalizationStatisticsGradient(CNNGradientKernel):
     """
     MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls on sub-batches add into the state.
     """
-    def __init__(self, device: Device | str, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:fusedNeuronDescriptor:
         """
@@ -2673,7 +2674,7 @@ class CNNBatchNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNBatchNormalizationGradient: dX = gamma/sqrt(var+eps)·(G' - dβ/M - x̂·dγ/M) with the state's statistics and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / gradient_states is the CNNBatchNormalizationState.
     """
-    def __init__(self, device: Device | str, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:fusedNeuronDescriptor:
         """
@@ -2785,7 +2786,7 @@ class CNNInstanceNormalization(CNNKernel):
     """
     MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and channel over the pixels. Encode with a destination_state (from result_state) to train; CNNInstanceNormalizationGradient then reads it.
     """
-    def __init__(self, device: Device | str, data_source: typing.Any) -> None:
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
         """
         -initWithDevice:dataSource:
         """
@@ -2815,7 +2816,7 @@ class CNNInstanceNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; gradient_state is the image's CNNInstanceNormalizationGradientState.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -initWithDevice:
         """
@@ -2924,7 +2925,7 @@ class CNNGroupNormalization(CNNKernel):
     """
     MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, gamma and beta per channel.
     """
-    def __init__(self, device: Device | str, data_source: typing.Any) -> None:
+    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
         """
         -initWithDevice:dataSource:
         """
@@ -2959,7 +2960,7 @@ class CNNGroupNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -initWithDevice:
         """
@@ -2999,11 +3000,11 @@ class Vector:
     MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the command buffer that wrote it completed; write it before encoding).
     """
     @staticmethod
-    def from_numpy(array: typing.Any, device: Device | str = None) -> Vector:
+    def from_numpy(array: typing.Any, device: typing.Any = None) -> Vector:
         """
         A new Vector holding a copy of a (length,) or (vectors, length) array
         """
-    def __init__(self, device: Device | str, descriptor: typing.Any) -> None:
+    def __init__(self, device: typing.Any, descriptor: typing.Any) -> None:
         """
         -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
         """
@@ -3180,7 +3181,7 @@ class NNOptimizerStochasticGradientDescent(NNOptimizer):
     """
     MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, w -= lr*(g + mu*m); no momentum vector: w -= lr*g
     """
-    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:momentumScale:useNestrovMomentum:optimizerDescriptor:
         """
@@ -3219,7 +3220,7 @@ class NNOptimizerRMSProp(NNOptimizer):
     """
     MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)
     """
-    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:decay:epsilon:optimizerDescriptor:
         """
@@ -3253,7 +3254,7 @@ class NNOptimizerAdam(NNOptimizer):
     """
     MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). Every encode advances time_step by one.
     """
-    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:beta1:beta2:epsilon:timeStep:optimizerDescriptor:
         """
@@ -3462,7 +3463,7 @@ class CNNLossLabels(State):
     """
     MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes
     """
-    def __init__(self, device: Device | str, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
         """
         -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
         """
@@ -3555,7 +3556,7 @@ class CNNLoss(Kernel):
     """
     MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
     """
-    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSCNNLoss initWithDevice:lossDescriptor:]
         """
@@ -3640,7 +3641,7 @@ class NNForwardLoss(NNLossKernel):
     """
     MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
     """
-    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
         """
@@ -3660,7 +3661,7 @@ class NNLossGradient(NNLossKernel):
     """
     MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).
     """
-    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNLossGradient initWithDevice:lossDescriptor:]
         """
@@ -3680,7 +3681,7 @@ class NNInitialGradient(Kernel):
     """
     MPSNNInitialGradient: an image of the source's size filled with 1.0
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNInitialGradient initWithDevice:]
         """
@@ -3773,7 +3774,7 @@ class CNNPoolingMax(CNNPooling):
     """
     MPSCNNPoolingMax: the maximum over the window (first maximum in scan order on ties). Off-image taps read 0 under ImageEdgeMode.ZERO and the nearest pixel under CLAMP.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingMax initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3781,7 +3782,7 @@ class CNNPoolingAverage(CNNPooling):
     """
     MPSCNNPoolingAverage: the sum of the in-image taps over N. ZERO edge mode: N = kernel_width * kernel_height. CLAMP (or the padding method's EXCLUDE_EDGES bit): N = the taps inside the image widened by zero_pad_size_x/y on each side; a window with none gives 0.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingAverage initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3805,7 +3806,7 @@ class CNNPoolingL2Norm(CNNPooling):
     """
     MPSCNNPoolingL2Norm: sqrt of the sum of the squares over the window.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingL2Norm initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3813,7 +3814,7 @@ class CNNDilatedPoolingMax(CNNPooling):
     """
     MPSCNNDilatedPoolingMax: the maximum over dilated taps.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNDilatedPoolingMax initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
         """
@@ -3854,7 +3855,7 @@ class CNNPoolingMaxGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingMaxGradient: G goes to the argmax tap of each window, recomputed from X.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3862,7 +3863,7 @@ class CNNPoolingAverageGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingAverageGradient: G / N to every in-image tap of each window.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingAverageGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3886,7 +3887,7 @@ class CNNPoolingL2NormGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingL2NormGradient: dX = sum over windows of G * X / out (0 where out = 0), out recomputed from X.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingL2NormGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3894,7 +3895,7 @@ class CNNDilatedPoolingMaxGradient(CNNPoolingGradient):
     """
     MPSCNNDilatedPoolingMaxGradient: the max gradient over dilated taps.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNDilatedPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
         """
@@ -3979,7 +3980,7 @@ class CNNUpsamplingNearest(CNNUpsampling):
     """
     MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].
     """
-    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingNearest initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -3987,7 +3988,7 @@ class CNNUpsamplingBilinear(CNNUpsampling):
     """
     MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).
     """
-    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
         """
         -[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]
         """
@@ -4013,7 +4014,7 @@ class CNNUpsamplingNearestGradient(CNNUpsamplingGradient):
     """
     MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.
     """
-    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingNearestGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -4021,7 +4022,7 @@ class CNNUpsamplingBilinearGradient(CNNUpsamplingGradient):
     """
     MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.
     """
-    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingBilinearGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -4043,7 +4044,7 @@ class CNNDropout(CNNKernel):
     """
     MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.
     """
-    def __init__(self, device: Device | str, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
         """
         -[MPSCNNDropout initWithDevice:keepProbability:seed:maskStrideInPixels:]
         """
@@ -4065,7 +4066,7 @@ class CNNDropoutGradient(CNNGradientKernel):
     """
     MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made gradient_state. source_image is not read.
     """
-    def __init__(self, device: Device | str, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
         """
         -[MPSCNNDropoutGradient initWithDevice:keepProbability:seed:maskStrideInPixels:]
         """
@@ -4114,7 +4115,7 @@ class NNReshape(CNNKernel):
     """
     MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y must be 0 and clip_rect must not cut the destination.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNReshape initWithDevice:]
         """
@@ -4130,7 +4131,7 @@ class NNReshapeGradient(CNNGradientKernel):
     """
     MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNReshapeGradient initWithDevice:]
         """
@@ -4138,7 +4139,7 @@ class NNPad(CNNKernel):
     """
     MPSNNPad: copies the source into the destination, filling outside the source by edge_mode: ZERO, CONSTANT (fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE (np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).
     """
-    def __init__(self, device: Device | str, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
         """
         -[MPSNNPad initWithDevice:[paddingSizeBefore:paddingSizeAfter:[fillValueArray:]]]: sizes as ImageCoordinate or (x, y, channel); fill_value_array holds one value per channel written (CONSTANT).
         """
@@ -4175,7 +4176,7 @@ class NNPadGradient(CNNGradientKernel):
     """
     MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element (a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         -[MPSNNPadGradient initWithDevice:]
         """
@@ -4191,7 +4192,7 @@ class NNGramMatrixCalculation(CNNKernel):
     """
     MPSNNGramMatrixCalculation: per image, G[f][c] = alpha * sum over pixels of X[f] * X[c] for the N source channels read, written as an N-wide, 1-high image of N feature channels (pixel x = f holds row f). offset.x/y must be 0 and clip_rect must cover the N x 1 result (docs/gram_matrix_spatial_mean.md).
     """
-    def __init__(self, device: Device | str, alpha: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
         """
         -[MPSNNGramMatrixCalculation initWithDevice:] (alpha 1) / -initWithDevice:alpha:
         """
@@ -4207,7 +4208,7 @@ class NNGramMatrixCalculationGradient(CNNGradientKernel):
     """
     MPSNNGramMatrixCalculationGradient: dX[p][f] = alpha * sum over c of X[p][c] * (Gr[f][c] + Gr[c][f]). source_gradient = Gr (N x 1 x N), source_image = the forward source X, gradient_state = the forward's state.
     """
-    def __init__(self, device: Device | str, alpha: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
         """
         -[MPSNNGramMatrixCalculationGradient initWithDevice:] (alpha 1) / -initWithDevice:alpha:
         """
@@ -4223,7 +4224,7 @@ class NNReductionSpatialMean(CNNKernel):
     """
     The spatial mean of MPSNNReductionSpatialMeanNode (mpsgrad name; Apple publishes no kernel class): one pixel per image holding each feature channel's mean over clip_rect_source (default: the whole source), written at clip_rect.origin; the returning encode forms make a 1 x 1 destination.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         Kernel of MPSNNReductionSpatialMeanNode (initWithDevice:)
         """
@@ -4239,7 +4240,7 @@ class NNReductionSpatialMeanGradient(CNNGradientKernel):
     """
     The gradient of the spatial mean (MPSNNReductionSpatialMeanGradientNode's kernel; mpsgrad name): dX = G / (w * h) over the forward's source region, 0 elsewhere.
     """
-    def __init__(self, device: Device | str) -> None:
+    def __init__(self, device: typing.Any) -> None:
         """
         Kernel of MPSNNReductionSpatialMeanGradientNode (initWithDevice:)
         """
@@ -4317,7 +4318,7 @@ class CNNCrossChannelNormalization(CNNKernel):
     """
     MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
     """
-    def __init__(self, device: Device | str, kernel_size: typing.SupportsInt = 5) -> None:
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
         """
         -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
         """
@@ -4354,7 +4355,7 @@ class CNNSpatialNormalization(CNNKernel):
     """
     MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4386,7 +4387,7 @@ class CNNLocalContrastNormalization(CNNKernel):
     """
     MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4442,7 +4443,7 @@ class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: Device | str, kernel_size: typing.SupportsInt = 5) -> None:
+    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
         """
         -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
         """
@@ -4479,7 +4480,7 @@ class CNNSpatialNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4517,7 +4518,7 @@ class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -5227,7 +5228,7 @@ class NNGraph:
     format: ImageFeatureChannelFormat
     label: str
     output_state_is_temporary: bool
-    def __init__(self, device: Device | str, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
+    def __init__(self, device: typing.Any, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
         """
         -initWithDevice:resultImage:resultImageIsNeeded: or, with a list of result images, -initWithDevice:resultImages:resultsAreNeeded: (a list of bools)
         """
@@ -5329,9 +5330,9 @@ def _is_initialized(object: typing.Any) -> bool:
     """
     Internal: whether a bound object's C++ part has been constructed.
     """
-def batch_from_numpy(array: typing.Any, device: Device | str = None) -> list[Image]:
+def batch_from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> list[Image]:
     """
-    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
+    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; channel_format as for Image.from_numpy.
     """
 def blas_info() -> str:
     """

@@ -197,6 +197,13 @@ int64_t channelCountArgument(const py::object& channelCount) {
     return n;
 }
 
+// A float32 array as the dtype of `image`'s storage: float16 for a FLOAT16 image (exact, the
+// values were halves), else unchanged.
+py::array inImageDtype(const Image& image, py::array_t<float> values) {
+    if (!image.isFloat16()) return std::move(values);
+    return values.attr("astype")("float16");
+}
+
 py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
                     py::object channelCount) {
     ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
@@ -204,7 +211,16 @@ py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, i
     std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
     py::array_t<float> out(shape);
     image.readBytes(out.mutable_data(), layout, imageIndex, params);
-    return std::move(out);
+    return inImageDtype(image, std::move(out));
+}
+
+py::array imageToNumpy(const Image& image) {
+    py::array_t<float> out({py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
+                            py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
+    int64_t per = image.height() * image.width() * image.featureChannels();
+    for (int64_t n = 0; n < image.numberOfImages(); ++n)
+        image.readBytes(out.mutable_data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
+    return inImageDtype(image, std::move(out));
 }
 
 void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
@@ -249,10 +265,25 @@ py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle 
     return array;
 }
 
-ImagePtr imageFromNumpy(py::handle data, const DeviceArg& device) {
+// channel_format: None takes the array's dtype (float16 -> FLOAT16, anything else FLOAT32).
+ImageFeatureChannelFormat formatFor(py::handle data, const py::object& channelFormat) {
+    if (!channelFormat.is_none()) {
+        auto format = fromPython<ImageFeatureChannelFormat>(channelFormat, "channel_format");
+        if (format != ImageFeatureChannelFormat::Float32 && format != ImageFeatureChannelFormat::Float16)
+            throwValueError("channel_format: expected ImageFeatureChannelFormat.FLOAT32 or FLOAT16, got ",
+                            static_cast<uint32_t>(format));
+        return format;
+    }
+    py::object dtype = py::getattr(data, "dtype", py::none());
+    if (!dtype.is_none() && py::dtype::from_args(dtype).is(py::dtype("float16")))
+        return ImageFeatureChannelFormat::Float16;
+    return ImageFeatureChannelFormat::Float32;
+}
+
+ImagePtr imageFromNumpy(py::handle data, const DeviceArg& device, const py::object& channelFormat) {
+    const ImageFeatureChannelFormat format = formatFor(data, channelFormat);
     auto array = asNHWC(data, "array");
-    auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3),
-                                   array.shape(0));
+    auto d = ImageDescriptor::make(format, array.shape(2), array.shape(1), array.shape(3), array.shape(0));
     auto image = std::make_shared<Image>(deviceOr(device), d);
     int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
     for (int64_t n = 0; n < array.shape(0); ++n)
@@ -260,9 +291,10 @@ ImagePtr imageFromNumpy(py::handle data, const DeviceArg& device) {
     return image;
 }
 
-ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device) {
+ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device, const py::object& channelFormat) {
+    const ImageFeatureChannelFormat format = formatFor(data, channelFormat);
     auto array = asNHWC(data, "array");
-    auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1), array.shape(3));
+    auto d = ImageDescriptor::make(format, array.shape(2), array.shape(1), array.shape(3));
     auto batch = Image::makeBatch(deviceOr(device), d, size_t(array.shape(0)));
     int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
     for (int64_t n = 0; n < array.shape(0); ++n)
@@ -271,30 +303,37 @@ ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device) {
 }
 
 // Zero-copy view of all images: (N, H, W, C) with the padded pixel stride.
+// (float16 for a FLOAT16 image).
 py::array numpyView(const Image& image) {
     BufferSlice base = image.storage(0);
-    ImageLayout l = image.layout(0, image.featureChannels());
-    base = base.advancedBy(size_t(l.channelOffset) * sizeof(float));
-    return floatView(base,
-                     {py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()), py::ssize_t(image.width()),
-                      py::ssize_t(image.featureChannels())},
-                     {py::ssize_t(image.imageStride()), py::ssize_t(image.width() * image.pixelStride()),
-                      py::ssize_t(image.pixelStride()), 1});
+    ImageLayout l = image.storageLayout(0, image.featureChannels());
+    const py::ssize_t element = py::ssize_t(image.bytesPerElement());
+    base = base.advancedBy(size_t(l.channelOffset) * size_t(element));
+    std::vector<py::ssize_t> shape{py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
+                                   py::ssize_t(image.width()), py::ssize_t(image.featureChannels())};
+    std::vector<py::ssize_t> strides{py::ssize_t(image.imageStride()), py::ssize_t(image.width() * image.pixelStride()),
+                                     py::ssize_t(image.pixelStride()), 1};
+    if (!image.isFloat16()) return floatView(base, shape, strides);
+    for (auto& s : strides) s *= element;
+    auto keepAlive = new std::shared_ptr<Buffer>(base.buffer);
+    py::capsule owner(keepAlive, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+    return py::array(py::dtype("float16"), shape, strides, static_cast<const void*>(base.floats()), owner);
 }
 
 // Wraps a C-contiguous float32 (N, H, W, C) CPU array without copying when C is a multiple of
 // 4 (the image layout's pixel stride); otherwise copies.
 ImagePtr imageFromArrayZeroCopy(py::array array, const DeviceArg& device) {
     Device dev = deviceOr(device);
-    bool contiguous = (array.flags() & py::array::c_style) && array.dtype().is(py::dtype::of<float>());
+    const bool isHalf = array.dtype().is(py::dtype("float16"));
+    bool contiguous = (array.flags() & py::array::c_style) && (array.dtype().is(py::dtype::of<float>()) || isHalf);
     if (dev.name() == "cpu" && contiguous && array.ndim() == 4 && array.shape(3) % 4 == 0 && array.writeable()) {
-        auto d = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, array.shape(2), array.shape(1),
-                                       array.shape(3), array.shape(0));
+        auto d = ImageDescriptor::make(isHalf ? ImageFeatureChannelFormat::Float16 : ImageFeatureChannelFormat::Float32,
+                                       array.shape(2), array.shape(1), array.shape(3), array.shape(0));
         size_t bytes = size_t(array.nbytes());
         auto buffer = std::make_shared<PythonOwnedBuffer>(array, array.mutable_data(), bytes);
         return Image::wrap(dev, d, BufferSlice{buffer, 0}, array.shape(3));
     }
-    return imageFromNumpy(array, device);
+    return imageFromNumpy(array, device, py::none());
 }
 
 }  // namespace
@@ -465,7 +504,7 @@ void bindCore(py::module_& m) {
                    ", number_of_images=" + std::to_string(d.numberOfImages) + ")";
         });
 
-    py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 feature channels, NHWC storage.")
+    py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 or float16 feature channels, NHWC storage.")
         .def(py::init([](const DeviceArg& device, py::handle d) {
                  return std::make_shared<Image>(deviceOr(device), fromPython<ImageDescriptor>(d, "image_descriptor"));
              }),
@@ -492,25 +531,24 @@ void bindCore(py::module_& m) {
         .def("read_bytes", &readImage, py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"),
              py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
              py::arg("number_of_feature_channels") = py::none(),
-             "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array "
-             "(height, width, channels) or (channels, height, width)")
+             "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array "
+             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)")
         .def("write_bytes", &writeImage, py::arg("data"),
              py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"), py::arg("image_index") = 0,
              py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have "
-             "exactly the shape of the region written (or as many bytes)")
+             "exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are "
+             "accepted, FLOAT16 storage rounds float32 values to nearest even")
         .def("synchronize_on_command_buffer", &Image::synchronizeOnCommandBuffer, py::arg("command_buffer"),
              "-[MPSImage synchronizeOnCommandBuffer:]")
-        .def("to_numpy", [](const Image& image) {
-            py::array_t<float> out({py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
-                                    py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
-            int64_t per = image.height() * image.width() * image.featureChannels();
-            for (int64_t n = 0; n < image.numberOfImages(); ++n)
-                image.readBytes(out.mutable_data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
-            return out;
-        }, "A copy of the image as a float32 array (number_of_images, height, width, feature_channels).")
+        .def("to_numpy", &imageToNumpy,
+             "A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's "
+             "dtype: float32, or float16 for a FLOAT16 image.")
         .def_static("from_numpy", &imageFromNumpy, py::arg("array"), py::arg("device") = py::none(),
-                    "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.")
+                    py::arg("channel_format") = py::none(),
+                    "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; "
+                    "channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 "
+                    "values into FLOAT16 storage rounds to nearest even.")
         .def("_numpy_view", &numpyView, "Zero-copy (n, height, width, channels) view of the storage.")
         .def_static("_from_array_zero_copy", &imageFromArrayZeroCopy, py::arg("array"), py::arg("device") = py::none());
 
@@ -522,7 +560,9 @@ void bindCore(py::module_& m) {
                       "MPSTemporaryImage.readCount: reads left before the storage is released");
 
     m.def("batch_from_numpy", &batchFromNumpy, py::arg("array"), py::arg("device") = py::none(),
-          "An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.");
+          py::arg("channel_format") = py::none(),
+          "An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; "
+          "channel_format as for Image.from_numpy.");
     m.def("image_batch_increment_read_count", &imageBatchIncrementReadCount, py::arg("batch"), py::arg("amount"),
           "MPSImageBatchIncrementReadCount: each unique temporary image once; returns the unique count.");
 

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from fuzz_support import Context, HUGE_INTS, InvalidAccepted, WRONG_TYPES, WrongResult, check_close, family, random_array, run
+from fuzz_support import Context, FLOAT16_TOL, HUGE_INTS, InvalidAccepted, WRONG_TYPES, WrongResult, as_stored, check_close, family, image_format, random_array, run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -24,9 +24,11 @@ def core_ops(r: random.Random, ctx: Context):
         c = ctx.bad(r, r.randint(1, 9), [0, -4] + HUGE_INTS + ["4"], what="feature_channels")
         # (2**31 images of a few bytes would be a valid, if huge, allocation: only overflowing counts)
         n = ctx.bad(r, r.randint(1, 3), [0, -1, 2**62, 2**63, 2**64, -(2**63) - 1], what="number_of_images")
-        image = m.Image(ctx.device, m.ImageDescriptor(w, h, c, n))
+        fmt = ctx.bad(r, image_format(r, m), [m.ImageFeatureChannelFormat.UNORM8, m.ImageFeatureChannelFormat.NONE],
+                      p=0.05, what="channel_format")
+        image = m.Image(ctx.device, m.ImageDescriptor(w, h, c, n, fmt))
         ctx.expect_rejected_if_invalid("Image")
-        data = random_array(r, h, w, c)
+        data = as_stored(random_array(r, h, w, c), fmt, m)
         index = r.randrange(n)
         ctx.start_call()
         bad_index = ctx.bad(r, index, [n, -1, 2**40, 2**64, "0"], what="image_index")
@@ -195,9 +197,10 @@ def arithmetic_ops(r: random.Random, ctx: Context):
     name = r.choice(sorted(ops))
     kernel = getattr(m, name)(ctx.device)
     h, w, c = r.randint(1, 5), r.randint(1, 5), r.randint(1, 8)
-    a_arr, b_arr = random_array(r, h, w, c), random_array(r, h, w, c)
-    a = m.Image.from_numpy(a_arr, ctx.device)
-    b = m.Image.from_numpy(b_arr, ctx.device)
+    fa, fb = image_format(r, m), image_format(r, m)
+    a_arr, b_arr = as_stored(random_array(r, h, w, c), fa, m), as_stored(random_array(r, h, w, c), fb, m)
+    a = m.Image.from_numpy(a_arr, ctx.device, channel_format=fa)
+    b = m.Image.from_numpy(b_arr, ctx.device, channel_format=fb)
     ctx.start_call()
     kernel.primary_scale = ctx.bad(r, 1.0, ["2", None, [1.0]], what="primary_scale")
     if r.random() < 0.15:
@@ -209,7 +212,11 @@ def arithmetic_ops(r: random.Random, ctx: Context):
     result = kernel.encode(cb, a, b)
     run(ctx, cb)
     ctx.expect_rejected_if_invalid(name)
-    check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward")
+    # The result takes the primary's format (docs/float16.md, the allocator rule).
+    if result.feature_channel_format != fa:
+        raise WrongResult(f"{name}: the result's format {result.feature_channel_format} is not the primary's {fa}")
+    tol = FLOAT16_TOL if fa == m.ImageFeatureChannelFormat.FLOAT16 else 1e-4
+    check_close(result.to_numpy()[0], ops[name](a_arr, b_arr), f"{name} forward", tol=tol)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -78,6 +78,23 @@ def random_array(r: random.Random, *shape) -> np.ndarray:
     return gen.standard_normal(shape).astype(np.float32)
 
 
+def image_format(r: random.Random, m):
+    """FLOAT16 for about a third of the images (docs/float16.md), else FLOAT32."""
+    return m.ImageFeatureChannelFormat.FLOAT16 if r.random() < 0.3 else m.ImageFeatureChannelFormat.FLOAT32
+
+
+def as_stored(array: np.ndarray, fmt, m) -> np.ndarray:
+    """The values an image of format `fmt` holds after writing `array` (half rounding for FLOAT16)."""
+    if fmt == m.ImageFeatureChannelFormat.FLOAT16:
+        return np.asarray(array, np.float32).astype(np.float16).astype(np.float32)
+    return array
+
+
+# One rounding of the result to half (2**-11 relative) plus the rounding of the inputs the reference
+# already sees: 4e-3 of the largest value leaves room for both.
+FLOAT16_TOL = 4e-3
+
+
 def run(ctx: Context, cb):
     cb.commit()
     cb.wait_until_completed()

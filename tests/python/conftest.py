@@ -6,6 +6,10 @@
 * ``check``: compares an mpsgrad result with an oracle under a relative-error bound and records
   the worst relative error of every test; the worst values per test and per file are printed in
   the terminal summary (and stored as the junit property ``worst_rel_err``).
+* ``MPSGRAD_TEST_IMAGE_FORMAT=float16`` (default float32) runs the family tests on FLOAT16 images:
+  the image constructors the tests use make FLOAT16 images, the random inputs are drawn already
+  rounded to half, and ``check`` widens its tolerance to ``FLOAT16_TOLERANCE`` (see below). Tests
+  about float32 specifics opt out with ``@pytest.mark.float32_only("reason")``.
 * PyTorch references that map the MPS conventions explicitly: OHWI weights -> OIHW, NHWC -> NCHW,
   the MPS window placement (``offset`` = centre of the first window, left edge
   ``offset - (kernel_extent >> 1)``) by explicit padding / cropping, clip rectangles, feature
@@ -63,6 +67,87 @@ def queue(device):
 
 TOLERANCE = 1e-4  # float32 results against a float64 oracle; see docs in test_convolution.py
 
+# ---------------------------------------------------------------------------------------------
+# float16 image storage (MPSGRAD_TEST_IMAGE_FORMAT=float16, docs/float16.md)
+
+IMAGE_FORMAT = os.environ.get("MPSGRAD_TEST_IMAGE_FORMAT", "float32").strip().lower() or "float32"
+if IMAGE_FORMAT not in ("float32", "float16"):
+    raise RuntimeError(f"MPSGRAD_TEST_IMAGE_FORMAT: expected float32 or float16, got {IMAGE_FORMAT!r}")
+FLOAT16 = IMAGE_FORMAT == "float16"
+
+# The tolerance of a float16 run. The inputs are rounded to half before the oracle sees them
+# (randn draws half values, and the image constructors round the caller's array in place), so the
+# oracle and the kernel start from the same numbers; what remains is (a) the rounding of each
+# stored output to half, at most 2**-11 (4.9e-4) of its magnitude, and (b) the rounding of every
+# intermediate image a test chains through (a forward output that feeds a gradient, a gradient
+# that feeds the next layer), each another 2**-11 of its own magnitude, amplified by the
+# downstream derivative. The relative error is measured against the largest oracle value, so a
+# handful of chained roundings of values near that magnitude stays below 16 half ulps: 8e-3.
+FLOAT16_TOLERANCE = 8e-3
+HALF_MAX = 65504.0  # the largest finite half; larger results become inf in FLOAT16 storage
+
+
+def half_round(array):
+    """float32 array rounded to the nearest half (what FLOAT16 storage keeps)."""
+    return np.asarray(array, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def _round_in_place(array):
+    """Round a caller's writable float32 ndarray to half values, in place, so that an oracle that
+    reads the same array afterwards sees what the FLOAT16 image holds."""
+    if isinstance(array, np.ndarray) and array.dtype == np.float32 and array.flags.writeable:
+        np.copyto(array, half_round(array))
+
+
+def _install_float16_constructors():
+    """Make the image constructors the tests call create FLOAT16 images (explicit channel_format
+    arguments still win)."""
+    fp16 = m.ImageFeatureChannelFormat.FLOAT16
+    from_numpy, batch_from_numpy, write_bytes = m.Image.from_numpy, m.batch_from_numpy, m.Image.write_bytes
+    descriptor_init = m.ImageDescriptor.__init__
+
+    def image_from_numpy(array, device=None, channel_format=None):
+        _round_in_place(array)
+        return from_numpy(array, device, fp16 if channel_format is None else channel_format)
+
+    def batch_from_numpy_fp16(array, device=None, channel_format=None):
+        _round_in_place(array)
+        return batch_from_numpy(array, device, fp16 if channel_format is None else channel_format)
+
+    def image_write_bytes(self, data, *args, **kwargs):
+        if self.feature_channel_format == fp16:
+            _round_in_place(data)
+        return write_bytes(self, data, *args, **kwargs)
+
+    def descriptor(self, *args, **kwargs):
+        if len(args) < 5 and "channel_format" not in kwargs:
+            kwargs["channel_format"] = fp16
+        descriptor_init(self, *args, **kwargs)
+
+    m.Image.from_numpy = staticmethod(image_from_numpy)
+    m.batch_from_numpy = batch_from_numpy_fp16
+    m.Image.write_bytes = image_write_bytes
+    m.ImageDescriptor.__init__ = descriptor
+
+
+if FLOAT16:
+    _install_float16_constructors()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "float32_only(reason): the test is about float32 storage specifics; "
+                                       "skipped when MPSGRAD_TEST_IMAGE_FORMAT=float16")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not FLOAT16:
+        return
+    for item in items:
+        marker = item.get_closest_marker("float32_only")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else "float32 specifics"
+            item.add_marker(pytest.mark.skip(reason=f"float32 only: {reason}"))
+
 
 def max_rel_err(actual, expected, scale: float = 1.0) -> float:
     """max|a - e| / max(1e-6 * scale, max|e|): the worst error relative to the oracle's magnitude."""
@@ -89,6 +174,10 @@ class Checker:
         self._record_property = record_property
 
     def __call__(self, actual, expected, what: str = "", tol: float = TOLERANCE, scale: float = 1.0) -> float:
+        if FLOAT16:
+            tol = max(tol, FLOAT16_TOLERANCE)
+            if float(np.max(np.abs(np.asarray(expected, dtype=np.float64)), initial=0.0)) > HALF_MAX:
+                pytest.skip(f"{what}: the oracle's values exceed float16's range (max {HALF_MAX:g})")
         err = max_rel_err(actual, expected, scale)
         self.worst = max(self.worst, err)
         _WORST[self.nodeid] = max(_WORST.get(self.nodeid, 0.0), err)
@@ -152,7 +241,10 @@ def rng(seed) -> np.random.Generator:
 
 
 def randn(gen: np.random.Generator, *shape) -> np.ndarray:
-    return gen.standard_normal(shape).astype(np.float32)
+    """Standard normal float32 values (already rounded to half in a float16 run, so that images
+    store them exactly)."""
+    values = gen.standard_normal(shape).astype(np.float32)
+    return half_round(values) if FLOAT16 else values
 
 
 # ---------------------------------------------------------------------------------------------

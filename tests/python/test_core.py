@@ -201,6 +201,7 @@ def test_read_write_bytes_layouts_and_channel_offsets(device, layout):
     np.testing.assert_array_equal(img.to_numpy()[0, :, :, 4:8], raw)
 
 
+@pytest.mark.float32_only("checks the float32 dtype of the DLPack export (test_float16.py covers float16)")
 def test_dlpack_export_to_torch_and_numpy_is_zero_copy(device):
     gen = rng("dlpack-export")
     for C in (4, 3):

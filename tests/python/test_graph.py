@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import FLOAT16, FLOAT16_TOLERANCE, randn, rng
 
 N, H, W, CIN, COUT = 2, 6, 6, 3, 4
 
@@ -72,6 +72,8 @@ def nhwc(t):
 
 
 def close(actual, expected, rel=1e-4):
+    if FLOAT16:  # FLOAT16 graph inputs (MPSGRAD_TEST_IMAGE_FORMAT=float16): conftest.FLOAT16_TOLERANCE
+        rel = max(rel, FLOAT16_TOLERANCE)
     scale = max(1.0, float(np.max(np.abs(expected))))
     np.testing.assert_allclose(actual, expected, atol=rel * scale, rtol=0)
 

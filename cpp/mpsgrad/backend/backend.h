@@ -24,6 +24,7 @@
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
 #include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
 #include "metal/reduction_params.h"    // Gram matrix and spatial mean (issue 13)
+#include "metal/convert_params.h"      // float16 image storage (docs/float16.md)
 
 namespace mpsgrad {
 
@@ -244,6 +245,12 @@ public:
                              const BufferSlice& destination) = 0;
     virtual void spatialMeanGradient(CommandBuffer& cb, const SpatialMeanGradientParams& p,
                                      const BufferSlice& gradient, const BufferSlice& destination) = 0;
+
+    // ---- image storage formats (metal/convert_params.h, docs/float16.md) -----------------
+    // p.count elements of source (half when !p.toHalf, else float) into destination (the other);
+    // the two ranges must not overlap.
+    virtual void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
+                                    const BufferSlice& destination) = 0;
 };
 
 }  // namespace mpsgrad

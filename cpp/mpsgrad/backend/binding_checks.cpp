@@ -150,6 +150,31 @@ void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, 
     }
 }
 
+void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& source, const BufferSlice& destination) {
+    const char* op = "convertImageFormat";
+    if (p.count < 0) throwValueError(op, ": count must be >= 0, got ", p.count);
+    if (p.toHalf != 0 && p.toHalf != 1) throwValueError(op, ": toHalf must be 0 or 1, got ", p.toHalf);
+    if (p.count == 0) return;
+    const size_t sourceElement = p.toHalf ? 4 : 2, destinationElement = p.toHalf ? 2 : 4;
+    struct Binding {
+        const char* name;
+        const BufferSlice* slice;
+        size_t element;
+    };
+    for (const Binding& b : {Binding{"source", &source, sourceElement}, Binding{"destination", &destination, destinationElement}}) {
+        if (!*b.slice) throwValueError(op, ": the ", b.name, " binding is missing");
+        const size_t length = b.slice->buffer->length(), bytes = size_t(p.count) * b.element;
+        if (b.slice->offset % b.element != 0)
+            throwValueError(op, ": the ", b.name, " offset ", b.slice->offset, " is not a multiple of ", b.element);
+        if (b.slice->offset > length || length - b.slice->offset < bytes)
+            throwValueError(op, ": the ", b.name, " binding holds fewer than the ", bytes, " bytes of ", p.count,
+                            " elements");
+    }
+    if (source.buffer == destination.buffer && source.offset < destination.offset + size_t(p.count) * destinationElement &&
+        destination.offset < source.offset + size_t(p.count) * sourceElement)
+        throwValueError(op, ": source and destination overlap");
+}
+
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,
                              const BufferSlice& destination, const BufferSlice& preactivation) {

@@ -17,6 +17,10 @@
 namespace mpsgrad::bindings {
 
 void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, size_t bytes);
+// count >= 0, toHalf 0 or 1, source and destination hold count elements of their format (2 bytes for
+// half, 4 for float) after their offsets, both offsets aligned to their element, and the two ranges
+// do not overlap.
+void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& source, const BufferSlice& destination);
 
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,

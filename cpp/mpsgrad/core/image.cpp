@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/command_buffer.h"
 #include "core/errors.h"
+#include "core/half.h"
 
 namespace mpsgrad {
 
@@ -38,17 +39,22 @@ void ImageDescriptor::validate(const char* what) const {
     if (floatsPerImage > uint64_t(INT32_MAX))
         throwValueError(what, ": a ", width, "x", height, "x", featureChannels, " image holds ", floatsPerImage,
                         " floats (channels padded to 4); images are limited to 2**31 - 1 floats each");
-    if (featureChannelFormat != ImageFeatureChannelFormat::Float32)
-        throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 storage is supported, got format ",
+    if (featureChannelFormat != ImageFeatureChannelFormat::Float32 &&
+        featureChannelFormat != ImageFeatureChannelFormat::Float16)
+        throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 and FLOAT16 storage are supported, got format ",
                         static_cast<uint32_t>(featureChannelFormat));
+}
+
+size_t ImageDescriptor::bytesPerElement() const {
+    return featureChannelFormat == ImageFeatureChannelFormat::Float16 ? 2 : sizeof(float);
 }
 
 // ---- Image ----------------------------------------------------------------------------------
 
 namespace {
 size_t bytesPerImage(const ImageDescriptor& d) {
-    return checked::floatBytes(checked::product({roundUpTo4(d.featureChannels), d.width, d.height}, "image_descriptor"),
-                               "image_descriptor");
+    return size_t(checked::mul(checked::product({roundUpTo4(d.featureChannels), d.width, d.height}, "image_descriptor"),
+                               d.bytesPerElement(), "image_descriptor"));
 }
 
 // Bytes of `count` allocations of the descriptor's images, checked.
@@ -95,16 +101,16 @@ ImagePtr Image::wrap(const Device& device, const ImageDescriptor& descriptor, Bu
     if (pixelStride < descriptor.featureChannels)
         throwValueError("pixel_stride: ", pixelStride, " is below the image's ", descriptor.featureChannels,
                         " feature channels");
-    uint64_t bytes = checked::floatBytes(
+    uint64_t bytes = checked::mul(
         checked::product({pixelStride, descriptor.width, descriptor.height, descriptor.numberOfImages}, "storage"),
-        "storage");
+        descriptor.bytesPerElement(), "storage");
     if (!storage || storage.offset > storage.buffer->length() || storage.buffer->length() - storage.offset < bytes)
         throwValueError("storage: the image needs ", bytes, " bytes but the buffer provides ",
                         storage ? storage.buffer->length() - std::min(storage.offset, storage.buffer->length()) : 0);
     return ImagePtr(new Image(device, descriptor, std::move(storage), pixelStride, 0, nullptr));
 }
 
-size_t Image::resourceSize() const { return size_t(imageStride()) * numberOfImages() * sizeof(float); }
+size_t Image::resourceSize() const { return storageElements() * bytesPerElement(); }
 
 void Image::checkAccessible(const char* what) const {
     // A view (sub-image, batch representation) is usable only while its parent is.
@@ -115,10 +121,23 @@ BufferSlice Image::storage(int64_t imageIndex) const {
     checkAccessible("image");
     if (imageIndex < 0 || imageIndex >= numberOfImages())
         throwValueError("image_index: must be in [0, ", numberOfImages() - 1, "], got ", imageIndex);
-    return storage_.advancedBy(size_t(imageIndex) * size_t(imageStride()) * sizeof(float));
+    return storage_.advancedBy(size_t(imageIndex) * size_t(imageStride()) * bytesPerElement());
+}
+
+ImagePtr Image::float32Twin(BufferSlice storage) const {
+    ImageDescriptor d = descriptor_;
+    d.featureChannelFormat = ImageFeatureChannelFormat::Float32;
+    return ImagePtr(new Image(device_, d, std::move(storage), pixelStride_, channelBase_, nullptr));
 }
 
 ImageLayout Image::layout(int64_t channelOffset, int64_t channels) const {
+    if (isFloat16())
+        throwValueError("image: a FLOAT16 image reached a float32-only kernel path without its float32 conversion "
+                        "(an mpsgrad bug: please report it)");
+    return storageLayout(channelOffset, channels);
+}
+
+ImageLayout Image::storageLayout(int64_t channelOffset, int64_t channels) const {
     // The kernels address an image with 32-bit indices (as the Metal shaders do): reject larger
     // images up front with a clear message instead of wrapping around.
     if (imageStride() > INT32_MAX)
@@ -146,8 +165,8 @@ void Image::checkUsable(const CommandBuffer& cb, const char* what) const {
 bool Image::isFollowedBy(const Image& other) const {
     return storage_.buffer == other.storage_.buffer && pixelStride_ == other.pixelStride_ &&
            channelBase_ == other.channelBase_ && width() == other.width() && height() == other.height() &&
-           featureChannels() == other.featureChannels() &&
-           other.storage_.offset == storage_.offset + size_t(imageStride()) * numberOfImages() * sizeof(float);
+           featureChannels() == other.featureChannels() && featureChannelFormat() == other.featureChannelFormat() &&
+           other.storage_.offset == storage_.offset + storageElements() * bytesPerElement();
 }
 
 ImagePtr Image::subImageWithFeatureChannelRange(int64_t location, int64_t length) {
@@ -198,11 +217,19 @@ void checkImageIndex(int64_t index, int64_t count) {
 void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
     checkImageIndex(imageIndex, numberOfImages());
     int64_t count = channelsForReadWrite(params);
-    const float* base = storage(imageIndex).floats() + channelBase_ + params.featureChannelOffset;
-    int64_t pixels = width() * height();
+    const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
+    const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
+    if (isFloat16()) {
+        const auto* base = reinterpret_cast<const uint16_t*>(storage(imageIndex).floats()) + first;
+        for (int64_t p = 0; p < pixels; ++p)
+            for (int64_t c = 0; c < count; ++c)
+                bytes[chw ? c * pixels + p : p * count + c] = halfBitsToFloat(base[p * pixelStride_ + c]);
+        return;
+    }
+    const float* base = storage(imageIndex).floats() + first;
     for (int64_t p = 0; p < pixels; ++p) {
         const float* px = base + p * pixelStride_;
-        if (layout == DataLayout::HeightxWidthxFeatureChannels)
+        if (!chw)
             std::memcpy(bytes + p * count, px, count * sizeof(float));
         else
             for (int64_t c = 0; c < count; ++c) bytes[c * pixels + p] = px[c];
@@ -212,11 +239,19 @@ void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, Image
 void Image::writeBytes(const float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) {
     checkImageIndex(imageIndex, numberOfImages());
     int64_t count = channelsForReadWrite(params);
-    float* base = storage(imageIndex).floats() + channelBase_ + params.featureChannelOffset;
-    int64_t pixels = width() * height();
+    const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
+    const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
+    if (isFloat16()) {
+        auto* base = reinterpret_cast<uint16_t*>(storage(imageIndex).floats()) + first;
+        for (int64_t p = 0; p < pixels; ++p)
+            for (int64_t c = 0; c < count; ++c)
+                base[p * pixelStride_ + c] = floatToHalfBits(bytes[chw ? c * pixels + p : p * count + c]);
+        return;
+    }
+    float* base = storage(imageIndex).floats() + first;
     for (int64_t p = 0; p < pixels; ++p) {
         float* px = base + p * pixelStride_;
-        if (layout == DataLayout::HeightxWidthxFeatureChannels)
+        if (!chw)
             std::memcpy(px, bytes + p * count, count * sizeof(float));
         else
             for (int64_t c = 0; c < count; ++c) px[c] = bytes[c * pixels + p];

@@ -1,8 +1,10 @@
 // ImageDescriptor, Image, TemporaryImage, image batches and allocators (MPSImage family).
 //
-// Storage: float32, NHWC with each pixel's channels padded to a multiple of 4 (MPS keeps
-// channels in RGBA slices), images of a batch or of a multi-image Image back to back.
-// Padding lanes are zero and every kernel leaves them zero.
+// Storage: float32 or IEEE half (FLOAT16, docs/float16.md), NHWC with each pixel's channels
+// padded to a multiple of 4 (MPS keeps channels in RGBA slices), images of a batch or of a
+// multi-image Image back to back. Padding lanes are zero and every kernel leaves them zero.
+// The kernels compute in float32: a FLOAT16 image reaches them through a float32 shadow
+// (core/float16_shadow.h) unless the kernel reads and writes half natively.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +36,8 @@ struct ImageDescriptor {
                                 int64_t featureChannels, int64_t numberOfImages = 1, uint32_t usage = 3);
     // Throws ValueError naming `what` when a dimension is not positive or the format unsupported.
     void validate(const char* what) const;
+    // Bytes of one stored element: 4 for FLOAT32, 2 for FLOAT16.
+    size_t bytesPerElement() const;
 
     // Serialization (docs/serialization.md); deserialize throws SerializationError.
     std::vector<uint8_t> serialize() const;
@@ -72,8 +76,11 @@ public:
     int64_t numberOfImages() const { return descriptor_.numberOfImages; }
     ImageFeatureChannelFormat featureChannelFormat() const { return descriptor_.featureChannelFormat; }
     uint32_t usage() const { return descriptor_.usage; }
-    int64_t precision() const { return 24; }  // float32 mantissa bits
-    int64_t pixelSize() const { return 4 * pixelStride_; }
+    // Significant bits of the storage (MPS's precision: float 24, half 11).
+    int64_t precision() const { return isFloat16() ? 11 : 24; }
+    int64_t pixelSize() const { return int64_t(bytesPerElement()) * pixelStride_; }
+    bool isFloat16() const { return descriptor_.featureChannelFormat == ImageFeatureChannelFormat::Float16; }
+    size_t bytesPerElement() const { return descriptor_.bytesPerElement(); }
     const ImageDescriptor& descriptor() const { return descriptor_; }
     // -resourceSize
     size_t resourceSize() const;
@@ -89,7 +96,8 @@ public:
     ImageBatch batchRepresentation();
 
     // -readBytes:dataLayout:imageIndex: / -writeBytes:dataLayout:imageIndex: with
-    // MPSImageReadWriteParams. `bytes` holds height*width*channels floats in `layout`.
+    // MPSImageReadWriteParams. `bytes` holds height*width*channels floats in `layout`; a FLOAT16
+    // image converts (reads exactly, writes rounding to nearest even, core/half.h).
     void readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {}) const;
     void writeBytes(const float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {});
     // Number of channels a read or write with `params` touches (validated).
@@ -100,13 +108,21 @@ public:
 
     // ---- for kernels ---------------------------------------------------------------------
     virtual bool isTemporary() const { return false; }
-    // Floats between neighbouring pixels / neighbouring images.
+    // Elements (floats or halves) between neighbouring pixels / neighbouring images.
     int64_t pixelStride() const { return pixelStride_; }
     int64_t imageStride() const { return pixelStride_ * descriptor_.width * descriptor_.height; }
     // The storage at image `imageIndex`; throws when the image can no longer be used.
     BufferSlice storage(int64_t imageIndex = 0) const;
-    // The layout of channels [channelOffset, channelOffset + channels) of this image.
+    // The layout of channels [channelOffset, channelOffset + channels) of this image, for a
+    // float32 kernel: throws for a FLOAT16 image (such a kernel must read it through a float32
+    // shadow, core/float16_shadow.h). storageLayout is the same for either format (in elements).
     ImageLayout layout(int64_t channelOffset, int64_t channels) const;
+    ImageLayout storageLayout(int64_t channelOffset, int64_t channels) const;
+    // Elements of the storage from storage(0) to the end of the last image.
+    size_t storageElements() const { return size_t(imageStride()) * size_t(numberOfImages()); }
+    // A FLOAT32 image of this image's geometry (pixel stride, channel base, images) whose storage is
+    // `storage`: the float32 shadow of a FLOAT16 image.
+    ImagePtr float32Twin(BufferSlice storage) const;
     // Throws ValueError naming `what` when this image cannot be used with `cb`
     // (another device, a temporary image of another buffer, read count already 0).
     virtual void checkUsable(const CommandBuffer& cb, const char* what) const;

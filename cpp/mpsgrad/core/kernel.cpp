@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "core/float16_shadow.h"
 
 namespace mpsgrad {
 
@@ -171,7 +172,15 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
                     throwValueError("destination_states: ", className(),
                                     " shares one state across a batch; pass the same state for every image");
     }
+    // FLOAT16 images reach the kernel as float32 shadows (core/float16_shadow.h); the read counts
+    // below stay with the originals.
+    Float32Shadows shadows(cb);
+    for (auto& d : dispatches) {
+        d.source = shadows.read(d.source);
+        d.destination = shadows.write(d.destination);
+    }
     encodeImpl(cb, dispatches, states);
+    shadows.finish();
     noteReadsOfUnique(sources);
 }
 
@@ -283,7 +292,8 @@ ImageDescriptor CNNKernel::destinationImageDescriptor(const ImageBatch& sourceIm
                         " under padding method ", method);
     offset.x = offsetX;
     offset.y = offsetY;
-    ImageDescriptor descriptor = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, width, height,
+    // The destination takes the source's storage format (docs/float16.md, "the allocator rule").
+    ImageDescriptor descriptor = ImageDescriptor::make(source.featureChannelFormat(), width, height,
                                                        destinationFeatureChannels(source));
     adjustDestinationDescriptor(descriptor, sourceImages);
     if (padding && (method & PaddingMethod::Custom))
@@ -370,7 +380,14 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
             s->checkUsable(cb, "destination_state");
         }
     }
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    for (auto& d : dispatches) {
+        d.primary = shadows.read(d.primary);
+        d.secondary = shadows.read(d.secondary);
+        d.destination = shadows.write(d.destination);
+    }
     encodeImpl(cb, dispatches, states);
+    shadows.finish();
     ImageBatch reads = primaries;
     reads.insert(reads.end(), secondaries.begin(), secondaries.end());
     noteReadsOfUnique(reads);
@@ -466,7 +483,7 @@ ImageDescriptor CNNBinaryKernel::destinationImageDescriptor(const ImageBatch& so
                         " image is too small under padding method ", method);
     primaryOffset.x = offsetX;
     primaryOffset.y = offsetY;
-    ImageDescriptor descriptor = ImageDescriptor::make(ImageFeatureChannelFormat::Float32, width, height,
+    ImageDescriptor descriptor = ImageDescriptor::make(primary.featureChannelFormat(), width, height,
                                                        destinationFeatureChannels(primary, *sourceImages[1]));
     if (padding && (method & PaddingMethod::Custom))
         descriptor = padding->destinationImageDescriptor(sourceImages, sourceStates, *this, descriptor);
@@ -510,8 +527,9 @@ ImageDescriptor CNNGradientKernel::destinationImageDescriptor(const ImageBatch& 
     if (!s.encoded)
         throwValueError("gradient_state: the forward kernel has not encoded with this state yet");
     configureFromSnapshot(s);
-    return ImageDescriptor::make(ImageFeatureChannelFormat::Float32, s.sourceWidth, s.sourceHeight,
-                                 s.sourceFeatureChannels);
+    // The gradient takes the source gradient's storage format (docs/float16.md).
+    const auto format = sourceImages[0] ? sourceImages[0]->featureChannelFormat() : ImageFeatureChannelFormat::Float32;
+    return ImageDescriptor::make(format, s.sourceWidth, s.sourceHeight, s.sourceFeatureChannels);
 }
 
 void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBatch& sourceGradients,
@@ -535,7 +553,10 @@ void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBat
         if (!snapshotOf(*states[i]).encoded)
             throwValueError("gradient_state: the forward kernel has not encoded with this state yet");
     }
-    encodeGradientImpl(cb, sourceGradients, sourceImages, states, destinations);
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch gradients32 = shadows.read(sourceGradients), images32 = shadows.read(sourceImages);
+    encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));
+    shadows.finish();
     ImageBatch reads = sourceGradients;
     reads.insert(reads.end(), sourceImages.begin(), sourceImages.end());
     noteReadsOfUnique(reads);

@@ -125,7 +125,7 @@ ImageDescriptor CNNArithmetic::destinationImageDescriptor(const ImageBatch& sour
     primaryOffset.x = primaryOffset.y = 0;
     secondaryOffset.x = secondaryOffset.y = 0;
     ImageDescriptor descriptor =
-        ImageDescriptor::make(ImageFeatureChannelFormat::Float32, width, height, destinationFeatureChannels(p, s));
+        ImageDescriptor::make(p.featureChannelFormat(), width, height, destinationFeatureChannels(p, s));  // docs/float16.md
     if (padding && (padding->paddingMethod() & PaddingMethod::Custom))
         descriptor = padding->destinationImageDescriptor(sourceImages, sourceStates, *this, descriptor);
     descriptor.validate("padding");

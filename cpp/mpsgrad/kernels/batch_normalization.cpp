@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/float16_shadow.h"
 #include "core/errors.h"
 
 namespace mpsgrad {
@@ -469,13 +470,16 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     const bool accumulate = state->phase == CNNBatchNormalizationState::Phase::Statistics;
     int64_t count = accumulate ? state->statisticsCount : 0;
     std::vector<BatchNormalizationParams> params;
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch sources32;
     for (const ImagePtr& source : sources) {
         if (!source) throwTypeError("source_images: expected a list of Images, got None in it");
         source->checkUsable(cb, "source_image");
         checkWholeImage(*source, availableSourceChannels(*source), C, "source_images", className());
         const int64_t m = pixelCount(source->numberOfImages(), source->width(), source->height(), "source_images");
+        sources32.push_back(shadows.read(source));
         BatchNormalizationParams p{};
-        p.source = source->layout(sourceFeatureChannelOffset, C);
+        p.source = sources32.back()->layout(sourceFeatureChannelOffset, C);
         p.gradient = p.destination = p.source;
         p.batch = int32_t(source->numberOfImages());
         p.previousCount = int32_t(count);
@@ -488,11 +492,11 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     v.mean = state->mean();
     v.variance = state->variance();
     forEachRun(
-        sources.size(), [&](size_t j) { return sources[j - 1]->isFollowedBy(*sources[j]); },
+        sources.size(), [&](size_t j) { return sources32[j - 1]->isFollowedBy(*sources32[j]); },
         [&](size_t i, size_t j) {
             BatchNormalizationParams p = params[i];
             for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
-            backend.batchNormalizationStatistics(cb, p, sources[i]->storage(0), v);
+            backend.batchNormalizationStatistics(cb, p, sources32[i]->storage(0), v);
         });
     state->statisticsCount = count;
     state->statisticsGradientCount = 0;
@@ -539,12 +543,16 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     const bool accumulate = state->phase == Phase::StatisticsGradient;
     int64_t count = accumulate ? state->statisticsGradientCount : 0;
     std::vector<BatchNormalizationParams> params;
+    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch gradients32, images32;
     for (size_t i = 0; i < sourceGradients.size(); ++i) {
         const ImagePtr& g = sourceGradients[i];
         const ImagePtr& x = sourceImages[i];
         if (!g || !x) throwTypeError("source_gradients / source_images: expected lists of Images, got None in them");
         g->checkUsable(cb, "source_gradient");
         x->checkUsable(cb, "source_image");
+        gradients32.push_back(shadows.read(g));
+        images32.push_back(shadows.read(x));
         checkWholeImage(*x, availableSecondaryChannels(*x), C, "source_images", className());
         checkWholeImage(*g, availablePrimaryChannels(*g), C, "source_gradients", className());
         if (g->width() != x->width() || g->height() != x->height() || g->numberOfImages() != x->numberOfImages())
@@ -553,8 +561,8 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
                             x->numberOfImages());
         const int64_t m = pixelCount(x->numberOfImages(), x->width(), x->height(), "source_images");
         BatchNormalizationParams p = stateParams(*state);
-        p.source = x->layout(secondarySourceFeatureChannelOffset, C);
-        p.gradient = g->layout(primarySourceFeatureChannelOffset, C);
+        p.source = images32.back()->layout(secondarySourceFeatureChannelOffset, C);
+        p.gradient = gradients32.back()->layout(primarySourceFeatureChannelOffset, C);
         p.destination = p.source;
         p.batch = int32_t(x->numberOfImages());
         p.previousCount = int32_t(count > 0 ? 1 : 0);
@@ -567,14 +575,14 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     forEachRun(
         params.size(),
         [&](size_t j) {
-            return sourceGradients[j - 1]->isFollowedBy(*sourceGradients[j]) &&
-                   sourceImages[j - 1]->isFollowedBy(*sourceImages[j]);
+            return gradients32[j - 1]->isFollowedBy(*gradients32[j]) &&
+                   images32[j - 1]->isFollowedBy(*images32[j]);
         },
         [&](size_t i, size_t j) {
             BatchNormalizationParams p = params[i];
             for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
-            backend.batchNormalizationStatisticsGradient(cb, p, sourceGradients[i]->storage(0),
-                                                         sourceImages[i]->storage(0), v);
+            backend.batchNormalizationStatisticsGradient(cb, p, gradients32[i]->storage(0),
+                                                         images32[i]->storage(0), v);
         });
     state->statisticsGradientCount = count;
     state->phase = Phase::StatisticsGradient;

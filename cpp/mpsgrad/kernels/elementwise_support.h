@@ -14,6 +14,7 @@
 
 #include "core/checked.h"
 #include "core/errors.h"
+#include "core/float16_shadow.h"
 #include "core/kernel.h"
 
 namespace mpsgrad::elementwise {
@@ -118,7 +119,8 @@ void setGradientGeometry(Params& p, const PointwiseGeometry& geo) {
 }
 
 // The identity of an image's storage (buffer, byte offset of its first image, first channel).
-// Weak: it never keeps memory alive, and a released buffer matches nothing.
+// Weak: it never keeps memory alive, and a released buffer matches nothing. A float32 shadow of a
+// FLOAT16 image has the identity of the image it shadows (core/float16_shadow.h).
 struct StorageIdentity {
     std::weak_ptr<Buffer> buffer;
     size_t offset = 0;
@@ -127,7 +129,7 @@ struct StorageIdentity {
 
     static StorageIdentity of(const Image& image, int64_t imageIndex) {
         StorageIdentity id;
-        BufferSlice slice = image.storage(imageIndex);
+        BufferSlice slice = shadowedStorage(image.storage(imageIndex));
         id.buffer = slice.buffer;
         id.offset = slice.offset;
         id.channelBase = image.layout(0, image.featureChannels()).channelOffset;
@@ -138,7 +140,7 @@ struct StorageIdentity {
         if (!recorded) return false;
         auto b = buffer.lock();
         if (!b) return false;
-        BufferSlice slice = image.storage(imageIndex);
+        BufferSlice slice = shadowedStorage(image.storage(imageIndex));
         return slice.buffer == b && slice.offset == offset &&
                image.layout(0, image.featureChannels()).channelOffset == channelBase;
     }

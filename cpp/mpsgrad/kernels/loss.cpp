@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/float16_shadow.h"
 #include "core/errors.h"
 #include "kernels/arithmetic.h"
 
@@ -259,6 +260,16 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
     const int64_t pixels = W * H;
     if (int64_t(N) * pixels > INT32_MAX / 2) throwValueError("source_images: too many pixels in one batch");
 
+    // FLOAT16 images take part through float32 shadows (core/float16_shadow.h).
+    Float32Shadows shadows(cb);
+    std::vector<LossPassImages> shadowed = images;
+    for (LossPassImages& im : shadowed) {
+        im.source = shadows.read(im.source);
+        im.labels = shadows.read(im.labels);
+        im.weights = shadows.read(im.weights);
+        im.gradient = shadows.write(im.gradient);
+        im.loss = shadows.write(im.loss);
+    }
     Backend& backend = device.backend();
     BufferSlice partials, results;
     if (!perElement) {
@@ -266,7 +277,7 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
         results = BufferSlice{backend.newBuffer(size_t(N) * 2 * sizeof(float)), 0};
     }
     for (size_t i = 0; i < N; ++i) {
-        const LossPassImages& im = images[i];
+        const LossPassImages& im = shadowed[i];
         LossElementsParams p{};
         p.source = im.source->layout(0, C);
         p.labels = im.labels->layout(0, C);
@@ -302,15 +313,16 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
         for (size_t i = 0; i < N; ++i) {
             if (scaled) {
                 LossScaleParams s{};
-                s.destination = images[i].gradient->layout(0, C);
+                s.destination = shadowed[i].gradient->layout(0, C);
                 s.batch = 1;
                 s.resultIndex = int32_t(i);
-                backend.lossScaleGradient(cb, s, results, images[i].gradient->storage(0));
+                backend.lossScaleGradient(cb, s, results, shadowed[i].gradient->storage(0));
             }
-            backend.copyBuffer(cb, results.advancedBy(2 * i * sizeof(float)), images[i].loss->storage(0),
+            backend.copyBuffer(cb, results.advancedBy(2 * i * sizeof(float)), shadowed[i].loss->storage(0),
                                sizeof(float));
         }
     }
+    shadows.finish();
     for (size_t i = 0; i < N; ++i) images[i].source->noteRead();  // the callers account for the labels
 }
 

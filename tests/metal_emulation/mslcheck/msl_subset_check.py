@@ -56,13 +56,13 @@ def canon(t):
 
 
 def is_vector(t):
-    return canon(t).kind in (T.VECTOR, T.EXTVECTOR)
+    return kind_of(canon(t)) in (T.VECTOR, T.EXTVECTOR)
 
 
 def element_kind(t):
     """'float' or 'int' for the elements of a vector type."""
     e = canon(t).element_type
-    floating = canon(e).kind in (T.FLOAT, T.HALF, T.DOUBLE, T.LONGDOUBLE) or canon(e).spelling == "_Float16"
+    floating = kind_of(canon(e)) in (T.FLOAT, T.HALF, T.DOUBLE, T.LONGDOUBLE) or canon(e).spelling == "_Float16"
     return "float" if floating else "int"
 
 
@@ -77,6 +77,15 @@ def name(t):
     return t.spelling
 
 
+def kind_of(c):
+    """c.kind, or None for a kind the Python bindings do not know (libclang 18's bindings lack
+    _Float16, MSL's half: not a double, a pointer or an array)."""
+    try:
+        return c.kind
+    except ValueError:
+        return None
+
+
 def mentions(t, pred, depth=0):
     """Whether type t, through pointers, references, arrays and vectors, satisfies pred."""
     if depth > 8 or t is None:
@@ -84,23 +93,23 @@ def mentions(t, pred, depth=0):
     c = canon(t)
     if pred(c):
         return True
-    if c.kind in (T.POINTER, T.LVALUEREFERENCE, T.RVALUEREFERENCE):
+    if kind_of(c) in (T.POINTER, T.LVALUEREFERENCE, T.RVALUEREFERENCE):
         return mentions(c.get_pointee(), pred, depth + 1)
-    if c.kind in (T.CONSTANTARRAY, T.INCOMPLETEARRAY, T.VARIABLEARRAY, T.DEPENDENTSIZEDARRAY,
-                  T.VECTOR, T.EXTVECTOR):
+    if kind_of(c) in (T.CONSTANTARRAY, T.INCOMPLETEARRAY, T.VARIABLEARRAY, T.DEPENDENTSIZEDARRAY,
+                      T.VECTOR, T.EXTVECTOR):
         return mentions(c.element_type, pred, depth + 1)
     return False
 
 
 def is_double(c):
-    return c.kind in (T.DOUBLE, T.LONGDOUBLE)
+    return kind_of(c) in (T.DOUBLE, T.LONGDOUBLE)
 
 
 def is_function_pointer(c):
-    if c.kind == T.MEMBERPOINTER:
+    if kind_of(c) == T.MEMBERPOINTER:
         return True
-    if c.kind in (T.POINTER, T.LVALUEREFERENCE, T.RVALUEREFERENCE):
-        return canon(c.get_pointee()).kind in (T.FUNCTIONPROTO, T.FUNCTIONNOPROTO)
+    if kind_of(c) in (T.POINTER, T.LVALUEREFERENCE, T.RVALUEREFERENCE):
+        return kind_of(canon(c.get_pointee())) in (T.FUNCTIONPROTO, T.FUNCTIONNOPROTO)
     return False
 
 
@@ -153,7 +162,7 @@ class Checker:
                 self.error(c, "'%s' has type %s: Metal has no double precision" % (c.spelling, t.spelling))
             if k not in FUNCTIONS and mentions(t, is_function_pointer):
                 self.error(c, "'%s' has type %s: Metal has no function pointers" % (c.spelling, t.spelling))
-            if k == K.VAR_DECL and canon(c.type).kind == T.VARIABLEARRAY:
+            if k == K.VAR_DECL and kind_of(canon(c.type)) == T.VARIABLEARRAY:
                 self.error(c, "'%s' is a variable-length array: Metal has none" % c.spelling)
         elif k == K.CSTYLE_CAST_EXPR:
             src = self.operand_type(c)

@@ -214,6 +214,12 @@ public:
         });
     }
 
+    void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
+                            const BufferSlice& destination) override {
+        bindings::checkConvertImageFormat(p, source, destination);
+        encode(cb, [=] { cpu::convertImageFormat(p, source.floats(), destination.floats()); });
+    }
+
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
+#include "../../../../metal/convert_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -135,5 +136,8 @@ void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& 
 void normalizationForward(const NormalizationParams& p, const float* source, float* destination);
 void normalizationGradient(const NormalizationParams& p, const float* gradient, const float* source,
                            float* destination);
+
+// Image storage formats (metal/convert_params.h): half <-> float of p.count elements.
+void convertImageFormat(const ConvertFormatParams& p, const void* source, void* destination);
 
 }  // namespace mpsgrad::cpu

@@ -60,6 +60,13 @@ public:
         encodeCopyBuffer(ctx_, cb, source, destination, bytes);
     }
 
+    void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
+                            const BufferSlice& destination) override {
+        bindings::checkConvertImageFormat(p, source, destination);
+        AutoreleaseScope pool;
+        encodeConvertImageFormat(ctx_, cb, p, source, destination);
+    }
+
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {

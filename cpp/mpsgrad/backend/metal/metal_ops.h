@@ -165,4 +165,8 @@ void encodeSpatialMean(MetalContext& ctx, CommandBuffer& cb, SpatialMeanParams p
 void encodeSpatialMeanGradient(MetalContext& ctx, CommandBuffer& cb, SpatialMeanGradientParams p,
                                const BufferSlice& gradient, const BufferSlice& destination);
 
+// ---- image storage formats (metal/convert.metal)
+void encodeConvertImageFormat(MetalContext& ctx, CommandBuffer& cb, const ConvertFormatParams& p,
+                              const BufferSlice& source, const BufferSlice& destination);
+
 }  // namespace mpsgrad::metal_backend

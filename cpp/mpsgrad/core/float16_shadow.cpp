@@ -1,0 +1,118 @@
+#include "core/float16_shadow.h"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/checked.h"
+#include "core/command_buffer.h"
+
+namespace mpsgrad {
+
+namespace {
+// Which half storage each live shadow buffer shadows (weak both ways: never keeps memory alive).
+struct ShadowOrigin {
+    std::weak_ptr<Buffer> shadow;
+    std::weak_ptr<Buffer> original;
+    size_t offset = 0;
+};
+std::mutex originsMutex;
+std::unordered_map<const Buffer*, ShadowOrigin>& origins() {
+    static std::unordered_map<const Buffer*, ShadowOrigin> map;
+    return map;
+}
+
+void registerShadow(const std::shared_ptr<Buffer>& shadow, const BufferSlice& original) {
+    std::lock_guard<std::mutex> lock(originsMutex);
+    auto& map = origins();
+    for (auto it = map.begin(); it != map.end();) it = it->second.shadow.expired() ? map.erase(it) : std::next(it);
+    map[shadow.get()] = ShadowOrigin{shadow, original.buffer, original.offset};
+}
+
+// Elements per conversion op: ConvertFormatParams counts in int32.
+constexpr size_t kMaxConvertElements = size_t(1) << 30;
+
+void encodeConversion(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination, size_t elements,
+                      bool toHalf) {
+    const size_t sourceElement = toHalf ? sizeof(float) : 2, destinationElement = toHalf ? 2 : sizeof(float);
+    for (size_t done = 0; done < elements; done += kMaxConvertElements) {
+        const size_t count = std::min(kMaxConvertElements, elements - done);
+        cb.device().backend().convertImageFormat(cb, ConvertFormatParams{int32_t(count), toHalf ? 1 : 0},
+                                                 source.advancedBy(done * sourceElement),
+                                                 destination.advancedBy(done * destinationElement));
+    }
+}
+}  // namespace
+
+Float32Shadows::Shadow& Float32Shadows::shadowOf(const Image& image) {
+    BufferSlice original = image.storage(0);
+    const size_t elements = image.storageElements();
+    Key key{original.buffer.get(), original.offset, elements};
+    auto found = shadows_.find(key);
+    if (found != shadows_.end()) return found->second;
+    Shadow s;
+    s.original = original;
+    s.elements = elements;
+    // Every float of the shadow is written by the conversion below: no zero fill needed.
+    s.floats = BufferSlice{cb_.device().backend().newBuffer(checked::floatBytes(elements, "image"),
+                                                            BufferFill::Unspecified),
+                           0};
+    encodeConversion(cb_, s.original, s.floats, elements, false);
+    registerShadow(s.floats.buffer, s.original);
+    order_.push_back(key);
+    return shadows_.emplace(key, std::move(s)).first->second;
+}
+
+ImagePtr Float32Shadows::read(const ImagePtr& image) {
+    if (!image || !image->isFloat16()) return image;
+    return image->float32Twin(shadowOf(*image).floats);
+}
+
+ImagePtr Float32Shadows::write(const ImagePtr& image) {
+    if (!image || !image->isFloat16()) return image;
+    Shadow& s = shadowOf(*image);
+    s.written = true;
+    return image->float32Twin(s.floats);
+}
+
+ImageBatch Float32Shadows::read(const ImageBatch& images) {
+    ImageBatch result;
+    result.reserve(images.size());
+    for (const auto& image : images) result.push_back(read(image));
+    return result;
+}
+
+ImageBatch Float32Shadows::write(const ImageBatch& images) {
+    ImageBatch result;
+    result.reserve(images.size());
+    for (const auto& image : images) result.push_back(write(image));
+    return result;
+}
+
+void Float32Shadows::finish() {
+    for (const Key& key : order_) {
+        Shadow& s = shadows_.at(key);
+        if (s.written) encodeConversion(cb_, s.floats, s.original, s.elements, true);
+        s.written = false;
+    }
+}
+
+BufferSlice shadowedStorage(const BufferSlice& slice) {
+    if (!slice) return slice;
+    std::lock_guard<std::mutex> lock(originsMutex);
+    auto found = origins().find(slice.buffer.get());
+    if (found == origins().end() || found->second.shadow.lock() != slice.buffer) return slice;
+    auto original = found->second.original.lock();
+    if (!original) return slice;
+    // The shadow holds one float per half of the original, from offset 0.
+    return BufferSlice{original, found->second.offset + slice.offset / sizeof(float) * 2};
+}
+
+bool anyFloat16(std::initializer_list<const ImageBatch*> batches) {
+    for (const ImageBatch* batch : batches)
+        for (const auto& image : *batch)
+            if (image && image->isFloat16()) return true;
+    return false;
+}
+
+}  // namespace mpsgrad

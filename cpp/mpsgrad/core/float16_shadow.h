@@ -1,0 +1,69 @@
+// Float32 shadows of FLOAT16 images: how the float32 kernels handle half storage
+// (docs/float16.md).
+//
+// A kernel's encode path asks for the images it reads with read() and for the images it writes
+// with write(); a FLOAT32 image comes back unchanged, a FLOAT16 image comes back as a FLOAT32
+// image of the same geometry (pixel stride, channel base of a sub-image view, images) whose
+// storage one backend op filled by converting the half storage. finish() encodes, after the
+// kernel, the conversion of every written shadow back into its half storage. Images that share
+// storage (the same image twice, sub-image views of one parent, an in-place destination that is
+// also a source) share one shadow, so the kernel sees them alias exactly as the originals do.
+//
+// Read counts, usability checks and clip rectangles stay with the original images: the encode
+// path validates the originals first and decrements their read counts, the shadows are plain
+// images that live as long as the encoded work.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <tuple>
+
+#include "core/image.h"
+
+namespace mpsgrad {
+
+class CommandBuffer;
+
+class Float32Shadows {
+public:
+    explicit Float32Shadows(CommandBuffer& cb) : cb_(cb) {}
+    Float32Shadows(const Float32Shadows&) = delete;
+    Float32Shadows& operator=(const Float32Shadows&) = delete;
+
+    // The image a float32 kernel reads in place of `image` (null stays null).
+    ImagePtr read(const ImagePtr& image);
+    ImageBatch read(const ImageBatch& images);
+    // The image a float32 kernel writes in place of `image`; its current contents are converted
+    // in as well, so pixels and channels the kernel leaves alone keep their values.
+    ImagePtr write(const ImagePtr& image);
+    ImageBatch write(const ImageBatch& images);
+    // Converts every written shadow back into its FLOAT16 storage (once each).
+    void finish();
+    // True when some image needed a shadow.
+    bool any() const { return !shadows_.empty(); }
+
+private:
+    struct Shadow {
+        BufferSlice original;  // the half storage (from storage(0) of the image)
+        BufferSlice floats;    // the float32 copy
+        size_t elements = 0;
+        bool written = false;
+    };
+    // Storage identity: buffer, byte offset, element count.
+    using Key = std::tuple<const Buffer*, size_t, size_t>;
+    Shadow& shadowOf(const Image& image);
+
+    CommandBuffer& cb_;
+    std::map<Key, Shadow> shadows_;
+    std::vector<Key> order_;  // creation order, for a deterministic write-back order
+};
+
+// The storage a forward pass saw, for identity checks across passes (a gradient kernel telling
+// the forward's input from its output): for the storage of a float32 shadow, the slice of the
+// FLOAT16 storage it shadows (each pass has shadows of its own); any other slice unchanged.
+BufferSlice shadowedStorage(const BufferSlice& slice);
+
+// True when some image of the batches is FLOAT16.
+bool anyFloat16(std::initializer_list<const ImageBatch*> batches);
+
+}  // namespace mpsgrad

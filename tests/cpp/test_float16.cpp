@@ -1,0 +1,196 @@
+// Float16 image storage (docs/float16.md): the scalar conversions of core/half.h, the
+// convertImageFormat op on every device (both Metal kernels, convert.metal, against the CPU
+// backend), its binding checks, and the float32 shadows of the kernel funnels.
+//
+// Oracle for float -> half: the compiler's own _Float16 conversion (IEEE round to nearest even,
+// gcc >= 12 and clang on x86-64/arm64); every half -> float -> half round trip is checked
+// exhaustively.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/binding_checks.h"
+#include "core/command_buffer.h"
+#include "core/errors.h"
+#include "core/half.h"
+#include "core/image.h"
+#include "kernels/neuron.h"
+
+namespace mpsgrad {
+namespace {
+
+float fromBits(uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+bool isNanHalf(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+
+// Floats that reach every branch of floatToHalfBits, then random bit patterns.
+std::vector<float> testFloats() {
+    std::vector<float> v = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.996f, 65520.0f, -65520.0f, 1e30f,
+                            INFINITY, -INFINITY, 6.103515625e-05f, 6.0e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                            2.99e-08f, 2.98e-08f, 1e-40f, -1e-45f, 1.00048828125f, 1.00146484375f, 2049.0f, 2051.0f};
+    std::mt19937 gen(1234);
+    for (int i = 0; i < 200000; ++i) v.push_back(fromBits(uint32_t(gen())));
+    return v;
+}
+
+TEST(Float16, EveryHalfRoundTripsExactly) {
+    for (uint32_t h = 0; h < 65536; ++h) {
+        const float f = halfBitsToFloat(uint16_t(h));
+        if (isNanHalf(uint16_t(h))) {
+            EXPECT_TRUE(std::isnan(f)) << h;
+            EXPECT_TRUE(isNanHalf(floatToHalfBits(f))) << h;
+            continue;
+        }
+        ASSERT_EQ(floatToHalfBits(f), uint16_t(h)) << "half bits " << h << " -> " << f;
+    }
+}
+
+#if defined(__FLT16_MAX__)
+TEST(Float16, FloatToHalfMatchesTheCompilersConversion) {
+    for (float f : testFloats()) {
+        const _Float16 oracle = static_cast<_Float16>(f);
+        uint16_t bits;
+        std::memcpy(&bits, &oracle, sizeof bits);
+        const uint16_t ours = floatToHalfBits(f);
+        if (std::isnan(f)) {
+            EXPECT_TRUE(isNanHalf(ours));
+            continue;
+        }
+        ASSERT_EQ(ours, bits) << "float " << f;
+        ASSERT_EQ(halfBitsToFloat(ours), float(oracle));
+    }
+}
+#endif
+
+// Runs p on `device` over the given data, returns the destination's bytes.
+template <class Out, class In>
+std::vector<Out> convertOn(const std::string& deviceName, const std::vector<In>& input, bool toHalf) {
+    Device device(deviceName);
+    Backend& backend = device.backend();
+    auto source = backend.newBuffer(input.size() * sizeof(In));
+    std::memcpy(source->contents(), input.data(), input.size() * sizeof(In));
+    auto destination = backend.newBuffer(input.size() * sizeof(Out));
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    backend.convertImageFormat(*cb, ConvertFormatParams{int32_t(input.size()), toHalf ? 1 : 0},
+                               BufferSlice{source, 0}, BufferSlice{destination, 0});
+    cb->commit();
+    cb->waitUntilCompleted();
+    EXPECT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
+    std::vector<Out> out(input.size());
+    std::memcpy(out.data(), destination->contents(), out.size() * sizeof(Out));
+    return out;
+}
+
+TEST(Float16, ConvertOpMatchesScalarCodeOnEveryDevice) {
+    const std::vector<float> floats = testFloats();
+    std::vector<uint16_t> halves(65536);
+    for (uint32_t h = 0; h < 65536; ++h) halves[h] = uint16_t(h);
+    for (const auto& name : Device::availableDevices()) {
+        SCOPED_TRACE(name);
+        // float -> half, an odd count so that the vector loops' tails run
+        std::vector<float> odd(floats.begin(), floats.begin() + 100003);
+        const auto toHalf = convertOn<uint16_t>(name, odd, true);
+        for (size_t i = 0; i < odd.size(); ++i) {
+            if (std::isnan(odd[i])) {
+                ASSERT_TRUE(isNanHalf(toHalf[i])) << i;
+                continue;
+            }
+            ASSERT_EQ(toHalf[i], floatToHalfBits(odd[i])) << "float " << odd[i];
+        }
+        // half -> float: every half value
+        const auto toFloat = convertOn<float>(name, halves, false);
+        for (uint32_t h = 0; h < 65536; ++h) {
+            const float expected = halfBitsToFloat(uint16_t(h));
+            if (std::isnan(expected)) {
+                ASSERT_TRUE(std::isnan(toFloat[h])) << h;
+                continue;
+            }
+            ASSERT_EQ(std::memcmp(&toFloat[h], &expected, sizeof(float)), 0) << "half bits " << h;
+        }
+    }
+}
+
+TEST(Float16, BindingChecks) {
+    Device device("cpu");
+    auto buffer = device.backend().newBuffer(64);
+    const BufferSlice whole{buffer, 0};
+    auto other = device.backend().newBuffer(64);
+    const BufferSlice second{other, 0};
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 0}, whole, second));  // 32 -> 64 bytes
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{17, 0}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{-1, 0}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 2}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, BufferSlice{buffer, 2}, second),
+                 ValueError);  // a float binding at a 2-byte offset
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{buffer, 8}),
+                 ValueError);  // overlap
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{}), ValueError);
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{0, 1}, BufferSlice{}, BufferSlice{}));
+    CommandQueue queue(device);
+    auto cb = queue.commandBuffer();
+    EXPECT_THROW(device.backend().convertImageFormat(*cb, ConvertFormatParams{17, 0}, whole, second), ValueError);
+}
+
+ImagePtr halfImage(const Device& device, int64_t w, int64_t h, int64_t c) {
+    return std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float16, w, h, c));
+}
+
+TEST(Float16, ImageSizesAndLayoutGuard) {
+    Device device("cpu");
+    auto image = halfImage(device, 3, 2, 5);
+    EXPECT_EQ(image->pixelSize(), 16);
+    EXPECT_EQ(image->resourceSize(), size_t(3 * 2 * 8 * 2));
+    EXPECT_EQ(image->precision(), 11);
+    EXPECT_THROW(image->layout(0, 5), ValueError);  // a float32 kernel must go through a shadow
+    EXPECT_EQ(image->storageLayout(0, 5).pixelStride, 8);
+    auto batch = Image::makeBatch(device, image->descriptor(), 3);
+    EXPECT_TRUE(batch[0]->isFollowedBy(*batch[1]));
+    EXPECT_EQ(batch[1]->storage(0).offset, image->resourceSize());
+}
+
+TEST(Float16, KernelsReadAndWriteThroughShadowsOnEveryDevice) {
+    for (const auto& name : Device::availableDevices()) {
+        SCOPED_TRACE(name);
+        Device device(name);
+        auto source = halfImage(device, 4, 3, 6);
+        std::vector<float> values(4 * 3 * 6);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = 0.37f * float(int(i) - 30);
+        source->writeBytes(values.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+        CommandQueue queue(device);
+        auto cb = queue.commandBuffer();
+        auto temporary = std::make_shared<TemporaryImage>(*cb, source->descriptor());
+        temporary->setReadCount(2);
+        CNNNeuronLinear linear(device, 2.0f, 1.0f);
+        linear.encode(*cb, source, temporary);          // half -> shadow -> half
+        ImagePtr first = linear.encode(*cb, temporary);  // returning: takes the source's format
+        EXPECT_EQ(temporary->readCount(), 1);
+        auto f32 = std::make_shared<Image>(device, ImageDescriptor::make(ImageFeatureChannelFormat::Float32, 4, 3, 6));
+        linear.encode(*cb, temporary, f32);
+        EXPECT_EQ(temporary->readCount(), 0);
+        cb->commit();
+        cb->waitUntilCompleted();
+        ASSERT_EQ(cb->status(), CommandBufferStatus::Completed) << cb->error();
+        EXPECT_EQ(first->featureChannelFormat(), ImageFeatureChannelFormat::Float16);
+        std::vector<float> got(values.size()), viaFirst(values.size());
+        f32->readBytes(got.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+        first->readBytes(viaFirst.data(), DataLayout::HeightxWidthxFeatureChannels, 0);
+        for (size_t i = 0; i < values.size(); ++i) {
+            const float x = halfBitsToFloat(floatToHalfBits(values[i]));
+            const float y = halfBitsToFloat(floatToHalfBits(2.0f * x + 1.0f));  // the temporary image
+            ASSERT_EQ(viaFirst[i], halfBitsToFloat(floatToHalfBits(2.0f * y + 1.0f))) << i;  // rounded to half
+            ASSERT_EQ(got[i], 2.0f * y + 1.0f) << i;                                          // float32
+        }
+    }
+}
+
+}  // namespace
+}  // namespace mpsgrad
