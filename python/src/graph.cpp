@@ -1,6 +1,7 @@
 // Bindings of the graph API (MPSNNGraphNodes.h, MPSNNGraph.h; cpp/mpsgrad/graph, docs/graph.md).
 #include "bindings.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_transpose.h"
 #include "graph/graph.h"
 
 namespace mpsgrad::python {
@@ -312,6 +313,33 @@ void bindTrainableNodes(py::module_& m) {
              py::arg("weights") = py::none(),
              "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)")
         MPSGRAD_TRAINING_STYLE(CNNConvolutionGradientNode);
+    // The transposed-convolution nodes: the forward node is not a CNNConvolutionNode here (its kernel
+    // is not a CNNConvolution); the gradient node is a CNNConvolutionGradientNode, as in MPS.
+    py::class_<CNNConvolutionTransposeGradientStateNode, CNNConvolutionGradientStateNode,
+               std::shared_ptr<CNNConvolutionTransposeGradientStateNode>>(
+        m, "CNNConvolutionTransposeGradientStateNode", "MPSCNNConvolutionTransposeGradientStateNode");
+    py::class_<CNNConvolutionTransposeNode, NNFilterNode, std::shared_ptr<CNNConvolutionTransposeNode>>(
+        m, "CNNConvolutionTransposeNode", "MPSCNNConvolutionTransposeNode")
+        .def(py::init([](const ImageNodePtr& source, const StateNodePtr& state, py::object weights) {
+                 return std::make_shared<CNNConvolutionTransposeNode>(
+                     source, state, std::make_shared<UpdatableConvolutionDataSource>(weights));
+             }),
+             py::arg("source"), py::arg("convolution_gradient_state"), py::arg("weights"),
+             "+nodeWithSource:convolutionGradientState:weights: (convolution_gradient_state: None, or a "
+             "CNNConvolutionNode's result state, which sizes the result like that convolution's source)")
+        MPSGRAD_TRAINING_STYLE(CNNConvolutionTransposeNode)
+        .def_readwrite("accumulator_precision", &CNNConvolutionTransposeNode::accumulatorPrecision);
+    py::class_<CNNConvolutionTransposeGradientNode, CNNConvolutionGradientNode,
+               std::shared_ptr<CNNConvolutionTransposeGradientNode>>(m, "CNNConvolutionTransposeGradientNode",
+                                                                     "MPSCNNConvolutionTransposeGradientNode")
+        .def(py::init([](const ImageNodePtr& g, const ImageNodePtr& x, const StateNodePtr& state, py::object weights) {
+                 std::shared_ptr<CNNConvolutionDataSource> ds;
+                 if (!weights.is_none()) ds = std::make_shared<UpdatableConvolutionDataSource>(weights);
+                 return std::make_shared<CNNConvolutionTransposeGradientNode>(g, x, state, ds);
+             }),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("convolution_transpose_gradient_state"),
+             py::arg("weights") = py::none(),
+             "+nodeWithSourceGradient:sourceImage:convolutionTransposeGradientState:weights: (None: the forward's)");
     // The fully connected nodes are convolution nodes (training_style etc. inherited).
     py::class_<CNNFullyConnectedNode, CNNConvolutionNode, std::shared_ptr<CNNFullyConnectedNode>>(
         m, "CNNFullyConnectedNode", "MPSCNNFullyConnectedNode")

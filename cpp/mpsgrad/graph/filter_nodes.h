@@ -132,15 +132,20 @@ public:
 
 protected:
     void createKernels(const Device& device) override;
-    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+    // The weights: the node's own, else the forward node's data source (the transpose node's
+    // override looks up the forward transposed convolution).
+    virtual std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+    // GPU style: the forward kernel's current weights (null without a forward kernel).
+    virtual std::shared_ptr<CNNConvolutionWeightsAndBiasesState> exportForwardWeights(CommandBuffer& cb);
+    // After an update: the forward and gradient kernels take `state` on `cb` (both non-null) or
+    // reload from the data source.
+    virtual void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
 
     std::shared_ptr<CNNConvolutionGradient> kernel_;  // a CNNFullyConnectedGradient for the FC node
+    std::shared_ptr<CNNConvolutionDataSource> weights_;
 
 private:
     CNNConvolutionNode* forwardConvolution() const;
-    void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
-
-    std::shared_ptr<CNNConvolutionDataSource> weights_;
 };
 
 // MPSCNNFullyConnectedNode (a MPSCNNConvolutionNode subclass): the forward kernel is a
