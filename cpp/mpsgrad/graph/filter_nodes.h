@@ -279,22 +279,18 @@ public:
 };
 
 // MPSCNNNeuronGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:descriptor:)
-class CNNNeuronGradientNode : public NNGradientFilterNode {
+class CNNNeuronGradientNode : public GradientKernelNode {
 public:
     CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                           const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor);
     const char* className() const override { return "CNNNeuronGradientNode"; }
     const NNNeuronDescriptor& descriptor() const { return descriptor_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 
 private:
     NNNeuronDescriptor descriptor_;
-    std::shared_ptr<CNNNeuronGradient> kernel_;
 };
 
 // ---- pooling -----------------------------------------------------------------------------------------
@@ -380,23 +376,19 @@ public:
 
 // ---- softmax -------------------------------------------------------------------------------------------
 // MPSCNNSoftMaxNode / MPSCNNLogSoftMaxNode (+nodeWithSource:)
-class CNNSoftMaxNode : public NNFilterNode {
+class CNNSoftMaxNode : public UnaryKernelNode {
 public:
     CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax = false);
     const char* className() const override { return log_ ? "CNNLogSoftMaxNode" : "CNNSoftMaxNode"; }
     bool isLogSoftMax() const { return log_; }
     bool gradientReadsResult() const override { return true; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     bool log_;
-    std::shared_ptr<CNNSoftMaxBase> kernel_;
 };
 
 // MPSCNNLogSoftMaxNode (+nodeWithSource:)
@@ -431,7 +423,7 @@ protected:
 
 // ---- upsampling ---------------------------------------------------------------------------------------
 // MPSCNNUpsamplingNearestNode / MPSCNNUpsamplingBilinearNode
-class CNNUpsamplingNode : public NNFilterNode {
+class CNNUpsamplingNode : public UnaryKernelNode {
 public:
     CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
                       bool alignCorners = false);
@@ -443,18 +435,14 @@ public:
     int64_t scaleFactorY() const { return sy_; }
     bool alignCorners() const { return align_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     bool bilinear_;
     int64_t sx_, sy_;
     bool align_;
-    std::shared_ptr<CNNUpsampling> kernel_;
 };
 
 // The upsampling gradient nodes' shared part (scale factors).
@@ -491,7 +479,7 @@ protected:
 
 // ---- dropout --------------------------------------------------------------------------------------------
 // MPSCNNDropoutNode (+nodeWithSource:[keepProbability:[seed:maskStrideInPixels:]])
-class CNNDropoutNode : public NNFilterNode {
+class CNNDropoutNode : public UnaryKernelNode {
 public:
     CNNDropoutNode(const ImageNodePtr& source, float keepProbability = 0.5f, uint64_t seed = 0,
                    Size3 maskStrideInPixels = {1, 1, 1});
@@ -500,39 +488,31 @@ public:
     uint64_t seed() const { return seed_; }
     Size3 maskStrideInPixels() const { return stride_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     float keep_;
     uint64_t seed_;
     Size3 stride_;
-    std::shared_ptr<CNNDropout> kernel_;
 };
 
 // MPSCNNDropoutGradientNode
-class CNNDropoutGradientNode : public NNGradientFilterNode {
+class CNNDropoutGradientNode : public GradientKernelNode {
 public:
     CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                            const StateNodePtr& gradientState, float keepProbability, uint64_t seed,
                            Size3 maskStrideInPixels);
     const char* className() const override { return "CNNDropoutGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 
 private:
     float keep_;
     uint64_t seed_;
     Size3 stride_;
-    std::shared_ptr<CNNDropoutGradient> kernel_;
 };
 
 // ---- reshape and pad (filter_nodes_shape.cpp) ---------------------------------------------------------
@@ -558,20 +538,14 @@ private:
 };
 
 // MPSNNReshapeGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
-class NNReshapeGradientNode : public NNGradientFilterNode {
+class NNReshapeGradientNode : public GradientKernelNode {
 public:
     NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                           const StateNodePtr& gradientState);
     const char* className() const override { return "NNReshapeGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
-
-private:
-    std::shared_ptr<NNReshapeGradient> kernel_;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // MPSNNPadNode (+nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:, fillValue)
@@ -599,20 +573,14 @@ private:
 };
 
 // MPSNNPadGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
-class NNPadGradientNode : public NNGradientFilterNode {
+class NNPadGradientNode : public GradientKernelNode {
 public:
     NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                       const StateNodePtr& gradientState);
     const char* className() const override { return "NNPadGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
-
-private:
-    std::shared_ptr<NNPadGradient> kernel_;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // ---- arithmetic ------------------------------------------------------------------------------------------

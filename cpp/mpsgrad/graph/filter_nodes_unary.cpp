@@ -70,19 +70,12 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> CNNNeuronNode::makeGradientNo
 
 CNNNeuronGradientNode::CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                              const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), descriptor_(descriptor) {
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), descriptor_(descriptor) {
     descriptor_.validate("descriptor");
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
 }
 
-void CNNNeuronGradientNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNNeuronGradient>(device, descriptor_);
-}
-
-NodeEncodeResult CNNNeuronGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                               const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNNeuronGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNNeuronGradient>(device, descriptor_);
 }
 
 // ---- pooling -----------------------------------------------------------------------------------------
@@ -186,21 +179,11 @@ std::shared_ptr<CNNGradientKernel> CNNPoolingGradientNode::makeKernel(const Devi
 // ---- softmax -----------------------------------------------------------------------------------------
 
 CNNSoftMaxNode::CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax)
-    : NNFilterNode({source}, {}), log_(logSoftmax) {
-    addResultState<NNGradientStateNode>();
-}
+    : UnaryKernelNode(source), log_(logSoftmax) {}
 
-void CNNSoftMaxNode::createKernels(const Device& device) {
-    if (log_)
-        kernel_ = std::make_shared<CNNLogSoftMax>(device);
-    else
-        kernel_ = std::make_shared<CNNSoftMax>(device);
-}
-
-NodeEncodeResult CNNSoftMaxNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                        const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNSoftMaxNode::makeKernel(const Device& device) {
+    if (log_) return std::make_shared<CNNLogSoftMax>(device);
+    return std::make_shared<CNNSoftMax>(device);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNSoftMaxNode::makeGradientNodes(const ImageNodePtr& g) {
@@ -227,22 +210,13 @@ void checkScale(int64_t sx, int64_t sy) {
 
 CNNUpsamplingNode::CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
                                      bool alignCorners)
-    : NNFilterNode({source}, {}), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
+    : UnaryKernelNode(source), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
     checkScale(sx_, sy_);
-    addResultState<NNGradientStateNode>();
 }
 
-void CNNUpsamplingNode::createKernels(const Device& device) {
-    if (bilinear_)
-        kernel_ = std::make_shared<CNNUpsamplingBilinear>(device, sx_, sy_, align_);
-    else
-        kernel_ = std::make_shared<CNNUpsamplingNearest>(device, sx_, sy_);
-}
-
-NodeEncodeResult CNNUpsamplingNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                           const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNUpsamplingNode::makeKernel(const Device& device) {
+    if (bilinear_) return std::make_shared<CNNUpsamplingBilinear>(device, sx_, sy_, align_);
+    return std::make_shared<CNNUpsamplingNearest>(device, sx_, sy_);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNUpsamplingNode::makeGradientNodes(const ImageNodePtr& g) {
@@ -269,18 +243,10 @@ std::shared_ptr<CNNGradientKernel> CNNUpsamplingBilinearGradientNode::makeKernel
 
 CNNDropoutNode::CNNDropoutNode(const ImageNodePtr& source, float keepProbability, uint64_t seed,
                                Size3 maskStrideInPixels)
-    : NNFilterNode({source}, {}), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {
-    addResultState<NNGradientStateNode>();
-}
+    : UnaryKernelNode(source), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {}
 
-void CNNDropoutNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
-}
-
-NodeEncodeResult CNNDropoutNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                        const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNDropoutNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNDropoutNode::makeGradientNodes(const ImageNodePtr& g) {
@@ -290,19 +256,11 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> CNNDropoutNode::makeGradientN
 CNNDropoutGradientNode::CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                                const StateNodePtr& gradientState, float keepProbability,
                                                uint64_t seed, Size3 maskStrideInPixels)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
-      stride_(maskStrideInPixels) {
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
-}
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
+      stride_(maskStrideInPixels) {}
 
-void CNNDropoutGradientNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);
-}
-
-NodeEncodeResult CNNDropoutGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                                const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNDropoutGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);
 }
 
 }  // namespace mpsgrad
