@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -4891,6 +4891,35 @@ class CNNConvolutionGradientNode(NNGradientFilterNode):
     @training_style.setter
     def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
+class CNNConvolutionTransposeGradientStateNode(CNNConvolutionGradientStateNode):
+    """
+    MPSCNNConvolutionTransposeGradientStateNode
+    """
+class CNNConvolutionTransposeNode(NNFilterNode):
+    """
+    MPSCNNConvolutionTransposeNode
+    """
+    accumulator_precision: NNConvolutionAccumulatorPrecisionOption
+    def __init__(self, source: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any) -> None:
+        """
+        +nodeWithSource:convolutionGradientState:weights: (convolution_gradient_state: None, or a CNNConvolutionNode's result state, which sizes the result like that convolution's source)
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNConvolutionTransposeGradientNode(CNNConvolutionGradientNode):
+    """
+    MPSCNNConvolutionTransposeGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_transpose_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:convolutionTransposeGradientState:weights: (None: the forward's)
+        """
 class CNNFullyConnectedNode(CNNConvolutionNode):
     """
     MPSCNNFullyConnectedNode
@@ -5042,6 +5071,17 @@ class CNNNeuronGeLUNode(CNNNeuronNode):
     """
     def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         ...
+class CNNNeuronPReLUNode(CNNNeuronNode):
+    """
+    MPSCNNNeuronPReLUNode: x >= 0 ? x : a[channel] * x
+    """
+    def __init__(self, source: NNImageNode, a_data: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        +nodeWithSource:aData: (one slope per feature channel)
+        """
+    @property
+    def a_data(self) -> list[float]:
+        ...
 class CNNNeuronGradientNode(NNGradientFilterNode):
     """
     MPSCNNNeuronGradientNode
@@ -5070,17 +5110,84 @@ class CNNPoolingGradientNode(NNGradientFilterNode):
     """
     def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kind: PoolingKind, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNPoolingMaxGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNPoolingAverageGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNPoolingL2NormGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNDilatedPoolingMaxGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNDilatedPoolingMaxGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        ...strideInPixelsY:dilationRateX:dilationRateY:paddingPolicy:
+        """
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
 class CNNSoftMaxNode(NNFilterNode):
     """
     MPSCNNSoftMaxNode
     """
     def __init__(self, source: NNImageNode) -> None:
         ...
+class CNNLogSoftMaxNode(CNNSoftMaxNode):
+    """
+    MPSCNNLogSoftMaxNode
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        """
+        +nodeWithSource:
+        """
 class CNNSoftMaxGradientNode(NNGradientFilterNode):
     """
-    MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode (log_softmax)
+    MPSCNNSoftMaxGradientNode (source_image: the forward result)
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, log_softmax: bool = False) -> None:
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        ...
+class CNNLogSoftMaxGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNLogSoftMaxGradientNode (source_image: the forward result)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
         ...
 class CNNUpsamplingNode(NNFilterNode):
     """
@@ -5088,10 +5195,30 @@ class CNNUpsamplingNode(NNFilterNode):
     """
 class CNNUpsamplingGradientNode(NNGradientFilterNode):
     """
+    the upsampling gradient nodes' base (scale factors)
+    """
+    @property
+    def scale_factor_x(self) -> int:
+        ...
+    @property
+    def scale_factor_y(self) -> int:
+        ...
+class CNNUpsamplingNearestGradientNode(CNNUpsamplingGradientNode):
+    """
     MPSCNNUpsampling*GradientNode
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, bilinear: bool, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
+        """
+class CNNUpsamplingBilinearGradientNode(CNNUpsamplingGradientNode):
+    """
+    MPSCNNUpsampling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
+        """
 class CNNDropoutNode(NNFilterNode):
     """
     MPSCNNDropoutNode
@@ -5143,6 +5270,30 @@ class NNArithmeticGradientNode(NNGradientFilterNode):
     @property
     def is_secondary_source_filter(self) -> bool:
         ...
+class NNAdditionGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
+class NNSubtractionGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
+class NNMultiplicationGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
 class CNNLossNode(NNFilterNode):
     """
     MPSCNNLossNode
@@ -5220,6 +5371,374 @@ class NNPadGradientNode(NNGradientFilterNode):
         """
         +nodeWithSourceGradient:sourceImage:gradientState:
         """
+class CNNNormalizationNode(NNFilterNode):
+    """
+    MPSCNNNormalizationNode (abstract): alpha, beta, delta [1, 5, 1]
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNSpatialNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNSpatialNormalizationNode
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNLocalContrastNormalizationNode; the node's defaults differ from the kernel's: alpha 1, beta 0.5, delta 2^-10, p0 1, pm 0, ps 1
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        ...
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        ...
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        ...
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNCrossChannelNormalizationNode
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def kernel_size_in_feature_channels(self) -> int:
+        ...
+class CNNLocalNormalizationGradientNode(NNGradientFilterNode):
+    """
+    the local normalization gradient nodes' base: alpha, beta, delta (the builders copy the forward node's; a gradient node whose parameters differ from the forward pass's is refused at encode)
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNSpatialNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNSpatialNormalizationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
+        """
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNLocalContrastNormalizationGradientNode (parameters default to the forward node's defaults)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        ...
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        ...
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        ...
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNCrossChannelNormalizationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
+        """
+    @property
+    def kernel_size(self) -> int:
+        ...
+class NNUnaryReductionNode(NNFilterNode):
+    """
+    MPSNNUnaryReductionNode (abstract)
+    """
+    @property
+    def clip_rect_source(self) -> Region:
+        """
+        MPSNNUnaryReductionNode.clipRectSource [no clip]: the source region reduced
+        """
+    @clip_rect_source.setter
+    def clip_rect_source(self, arg1: typing.Any) -> None:
+        ...
+class NNReductionSpatialMeanNode(NNUnaryReductionNode):
+    """
+    MPSNNReductionSpatialMeanNode
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        """
+        +nodeWithSource:
+        """
+class NNReductionSpatialMeanGradientNode(NNGradientFilterNode):
+    """
+    MPSNNReductionSpatialMeanGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+class NNGramMatrixCalculationNode(NNFilterNode):
+    """
+    MPSNNGramMatrixCalculationNode
+    """
+    def __init__(self, source: NNImageNode, alpha: typing.SupportsFloat = 1.0) -> None:
+        """
+        +nodeWithSource:[alpha:]
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNGramMatrixCalculationGradientNode(NNGradientFilterNode):
+    """
+    MPSNNGramMatrixCalculationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, alpha: typing.SupportsFloat = 1.0) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:[alpha:]
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNForwardLossNode(NNFilterNode):
+    """
+    MPSNNForwardLossNode: the loss (labels and weights are images)
+    """
+    @staticmethod
+    def node_with_sources(sources: collections.abc.Sequence[NNImageNode], loss_descriptor: CNNLossDescriptor) -> NNForwardLossNode:
+        """
+        +nodeWithSources:lossDescriptor: ([predictions, labels(, weights)])
+        """
+    def __init__(self, source: NNImageNode, labels: NNImageNode, loss_descriptor: CNNLossDescriptor, weights: NNImageNode = None) -> None:
+        """
+        +nodeWithSource:labels:[weights:]lossDescriptor:
+        """
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
+class NNLossGradientNode(NNGradientFilterNode):
+    """
+    MPSNNLossGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, labels: NNImageNode, weights: NNImageNode, gradient_state: NNStateNode, loss_descriptor: CNNLossDescriptor, is_labels_gradient_filter: bool = False) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:labels:weights:gradientState:lossDescriptor:isLabelsGradientFilter: (weights and gradient_state may be None)
+        """
+    @property
+    def is_labels_gradient_filter(self) -> bool:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+class CNNInstanceNormalizationNode(NNFilterNode):
+    """
+    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
+        """
+        +nodeWithSource:dataSource:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNInstanceNormalizationGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNGroupNormalizationNode(NNFilterNode):
+    """
+    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
+        """
+        +nodeWithSource:dataSource:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNGroupNormalizationGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
 class NNGraph:
     """
     MPSNNGraph
@@ -5289,10 +5808,6 @@ def CNNDepthWiseConvolutionDescriptor(kernel_width: typing.SupportsInt | typing.
 def CNNDilatedPoolingMaxNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, dilation_rate: typing.SupportsInt | typing.SupportsIndex) -> CNNPoolingNode:
     """
     MPSCNNDilatedPoolingMaxNode +nodeWithSource:filterSize:stride:dilationRate:
-    """
-def CNNLogSoftMaxNode(source: NNImageNode) -> CNNSoftMaxNode:
-    """
-    MPSCNNLogSoftMaxNode +nodeWithSource:
     """
 def CNNPoolingAverageNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
     """

@@ -1,9 +1,15 @@
 // Bindings of the graph API (MPSNNGraphNodes.h, MPSNNGraph.h; cpp/mpsgrad/graph, docs/graph.md).
 #include "bindings.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_transpose.h"
 #include "graph/graph.h"
 
 namespace mpsgrad::python {
+
+void bindNormalizationNodes(py::module_& m);  // graph_normalization.cpp
+void bindLossNodes(py::module_& m);           // graph_loss.cpp
+void bindGroupNormalizationNodes(py::module_& m);  // graph_groups.cpp
+
 namespace {
 
 // @protocol MPSHandle: any Python object with label (a method or an attribute).
@@ -154,6 +160,39 @@ void bindNeuronNode(py::module_& m, const char* name) {
              py::arg("source"), py::arg("a") = defaults.a, py::arg("b") = defaults.b, py::arg("c") = defaults.c);
 }
 
+// The per-kind pooling gradient node classes (...kernelWidth:kernelHeight:strideInPixelsX:
+// strideInPixelsY:paddingPolicy:).
+template <class Node>
+void bindPoolingGradientNode(py::module_& m, const char* name) {
+    py::class_<Node, CNNPoolingGradientNode, std::shared_ptr<Node>>(m, name, "MPSCNNPooling*GradientNode")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, int64_t, int64_t, int64_t,
+                      int64_t, std::shared_ptr<NNPadding>>(),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"), py::arg("kernel_width"),
+             py::arg("kernel_height"), py::arg("stride_in_pixels_x"), py::arg("stride_in_pixels_y"),
+             py::arg("padding_policy") = nullptr,
+             "+nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:"
+             "strideInPixelsY:paddingPolicy:");
+}
+
+template <class Node>
+void bindUpsamplingGradientNode(py::module_& m, const char* name) {
+    py::class_<Node, CNNUpsamplingGradientNode, std::shared_ptr<Node>>(m, name, "MPSCNNUpsampling*GradientNode")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, int64_t, int64_t>(),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"),
+             py::arg("scale_factor_x"), py::arg("scale_factor_y"),
+             "+nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:");
+}
+
+template <class Node>
+void bindArithmeticGradientNode(py::module_& m, const char* name) {
+    py::class_<Node, NNArithmeticGradientNode, std::shared_ptr<Node>>(m, name, "MPSNN*GradientNode (arithmetic)")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, bool>(),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"),
+             py::arg("is_secondary_source_filter"),
+             "+nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other "
+             "forward operand)");
+}
+
 GradientNodeHandler toNodeHandler(const py::object& handler) {
     if (handler.is_none()) return nullptr;
     if (!PyCallable_Check(handler.ptr()))
@@ -274,6 +313,33 @@ void bindTrainableNodes(py::module_& m) {
              py::arg("weights") = py::none(),
              "+nodeWithSourceGradient:sourceImage:convolutionGradientState:weights: (None: the forward's)")
         MPSGRAD_TRAINING_STYLE(CNNConvolutionGradientNode);
+    // The transposed-convolution nodes: the forward node is not a CNNConvolutionNode here (its kernel
+    // is not a CNNConvolution); the gradient node is a CNNConvolutionGradientNode, as in MPS.
+    py::class_<CNNConvolutionTransposeGradientStateNode, CNNConvolutionGradientStateNode,
+               std::shared_ptr<CNNConvolutionTransposeGradientStateNode>>(
+        m, "CNNConvolutionTransposeGradientStateNode", "MPSCNNConvolutionTransposeGradientStateNode");
+    py::class_<CNNConvolutionTransposeNode, NNFilterNode, std::shared_ptr<CNNConvolutionTransposeNode>>(
+        m, "CNNConvolutionTransposeNode", "MPSCNNConvolutionTransposeNode")
+        .def(py::init([](const ImageNodePtr& source, const StateNodePtr& state, py::object weights) {
+                 return std::make_shared<CNNConvolutionTransposeNode>(
+                     source, state, std::make_shared<UpdatableConvolutionDataSource>(weights));
+             }),
+             py::arg("source"), py::arg("convolution_gradient_state"), py::arg("weights"),
+             "+nodeWithSource:convolutionGradientState:weights: (convolution_gradient_state: None, or a "
+             "CNNConvolutionNode's result state, which sizes the result like that convolution's source)")
+        MPSGRAD_TRAINING_STYLE(CNNConvolutionTransposeNode)
+        .def_readwrite("accumulator_precision", &CNNConvolutionTransposeNode::accumulatorPrecision);
+    py::class_<CNNConvolutionTransposeGradientNode, CNNConvolutionGradientNode,
+               std::shared_ptr<CNNConvolutionTransposeGradientNode>>(m, "CNNConvolutionTransposeGradientNode",
+                                                                     "MPSCNNConvolutionTransposeGradientNode")
+        .def(py::init([](const ImageNodePtr& g, const ImageNodePtr& x, const StateNodePtr& state, py::object weights) {
+                 std::shared_ptr<CNNConvolutionDataSource> ds;
+                 if (!weights.is_none()) ds = std::make_shared<UpdatableConvolutionDataSource>(weights);
+                 return std::make_shared<CNNConvolutionTransposeGradientNode>(g, x, state, ds);
+             }),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("convolution_transpose_gradient_state"),
+             py::arg("weights") = py::none(),
+             "+nodeWithSourceGradient:sourceImage:convolutionTransposeGradientState:weights: (None: the forward's)");
     // The fully connected nodes are convolution nodes (training_style etc. inherited).
     py::class_<CNNFullyConnectedNode, CNNConvolutionNode, std::shared_ptr<CNNFullyConnectedNode>>(
         m, "CNNFullyConnectedNode", "MPSCNNFullyConnectedNode")
@@ -338,6 +404,14 @@ void bindFamilyNodes(py::module_& m) {
     bindNeuronNode<int(CNNNeuronType::Exponential)>(m, "CNNNeuronExponentialNode");
     bindNeuronNode<int(CNNNeuronType::Logarithm)>(m, "CNNNeuronLogarithmNode");
     bindNeuronNode<int(CNNNeuronType::GeLU)>(m, "CNNNeuronGeLUNode");
+    py::class_<CNNNeuronPReLUNode, CNNNeuronNode, std::shared_ptr<CNNNeuronPReLUNode>>(
+        m, "CNNNeuronPReLUNode", "MPSCNNNeuronPReLUNode: x >= 0 ? x : a[channel] * x")
+        .def(py::init([](const ImageNodePtr& source, std::vector<float> aData) {
+                 if (aData.empty()) throwValueError("a_data: PReLU needs at least one per-channel slope");
+                 return std::make_shared<CNNNeuronPReLUNode>(source, std::move(aData));
+             }),
+             py::arg("source"), py::arg("a_data"), "+nodeWithSource:aData: (one slope per feature channel)")
+        .def_property_readonly("a_data", [](const CNNNeuronPReLUNode& n) { return n.descriptor().data; });
     py::class_<CNNNeuronGradientNode, NNGradientFilterNode, std::shared_ptr<CNNNeuronGradientNode>>(
         m, "CNNNeuronGradientNode", "MPSCNNNeuronGradientNode")
         .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, const NNNeuronDescriptor&>(),
@@ -385,18 +459,41 @@ void bindFamilyNodes(py::module_& m) {
              py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"), py::arg("kind"),
              py::arg("kernel_width"), py::arg("kernel_height"), py::arg("stride_in_pixels_x"),
              py::arg("stride_in_pixels_y"), py::arg("padding_policy") = nullptr, py::arg("dilation_rate_x") = 1,
-             py::arg("dilation_rate_y") = 1);
+             py::arg("dilation_rate_y") = 1)
+        .def_property_readonly("kind", &CNNPoolingGradientNode::kind)
+        .def_property_readonly("kernel_width", &CNNPoolingGradientNode::kernelWidth)
+        .def_property_readonly("kernel_height", &CNNPoolingGradientNode::kernelHeight)
+        .def_property_readonly("stride_in_pixels_x", &CNNPoolingGradientNode::strideInPixelsX)
+        .def_property_readonly("stride_in_pixels_y", &CNNPoolingGradientNode::strideInPixelsY);
+    bindPoolingGradientNode<CNNPoolingMaxGradientNode>(m, "CNNPoolingMaxGradientNode");
+    bindPoolingGradientNode<CNNPoolingAverageGradientNode>(m, "CNNPoolingAverageGradientNode");
+    bindPoolingGradientNode<CNNPoolingL2NormGradientNode>(m, "CNNPoolingL2NormGradientNode");
+    py::class_<CNNDilatedPoolingMaxGradientNode, CNNPoolingGradientNode,
+               std::shared_ptr<CNNDilatedPoolingMaxGradientNode>>(m, "CNNDilatedPoolingMaxGradientNode",
+                                                                   "MPSCNNDilatedPoolingMaxGradientNode")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, int64_t, int64_t, int64_t,
+                      int64_t, int64_t, int64_t, std::shared_ptr<NNPadding>>(),
+             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"), py::arg("kernel_width"),
+             py::arg("kernel_height"), py::arg("stride_in_pixels_x"), py::arg("stride_in_pixels_y"),
+             py::arg("dilation_rate_x"), py::arg("dilation_rate_y"), py::arg("padding_policy") = nullptr,
+             "...strideInPixelsY:dilationRateX:dilationRateY:paddingPolicy:")
+        .def_property_readonly("dilation_rate_x", &CNNDilatedPoolingMaxGradientNode::dilationRateX)
+        .def_property_readonly("dilation_rate_y", &CNNDilatedPoolingMaxGradientNode::dilationRateY);
 
     py::class_<CNNSoftMaxNode, NNFilterNode, std::shared_ptr<CNNSoftMaxNode>>(m, "CNNSoftMaxNode", "MPSCNNSoftMaxNode")
         .def(py::init([](const ImageNodePtr& s) { return std::make_shared<CNNSoftMaxNode>(s, false); }),
              py::arg("source"));
-    m.def("CNNLogSoftMaxNode", [](const ImageNodePtr& s) { return std::make_shared<CNNSoftMaxNode>(s, true); },
-          py::arg("source"), "MPSCNNLogSoftMaxNode +nodeWithSource:");
+    py::class_<CNNLogSoftMaxNode, CNNSoftMaxNode, std::shared_ptr<CNNLogSoftMaxNode>>(m, "CNNLogSoftMaxNode",
+                                                                                     "MPSCNNLogSoftMaxNode")
+        .def(py::init<const ImageNodePtr&>(), py::arg("source"), "+nodeWithSource:");
     py::class_<CNNSoftMaxGradientNode, NNGradientFilterNode, std::shared_ptr<CNNSoftMaxGradientNode>>(
-        m, "CNNSoftMaxGradientNode", "MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode (log_softmax)")
-        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, bool>(),
-             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"),
-             py::arg("log_softmax") = false);
+        m, "CNNSoftMaxGradientNode", "MPSCNNSoftMaxGradientNode (source_image: the forward result)")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&>(), py::arg("source_gradient"),
+             py::arg("source_image"), py::arg("gradient_state"));
+    py::class_<CNNLogSoftMaxGradientNode, NNGradientFilterNode, std::shared_ptr<CNNLogSoftMaxGradientNode>>(
+        m, "CNNLogSoftMaxGradientNode", "MPSCNNLogSoftMaxGradientNode (source_image: the forward result)")
+        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&>(), py::arg("source_gradient"),
+             py::arg("source_image"), py::arg("gradient_state"));
 
     py::class_<CNNUpsamplingNode, NNFilterNode, std::shared_ptr<CNNUpsamplingNode>>(m, "CNNUpsamplingNode",
                                                                                    "MPSCNNUpsampling*Node");
@@ -410,10 +507,11 @@ void bindFamilyNodes(py::module_& m) {
           py::arg("source"), py::arg("integer_scale_factor_x"), py::arg("integer_scale_factor_y"),
           py::arg("align_corners") = false);
     py::class_<CNNUpsamplingGradientNode, NNGradientFilterNode, std::shared_ptr<CNNUpsamplingGradientNode>>(
-        m, "CNNUpsamplingGradientNode", "MPSCNNUpsampling*GradientNode")
-        .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&, bool, int64_t, int64_t>(),
-             py::arg("source_gradient"), py::arg("source_image"), py::arg("gradient_state"), py::arg("bilinear"),
-             py::arg("scale_factor_x"), py::arg("scale_factor_y"));
+        m, "CNNUpsamplingGradientNode", "the upsampling gradient nodes' base (scale factors)")
+        .def_property_readonly("scale_factor_x", &CNNUpsamplingGradientNode::scaleFactorX)
+        .def_property_readonly("scale_factor_y", &CNNUpsamplingGradientNode::scaleFactorY);
+    bindUpsamplingGradientNode<CNNUpsamplingNearestGradientNode>(m, "CNNUpsamplingNearestGradientNode");
+    bindUpsamplingGradientNode<CNNUpsamplingBilinearGradientNode>(m, "CNNUpsamplingBilinearGradientNode");
 
     py::class_<CNNDropoutNode, NNFilterNode, std::shared_ptr<CNNDropoutNode>>(m, "CNNDropoutNode", "MPSCNNDropoutNode")
         .def(py::init([](const ImageNodePtr& s, double keep, uint64_t seed, std::tuple<uint64_t, uint64_t, uint64_t> st) {
@@ -448,6 +546,9 @@ void bindFamilyNodes(py::module_& m) {
     py::class_<NNArithmeticGradientNode, NNGradientFilterNode, std::shared_ptr<NNArithmeticGradientNode>>(
         m, "NNArithmeticGradientNode", "MPSNNArithmeticGradientNode (source_image: the other forward operand)")
         .def_property_readonly("is_secondary_source_filter", &NNArithmeticGradientNode::isSecondarySourceFilter);
+    bindArithmeticGradientNode<NNAdditionGradientNode>(m, "NNAdditionGradientNode");
+    bindArithmeticGradientNode<NNSubtractionGradientNode>(m, "NNSubtractionGradientNode");
+    bindArithmeticGradientNode<NNMultiplicationGradientNode>(m, "NNMultiplicationGradientNode");
 
     py::class_<CNNLossNode, NNFilterNode, std::shared_ptr<CNNLossNode>>(m, "CNNLossNode", "MPSCNNLossNode")
         .def(py::init<const ImageNodePtr&, const CNNLossDescriptor&>(), py::arg("source"),
@@ -598,6 +699,9 @@ void bindGraph(py::module_& m) {
     bindTrainableNodes(m);
     bindFamilyNodes(m);
     bindShapeNodes(m);
+    bindNormalizationNodes(m);
+    bindLossNodes(m);
+    bindGroupNormalizationNodes(m);
     bindNNGraph(m);
 }
 

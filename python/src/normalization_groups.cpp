@@ -376,6 +376,16 @@ void bindGroupNormalization(py::module_& m) {
 
 }  // namespace
 
+std::shared_ptr<CNNInstanceNormalizationDataSource> toInstanceNormalizationDataSource(py::object object) {
+    return toDataSource<CNNInstanceNormalizationDataSource, PythonInstanceNormalizationDataSource>(
+        std::move(object), "CNNInstanceNormalizationDataSource");
+}
+
+std::shared_ptr<CNNGroupNormalizationDataSource> toGroupNormalizationDataSource(py::object object) {
+    return toDataSource<CNNGroupNormalizationDataSource, PythonGroupNormalizationDataSource>(
+        std::move(object), "CNNGroupNormalizationDataSource");
+}
+
 void bindNormalizationGroups(py::module_& m) {
     bindInstanceNormalization(m);
     bindGroupNormalization(m);

@@ -9,6 +9,9 @@
 
 #include "core/command_buffer.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_groups.h"
+#include "graph/filter_nodes_loss.h"
+#include "graph/filter_nodes_normalization.h"
 #include "graph/graph.h"
 
 namespace mpsgrad {
@@ -135,6 +138,38 @@ TEST(Graph, MisuseIsRefused) {
     EXPECT_THROW(graph.encodeBatch(*cb, {}), std::exception);  // no source batch
     auto gradient = relu->gradientFilterWithSource(std::make_shared<NNImageNode>());
     EXPECT_THROW(gradient->gradientFilterWithSource(source), std::exception);  // no gradient of a gradient
+}
+
+// The gradient builders create MPS's per-type gradient classes (C++ types, not only names).
+TEST(Graph, GradientBuildersCreateTheMpsClasses) {
+    auto x = std::make_shared<NNImageNode>();
+    auto g = std::make_shared<NNImageNode>();
+    auto pool = std::make_shared<CNNPoolingNode>(x, PoolingKind::L2Norm, 2, 2, 2, 2);
+    EXPECT_NE(std::dynamic_pointer_cast<CNNPoolingL2NormGradientNode>(pool->gradientFilterWithSource(g)), nullptr);
+    auto up = std::make_shared<CNNUpsamplingNode>(x, true, 2, 2);
+    EXPECT_NE(std::dynamic_pointer_cast<CNNUpsamplingBilinearGradientNode>(up->gradientFilterWithSource(g)), nullptr);
+    auto logSoftMax = std::make_shared<CNNLogSoftMaxNode>(x);
+    EXPECT_NE(std::dynamic_pointer_cast<CNNLogSoftMaxGradientNode>(logSoftMax->gradientFilterWithSource(g)), nullptr);
+    auto mul = std::make_shared<NNBinaryArithmeticNode>(std::vector<ImageNodePtr>{x, g}, kArithmeticMultiply);
+    for (const auto& node : mul->gradientFiltersWithSource(g))
+        EXPECT_NE(std::dynamic_pointer_cast<NNMultiplicationGradientNode>(node), nullptr);
+    auto lcn = std::make_shared<CNNLocalContrastNormalizationNode>(x, 3);
+    EXPECT_EQ(lcn->parameters.alpha, 1.0f);  // the node's default, not the kernel's 0
+    auto lcnGradient = std::dynamic_pointer_cast<CNNLocalContrastNormalizationGradientNode>(
+        lcn->gradientFilterWithSource(g));
+    ASSERT_NE(lcnGradient, nullptr);
+    EXPECT_EQ(lcnGradient->parameters, lcn->parameters);
+    auto gram = std::make_shared<NNGramMatrixCalculationNode>(x, 0.5f);
+    auto gramGradient = std::dynamic_pointer_cast<NNGramMatrixCalculationGradientNode>(gram->gradientFilterWithSource(g));
+    ASSERT_NE(gramGradient, nullptr);
+    EXPECT_EQ(gramGradient->alpha, 0.5f);
+    auto loss = std::make_shared<NNForwardLossNode>(std::vector<ImageNodePtr>{x, g},
+                                                    CNNLossDescriptor::make(CNNLossType::MeanSquaredError,
+                                                                            CNNReductionType::Sum));
+    EXPECT_NE(std::dynamic_pointer_cast<NNLossGradientNode>(loss->gradientFilterWithSource(g)), nullptr);
+    auto in = std::make_shared<CNNInstanceNormalizationNode>(
+        x, std::make_shared<CNNInstanceNormalizationWeightsDataSource>(std::vector<float>{1, 1}, std::vector<float>{0, 0}));
+    EXPECT_NE(std::dynamic_pointer_cast<CNNInstanceNormalizationGradientNode>(in->gradientFilterWithSource(g)), nullptr);
 }
 
 }  // namespace

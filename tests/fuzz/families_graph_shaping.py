@@ -10,7 +10,8 @@ from fuzz_support import Context, check_close, family, random_array, run
 
 
 # ---------------------------------------------------------------------------------------------
-# graph: a random chain of neuron nodes (optionally a residual addition), its inference result and
+# graph: a random chain of neuron nodes (optionally a residual addition, a pad node, a fully connected,
+# spatial-mean or Gram-matrix head), its inference result and
 # the input gradient of its training graph (MSE, reduction SUM) against NumPy; misused sources
 
 
@@ -54,7 +55,21 @@ def graph_ops(r: random.Random, ctx: Context):
             m.CNNConvolutionDescriptor(wp, hp, c, fc_out), wf, bf))
         fc.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
         image = fc.result_image
-    t = random_array(r, n, 1, 1, fc_out) if fc_out else random_array(r, n, hp, wp, c)
+    # Otherwise sometimes a reduction head: the spatial mean or a Gram matrix (alpha random).
+    head = r.choice(["mean", "gram", None, None]) if not fc_out else None
+    alpha = r.uniform(0.1, 2.0)
+    if head == "mean":
+        image = m.NNReductionSpatialMeanNode(image).result_image
+    elif head == "gram":
+        image = m.NNGramMatrixCalculationNode(image, alpha=alpha).result_image
+    if fc_out:
+        t = random_array(r, n, 1, 1, fc_out)
+    elif head == "mean":
+        t = random_array(r, n, 1, 1, c)
+    elif head == "gram":
+        t = random_array(r, n, 1, c, c)
+    else:
+        t = random_array(r, n, hp, wp, c)
 
     # forward and dL/dX in float64
     values = [x.astype(np.float64)]
@@ -71,6 +86,16 @@ def graph_ops(r: random.Random, ctx: Context):
         y_fc = np.einsum("nhwc,ohwc->no", y, wf64)[:, None, None, :] + bf
         g = np.einsum("no,ohwc->nhwc", 2 * (y_fc - t)[:, 0, 0, :], wf64)
         y = y_fc
+    elif head == "mean":
+        y_mean = y.mean(axis=(1, 2), keepdims=True)
+        g = np.broadcast_to(2 * (y_mean - t) / (hp * wp), y.shape).copy()
+        y = y_mean
+    elif head == "gram":
+        flat = y.reshape(n, hp * wp, c)
+        gram = alpha * np.einsum("npf,npc->nfc", flat, flat)
+        gr = 2 * (gram - t[:, 0])  # dL/dG, (n, f, c)
+        g = (alpha * np.einsum("npc,nfc->npf", flat, gr + gr.transpose(0, 2, 1))).reshape(y.shape)
+        y = gram[:, None]
     else:
         g = 2 * (y - t)
     if padded:  # the pad gradient: each copy's gradient summed back into its source pixel

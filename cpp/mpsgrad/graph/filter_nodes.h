@@ -27,6 +27,41 @@ NodeEncodeResult encodeUnaryKernel(CNNKernel& kernel, NodeEncodeContext& ctx, co
 NodeEncodeResult encodeGradientKernel(CNNGradientKernel& kernel, NodeEncodeContext& ctx,
                                       const std::vector<ImageBatch>& images, const std::vector<StateBatch>& states);
 
+// A forward node that runs one kernel with the returning encode form; its result state is an
+// NNGradientStateNode. A subclass says which kernel (makeKernel), what to copy into it before each
+// encode (configureKernel) and which gradient node differentiates it (makeGradientNodes).
+class UnaryKernelNode : public NNFilterNode {
+public:
+    explicit UnaryKernelNode(const ImageNodePtr& source);  // (abstract: makeKernel)
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) final { kernel_ = makeKernel(device); }
+    virtual std::shared_ptr<CNNKernel> makeKernel(const Device& device) = 0;
+    virtual void configureKernel(CNNKernel& kernel) { (void)kernel; }
+
+    std::shared_ptr<CNNKernel> kernel_;
+};
+
+// A gradient node that runs one gradient kernel on [sourceGradient, sourceImage] with the forward
+// node's result state (an NNGradientStateNode).
+class GradientKernelNode : public NNGradientFilterNode {
+public:
+    // (abstract: makeKernel)
+    GradientKernelNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                       const StateNodePtr& gradientState);
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+
+protected:
+    void createKernels(const Device& device) final { kernel_ = makeKernel(device); }
+    virtual std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) = 0;
+    virtual void configureKernel(CNNGradientKernel& kernel) { (void)kernel; }
+
+    std::shared_ptr<CNNGradientKernel> kernel_;
+};
+
 // ---- convolution ---------------------------------------------------------------------------------
 // Data sources that can take a training step (the optional update methods of
 // MPSCNNConvolutionDataSource). The graph calls them for trainable convolution gradient nodes.
@@ -97,15 +132,20 @@ public:
 
 protected:
     void createKernels(const Device& device) override;
-    std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+    // The weights: the node's own, else the forward node's data source (the transpose node's
+    // override looks up the forward transposed convolution).
+    virtual std::shared_ptr<CNNConvolutionDataSource> dataSource() const;
+    // GPU style: the forward kernel's current weights (null without a forward kernel).
+    virtual std::shared_ptr<CNNConvolutionWeightsAndBiasesState> exportForwardWeights(CommandBuffer& cb);
+    // After an update: the forward and gradient kernels take `state` on `cb` (both non-null) or
+    // reload from the data source.
+    virtual void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
 
     std::shared_ptr<CNNConvolutionGradient> kernel_;  // a CNNFullyConnectedGradient for the FC node
+    std::shared_ptr<CNNConvolutionDataSource> weights_;
 
 private:
     CNNConvolutionNode* forwardConvolution() const;
-    void reloadKernels(CommandBuffer* cb, const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state);
-
-    std::shared_ptr<CNNConvolutionDataSource> weights_;
 };
 
 // MPSCNNFullyConnectedNode (a MPSCNNConvolutionNode subclass): the forward kernel is a
@@ -230,23 +270,27 @@ private:
     std::shared_ptr<CNNNeuron> kernel_;
 };
 
+// MPSCNNNeuronPReLUNode (+nodeWithSource:aData:): one slope per feature channel (or one per
+// channel of the image), as CNNNeuronPReLU takes them.
+class CNNNeuronPReLUNode final : public CNNNeuronNode {
+public:
+    CNNNeuronPReLUNode(const ImageNodePtr& source, std::vector<float> aData)
+        : CNNNeuronNode(source, NNNeuronDescriptor::preluWithData(std::move(aData)), "CNNNeuronPReLUNode") {}
+};
+
 // MPSCNNNeuronGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:descriptor:)
-class CNNNeuronGradientNode : public NNGradientFilterNode {
+class CNNNeuronGradientNode : public GradientKernelNode {
 public:
     CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                           const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor);
     const char* className() const override { return "CNNNeuronGradientNode"; }
     const NNNeuronDescriptor& descriptor() const { return descriptor_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 
 private:
     NNNeuronDescriptor descriptor_;
-    std::shared_ptr<CNNNeuronGradient> kernel_;
 };
 
 // ---- pooling -----------------------------------------------------------------------------------------
@@ -279,8 +323,9 @@ private:
     std::shared_ptr<CNNPooling> kernel_;
 };
 
-// MPSCNNPoolingGradientNode and its Max / Average / L2Norm / DilatedMax subclasses.
-class CNNPoolingGradientNode : public NNGradientFilterNode {
+// MPSCNNPoolingGradientNode (abstract in MPS) and its Max / Average / L2Norm / DilatedMax
+// subclasses, which the forward pooling nodes' gradient builders create.
+class CNNPoolingGradientNode : public GradientKernelNode {
 public:
     CNNPoolingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                            const StateNodePtr& gradientState, PoolingKind kind, int64_t kernelWidth,
@@ -292,61 +337,93 @@ public:
     int64_t kernelHeight() const { return kh_; }
     int64_t strideInPixelsX() const { return sx_; }
     int64_t strideInPixelsY() const { return sy_; }
-
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
+    int64_t dilationRateX() const { return dx_; }
+    int64_t dilationRateY() const { return dy_; }
 
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 
 private:
     PoolingKind kind_;
     int64_t kw_, kh_, sx_, sy_, dx_, dy_;
-    std::shared_ptr<CNNPoolingGradient> kernel_;
+};
+
+// +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:
+// strideInPixelsY:paddingPolicy: of the Max / Average / L2Norm gradient nodes.
+template <PoolingKind Kind>
+class CNNPoolingGradientNodeOf final : public CNNPoolingGradientNode {
+public:
+    CNNPoolingGradientNodeOf(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                             const StateNodePtr& gradientState, int64_t kernelWidth, int64_t kernelHeight,
+                             int64_t strideX, int64_t strideY, std::shared_ptr<NNPadding> paddingPolicy)
+        : CNNPoolingGradientNode(sourceGradient, sourceImage, gradientState, Kind, kernelWidth, kernelHeight, strideX,
+                                 strideY, std::move(paddingPolicy)) {}
+};
+using CNNPoolingMaxGradientNode = CNNPoolingGradientNodeOf<PoolingKind::Max>;
+using CNNPoolingAverageGradientNode = CNNPoolingGradientNodeOf<PoolingKind::Average>;
+using CNNPoolingL2NormGradientNode = CNNPoolingGradientNodeOf<PoolingKind::L2Norm>;
+
+// MPSCNNDilatedPoolingMaxGradientNode (...strideInPixelsY:dilationRateX:dilationRateY:)
+class CNNDilatedPoolingMaxGradientNode final : public CNNPoolingGradientNode {
+public:
+    CNNDilatedPoolingMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                     const StateNodePtr& gradientState, int64_t kernelWidth, int64_t kernelHeight,
+                                     int64_t strideX, int64_t strideY, int64_t dilationX, int64_t dilationY,
+                                     std::shared_ptr<NNPadding> paddingPolicy = nullptr)
+        : CNNPoolingGradientNode(sourceGradient, sourceImage, gradientState, PoolingKind::DilatedMax, kernelWidth,
+                                 kernelHeight, strideX, strideY, std::move(paddingPolicy), dilationX, dilationY) {}
 };
 
 // ---- softmax -------------------------------------------------------------------------------------------
 // MPSCNNSoftMaxNode / MPSCNNLogSoftMaxNode (+nodeWithSource:)
-class CNNSoftMaxNode : public NNFilterNode {
+class CNNSoftMaxNode : public UnaryKernelNode {
 public:
     CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax = false);
     const char* className() const override { return log_ ? "CNNLogSoftMaxNode" : "CNNSoftMaxNode"; }
     bool isLogSoftMax() const { return log_; }
     bool gradientReadsResult() const override { return true; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     bool log_;
-    std::shared_ptr<CNNSoftMaxBase> kernel_;
 };
 
-// MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode: sourceImage is the forward RESULT.
-class CNNSoftMaxGradientNode : public NNGradientFilterNode {
+// MPSCNNLogSoftMaxNode (+nodeWithSource:)
+class CNNLogSoftMaxNode final : public CNNSoftMaxNode {
+public:
+    explicit CNNLogSoftMaxNode(const ImageNodePtr& source) : CNNSoftMaxNode(source, true) {}
+};
+
+// MPSCNNSoftMaxGradientNode: sourceImage is the forward RESULT.
+class CNNSoftMaxGradientNode : public GradientKernelNode {
 public:
     CNNSoftMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
-                           const StateNodePtr& gradientState, bool logSoftmax = false);
-    const char* className() const override { return log_ ? "CNNLogSoftMaxGradientNode" : "CNNSoftMaxGradientNode"; }
-
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
+                           const StateNodePtr& gradientState)
+        : GradientKernelNode(sourceGradient, sourceImage, gradientState) {}
+    const char* className() const override { return "CNNSoftMaxGradientNode"; }
 
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
+};
 
-private:
-    bool log_;
-    std::shared_ptr<CNNSoftMaxGradientBase> kernel_;
+// MPSCNNLogSoftMaxGradientNode: sourceImage is the forward RESULT.
+class CNNLogSoftMaxGradientNode final : public GradientKernelNode {
+public:
+    CNNLogSoftMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                              const StateNodePtr& gradientState)
+        : GradientKernelNode(sourceGradient, sourceImage, gradientState) {}
+    const char* className() const override { return "CNNLogSoftMaxGradientNode"; }
+
+protected:
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // ---- upsampling ---------------------------------------------------------------------------------------
 // MPSCNNUpsamplingNearestNode / MPSCNNUpsamplingBilinearNode
-class CNNUpsamplingNode : public NNFilterNode {
+class CNNUpsamplingNode : public UnaryKernelNode {
 public:
     CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
                       bool alignCorners = false);
@@ -358,46 +435,51 @@ public:
     int64_t scaleFactorY() const { return sy_; }
     bool alignCorners() const { return align_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     bool bilinear_;
     int64_t sx_, sy_;
     bool align_;
-    std::shared_ptr<CNNUpsampling> kernel_;
 };
 
-// MPSCNNUpsamplingNearestGradientNode / MPSCNNUpsamplingBilinearGradientNode
-class CNNUpsamplingGradientNode : public NNGradientFilterNode {
+// The upsampling gradient nodes' shared part (scale factors).
+class CNNUpsamplingGradientNode : public GradientKernelNode {
 public:
     CNNUpsamplingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
-                              const StateNodePtr& gradientState, bool bilinear, int64_t scaleX, int64_t scaleY);
-    const char* className() const override {
-        return bilinear_ ? "CNNUpsamplingBilinearGradientNode" : "CNNUpsamplingNearestGradientNode";
-    }
+                              const StateNodePtr& gradientState, int64_t scaleX, int64_t scaleY);
     int64_t scaleFactorX() const { return sx_; }
     int64_t scaleFactorY() const { return sy_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
+protected:
+    int64_t sx_, sy_;
+};
+
+// MPSCNNUpsamplingNearestGradientNode (...gradientState:scaleFactorX:scaleFactorY:)
+class CNNUpsamplingNearestGradientNode final : public CNNUpsamplingGradientNode {
+public:
+    using CNNUpsamplingGradientNode::CNNUpsamplingGradientNode;
+    const char* className() const override { return "CNNUpsamplingNearestGradientNode"; }
 
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
+};
 
-private:
-    bool bilinear_;
-    int64_t sx_, sy_;
-    std::shared_ptr<CNNUpsamplingGradient> kernel_;
+// MPSCNNUpsamplingBilinearGradientNode (...gradientState:scaleFactorX:scaleFactorY:)
+class CNNUpsamplingBilinearGradientNode final : public CNNUpsamplingGradientNode {
+public:
+    using CNNUpsamplingGradientNode::CNNUpsamplingGradientNode;
+    const char* className() const override { return "CNNUpsamplingBilinearGradientNode"; }
+
+protected:
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // ---- dropout --------------------------------------------------------------------------------------------
 // MPSCNNDropoutNode (+nodeWithSource:[keepProbability:[seed:maskStrideInPixels:]])
-class CNNDropoutNode : public NNFilterNode {
+class CNNDropoutNode : public UnaryKernelNode {
 public:
     CNNDropoutNode(const ImageNodePtr& source, float keepProbability = 0.5f, uint64_t seed = 0,
                    Size3 maskStrideInPixels = {1, 1, 1});
@@ -406,39 +488,31 @@ public:
     uint64_t seed() const { return seed_; }
     Size3 maskStrideInPixels() const { return stride_; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
     float keep_;
     uint64_t seed_;
     Size3 stride_;
-    std::shared_ptr<CNNDropout> kernel_;
 };
 
 // MPSCNNDropoutGradientNode
-class CNNDropoutGradientNode : public NNGradientFilterNode {
+class CNNDropoutGradientNode : public GradientKernelNode {
 public:
     CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                            const StateNodePtr& gradientState, float keepProbability, uint64_t seed,
                            Size3 maskStrideInPixels);
     const char* className() const override { return "CNNDropoutGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 
 private:
     float keep_;
     uint64_t seed_;
     Size3 stride_;
-    std::shared_ptr<CNNDropoutGradient> kernel_;
 };
 
 // ---- reshape and pad (filter_nodes_shape.cpp) ---------------------------------------------------------
@@ -464,20 +538,14 @@ private:
 };
 
 // MPSNNReshapeGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
-class NNReshapeGradientNode : public NNGradientFilterNode {
+class NNReshapeGradientNode : public GradientKernelNode {
 public:
     NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                           const StateNodePtr& gradientState);
     const char* className() const override { return "NNReshapeGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
-
-private:
-    std::shared_ptr<NNReshapeGradient> kernel_;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // MPSNNPadNode (+nodeWithSource:paddingSizeBefore:paddingSizeAfter:edgeMode:, fillValue)
@@ -505,20 +573,14 @@ private:
 };
 
 // MPSNNPadGradientNode (+nodeWithSourceGradient:sourceImage:gradientState:)
-class NNPadGradientNode : public NNGradientFilterNode {
+class NNPadGradientNode : public GradientKernelNode {
 public:
     NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                       const StateNodePtr& gradientState);
     const char* className() const override { return "NNPadGradientNode"; }
 
-    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                            const std::vector<StateBatch>& states) override;
-
 protected:
-    void createKernels(const Device& device) override;
-
-private:
-    std::shared_ptr<NNPadGradient> kernel_;
+    std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
 // ---- arithmetic ------------------------------------------------------------------------------------------
@@ -548,8 +610,9 @@ private:
     std::shared_ptr<CNNArithmetic> kernel_;
 };
 
-// MPSNNArithmeticGradientNode and its Addition / Subtraction / Multiplication (/ Division) subclasses.
-// sourceImage is the OTHER forward operand (the kernels' rule; docs/graph.md).
+// MPSNNArithmeticGradientNode and its Addition / Subtraction / Multiplication subclasses (which the
+// arithmetic nodes' gradient builders create; division's gradient node is this class with op
+// divide). sourceImage is the OTHER forward operand (the kernels' rule; docs/graph.md).
 class NNArithmeticGradientNode : public NNGradientFilterNode {
 public:
     // +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter:
@@ -561,6 +624,11 @@ public:
 
     NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                             const std::vector<StateBatch>& states) override;
+    // The gradient node of op `op` for one operand (the subclass for add / subtract / multiply).
+    static std::shared_ptr<NNArithmeticGradientNode> make(const ImageNodePtr& sourceGradient,
+                                                          const ImageNodePtr& sourceImage,
+                                                          const StateNodePtr& gradientState, int32_t op,
+                                                          bool isSecondarySourceFilter);
 
 protected:
     void createKernels(const Device& device) override;
@@ -570,6 +638,17 @@ private:
     bool secondary_;
     std::shared_ptr<CNNArithmeticGradient> kernel_;
 };
+
+template <int32_t Op>
+class NNArithmeticGradientNodeOf final : public NNArithmeticGradientNode {
+public:
+    NNArithmeticGradientNodeOf(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                               const StateNodePtr& gradientState, bool isSecondarySourceFilter)
+        : NNArithmeticGradientNode(sourceGradient, sourceImage, gradientState, Op, isSecondarySourceFilter) {}
+};
+using NNAdditionGradientNode = NNArithmeticGradientNodeOf<kArithmeticAdd>;
+using NNSubtractionGradientNode = NNArithmeticGradientNodeOf<kArithmeticSubtract>;
+using NNMultiplicationGradientNode = NNArithmeticGradientNodeOf<kArithmeticMultiply>;
 
 // ---- loss ------------------------------------------------------------------------------------------------
 // MPSCNNLossNode(source, lossDescriptor): its result image is dL/d(source) (it is its own gradient).

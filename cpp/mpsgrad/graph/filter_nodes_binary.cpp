@@ -73,8 +73,8 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> NNBinaryArithmeticNode::gradi
     // One gradient node per input; each reads the OTHER operand (the kernels' rule).
     auto self = shared_from_this();
     std::vector<std::shared_ptr<NNGradientFilterNode>> nodes{
-        std::make_shared<NNArithmeticGradientNode>(sourceGradients[0], sources_[1], resultState(), op_, false),
-        std::make_shared<NNArithmeticGradientNode>(sourceGradients[0], sources_[0], resultState(), op_, true)};
+        NNArithmeticGradientNode::make(sourceGradients[0], sources_[1], resultState(), op_, false),
+        NNArithmeticGradientNode::make(sourceGradients[0], sources_[0], resultState(), op_, true)};
     for (auto& node : nodes) node->setForwardNode(self);
     return nodes;
 }
@@ -85,6 +85,17 @@ NNArithmeticGradientNode::NNArithmeticGradientNode(const ImageNodePtr& sourceGra
     : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), op_(op), secondary_(isSecondarySourceFilter) {
     checkArithmeticOp(op_);
     checkStateNode<NNBinaryGradientStateNode>(gradientState, "gradient_state", "NNBinaryGradientStateNode");
+}
+
+std::shared_ptr<NNArithmeticGradientNode> NNArithmeticGradientNode::make(const ImageNodePtr& g, const ImageNodePtr& x,
+                                                                         const StateNodePtr& state, int32_t op,
+                                                                         bool secondary) {
+    switch (op) {
+        case kArithmeticAdd: return std::make_shared<NNAdditionGradientNode>(g, x, state, secondary);
+        case kArithmeticSubtract: return std::make_shared<NNSubtractionGradientNode>(g, x, state, secondary);
+        case kArithmeticMultiply: return std::make_shared<NNMultiplicationGradientNode>(g, x, state, secondary);
+    }
+    return std::make_shared<NNArithmeticGradientNode>(g, x, state, op, secondary);
 }
 
 const char* NNArithmeticGradientNode::className() const { return arithmeticNodeName(op_, true); }

@@ -34,18 +34,10 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> NNReshapeNode::makeGradientNo
 
 NNReshapeGradientNode::NNReshapeGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                              const StateNodePtr& gradientState)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState) {
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
-}
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState) {}
 
-void NNReshapeGradientNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<NNReshapeGradient>(device);
-}
-
-NodeEncodeResult NNReshapeGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                               const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> NNReshapeGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<NNReshapeGradient>(device);
 }
 
 // ---- pad ---------------------------------------------------------------------------------------------------
@@ -74,16 +66,10 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> NNPadNode::makeGradientNodes(
 
 NNPadGradientNode::NNPadGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                      const StateNodePtr& gradientState)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState) {
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
-}
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState) {}
 
-void NNPadGradientNode::createKernels(const Device& device) { kernel_ = std::make_shared<NNPadGradient>(device); }
-
-NodeEncodeResult NNPadGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                           const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> NNPadGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<NNPadGradient>(device);
 }
 
 }  // namespace mpsgrad

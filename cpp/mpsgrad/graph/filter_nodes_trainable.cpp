@@ -82,6 +82,13 @@ void CNNConvolutionGradientNode::checkTrainable() const {
                         " method; implement it or set training_style = UPDATE_DEVICE_NONE");
 }
 
+std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolutionGradientNode::exportForwardWeights(
+    CommandBuffer& cb) {
+    auto* forward = forwardConvolution();
+    if (forward && forward->kernel()) return forward->kernel()->exportWeightsAndBiasesWithCommandBuffer(cb, false);
+    return nullptr;
+}
+
 void CNNConvolutionGradientNode::reloadKernels(CommandBuffer* cb,
                                                const std::shared_ptr<CNNConvolutionWeightsAndBiasesState>& state) {
     auto* forward = forwardConvolution();
@@ -105,10 +112,8 @@ void CNNConvolutionGradientNode::afterEncode(CommandBuffer& cb, const std::vecto
     if (!updatable) return;  // checkTrainable() refused this at graph construction
     // The batch shares one gradient state (the weight gradient summed over the batch).
     auto gradientState = std::dynamic_pointer_cast<CNNConvolutionGradientState>(states.at(0).at(0));
-    auto* forward = forwardConvolution();
     if (trainingStyle == NNTrainingStyle::UpdateDeviceGPU) {
-        std::shared_ptr<CNNConvolutionWeightsAndBiasesState> current;
-        if (forward && forward->kernel()) current = forward->kernel()->exportWeightsAndBiasesWithCommandBuffer(cb, false);
+        auto current = exportForwardWeights(cb);
         auto updated = updatable->updateWithCommandBuffer(cb, gradientState, current);
         reloadKernels(&cb, updated);
         return;

@@ -24,6 +24,30 @@ NodeEncodeResult encodeGradientKernel(CNNGradientKernel& kernel, NodeEncodeConte
     return result;
 }
 
+UnaryKernelNode::UnaryKernelNode(const ImageNodePtr& source) : NNFilterNode({source}, {}) {
+    addResultState<NNGradientStateNode>();
+}
+
+NodeEncodeResult UnaryKernelNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                         const std::vector<StateBatch>&) {
+    prepareKernel(*kernel_, ctx);
+    configureKernel(*kernel_);
+    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+}
+
+GradientKernelNode::GradientKernelNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
+                                       const StateNodePtr& gradientState)
+    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState) {
+    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+}
+
+NodeEncodeResult GradientKernelNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                            const std::vector<StateBatch>& states) {
+    prepareKernel(*kernel_, ctx);
+    configureKernel(*kernel_);
+    return encodeGradientKernel(*kernel_, ctx, images, states);
+}
+
 // ---- neuron ------------------------------------------------------------------------------------------
 
 CNNNeuronNode::CNNNeuronNode(const ImageNodePtr& source, const NNNeuronDescriptor& descriptor, const char* name)
@@ -46,19 +70,12 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> CNNNeuronNode::makeGradientNo
 
 CNNNeuronGradientNode::CNNNeuronGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                              const StateNodePtr& gradientState, const NNNeuronDescriptor& descriptor)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), descriptor_(descriptor) {
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), descriptor_(descriptor) {
     descriptor_.validate("descriptor");
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
 }
 
-void CNNNeuronGradientNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNNeuronGradient>(device, descriptor_);
-}
-
-NodeEncodeResult CNNNeuronGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                               const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNNeuronGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNNeuronGradient>(device, descriptor_);
 }
 
 // ---- pooling -----------------------------------------------------------------------------------------
@@ -127,8 +144,19 @@ NodeEncodeResult CNNPoolingNode::encode(NodeEncodeContext& ctx, const std::vecto
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNPoolingNode::makeGradientNodes(const ImageNodePtr& g) {
-    return {std::make_shared<CNNPoolingGradientNode>(g, sources_[0], resultState(), kind_, kw_, kh_, sx_, sy_,
-                                                     paddingPolicy, dx_, dy_)};
+    auto x = sources_[0];
+    auto state = resultState();
+    switch (kind_) {
+        case PoolingKind::Max:
+            return {std::make_shared<CNNPoolingMaxGradientNode>(g, x, state, kw_, kh_, sx_, sy_, paddingPolicy)};
+        case PoolingKind::Average:
+            return {std::make_shared<CNNPoolingAverageGradientNode>(g, x, state, kw_, kh_, sx_, sy_, paddingPolicy)};
+        case PoolingKind::L2Norm:
+            return {std::make_shared<CNNPoolingL2NormGradientNode>(g, x, state, kw_, kh_, sx_, sy_, paddingPolicy)};
+        case PoolingKind::DilatedMax: break;
+    }
+    return {std::make_shared<CNNDilatedPoolingMaxGradientNode>(g, x, state, kw_, kh_, sx_, sy_, dx_, dy_,
+                                                               paddingPolicy)};
 }
 
 CNNPoolingGradientNode::CNNPoolingGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
@@ -136,67 +164,40 @@ CNNPoolingGradientNode::CNNPoolingGradientNode(const ImageNodePtr& sourceGradien
                                                int64_t kernelWidth, int64_t kernelHeight, int64_t strideX,
                                                int64_t strideY, std::shared_ptr<NNPadding> padding,
                                                int64_t dilationX, int64_t dilationY)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), kind_(kind), kw_(kernelWidth),
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), kind_(kind), kw_(kernelWidth),
       kh_(kernelHeight), sx_(strideX), sy_(strideY), dx_(dilationX), dy_(dilationY) {
     checkPoolingGeometry(kw_, kh_, sx_, sy_, dx_, dy_);
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
     paddingPolicy = std::move(padding);
 }
 
 const char* CNNPoolingGradientNode::className() const { return poolingNodeName(kind_, true); }
 
-void CNNPoolingGradientNode::createKernels(const Device& device) {
-    kernel_ = makePoolingGradient(device, kind_, kw_, kh_, sx_, sy_, dx_, dy_);
-}
-
-NodeEncodeResult CNNPoolingGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                                const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNPoolingGradientNode::makeKernel(const Device& device) {
+    return makePoolingGradient(device, kind_, kw_, kh_, sx_, sy_, dx_, dy_);
 }
 
 // ---- softmax -----------------------------------------------------------------------------------------
 
 CNNSoftMaxNode::CNNSoftMaxNode(const ImageNodePtr& source, bool logSoftmax)
-    : NNFilterNode({source}, {}), log_(logSoftmax) {
-    addResultState<NNGradientStateNode>();
-}
+    : UnaryKernelNode(source), log_(logSoftmax) {}
 
-void CNNSoftMaxNode::createKernels(const Device& device) {
-    if (log_)
-        kernel_ = std::make_shared<CNNLogSoftMax>(device);
-    else
-        kernel_ = std::make_shared<CNNSoftMax>(device);
-}
-
-NodeEncodeResult CNNSoftMaxNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                        const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNSoftMaxNode::makeKernel(const Device& device) {
+    if (log_) return std::make_shared<CNNLogSoftMax>(device);
+    return std::make_shared<CNNSoftMax>(device);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNSoftMaxNode::makeGradientNodes(const ImageNodePtr& g) {
     // The softmax gradients read the forward result, not the forward source (spec §3.2).
-    return {std::make_shared<CNNSoftMaxGradientNode>(g, resultImage(), resultState(), log_)};
+    if (log_) return {std::make_shared<CNNLogSoftMaxGradientNode>(g, resultImage(), resultState())};
+    return {std::make_shared<CNNSoftMaxGradientNode>(g, resultImage(), resultState())};
 }
 
-CNNSoftMaxGradientNode::CNNSoftMaxGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
-                                               const StateNodePtr& gradientState, bool logSoftmax)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), log_(logSoftmax) {
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
+std::shared_ptr<CNNGradientKernel> CNNSoftMaxGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNSoftMaxGradient>(device);
 }
 
-void CNNSoftMaxGradientNode::createKernels(const Device& device) {
-    if (log_)
-        kernel_ = std::make_shared<CNNLogSoftMaxGradient>(device);
-    else
-        kernel_ = std::make_shared<CNNSoftMaxGradient>(device);
-}
-
-NodeEncodeResult CNNSoftMaxGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                                const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNLogSoftMaxGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNLogSoftMaxGradient>(device);
 }
 
 // ---- upsampling --------------------------------------------------------------------------------------
@@ -209,67 +210,43 @@ void checkScale(int64_t sx, int64_t sy) {
 
 CNNUpsamplingNode::CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
                                      bool alignCorners)
-    : NNFilterNode({source}, {}), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
+    : UnaryKernelNode(source), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
     checkScale(sx_, sy_);
-    addResultState<NNGradientStateNode>();
 }
 
-void CNNUpsamplingNode::createKernels(const Device& device) {
-    if (bilinear_)
-        kernel_ = std::make_shared<CNNUpsamplingBilinear>(device, sx_, sy_, align_);
-    else
-        kernel_ = std::make_shared<CNNUpsamplingNearest>(device, sx_, sy_);
-}
-
-NodeEncodeResult CNNUpsamplingNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                           const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNUpsamplingNode::makeKernel(const Device& device) {
+    if (bilinear_) return std::make_shared<CNNUpsamplingBilinear>(device, sx_, sy_, align_);
+    return std::make_shared<CNNUpsamplingNearest>(device, sx_, sy_);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNUpsamplingNode::makeGradientNodes(const ImageNodePtr& g) {
-    return {std::make_shared<CNNUpsamplingGradientNode>(g, sources_[0], resultState(), bilinear_, sx_, sy_)};
+    if (bilinear_) return {std::make_shared<CNNUpsamplingBilinearGradientNode>(g, sources_[0], resultState(), sx_, sy_)};
+    return {std::make_shared<CNNUpsamplingNearestGradientNode>(g, sources_[0], resultState(), sx_, sy_)};
 }
 
 CNNUpsamplingGradientNode::CNNUpsamplingGradientNode(const ImageNodePtr& sourceGradient,
                                                      const ImageNodePtr& sourceImage,
-                                                     const StateNodePtr& gradientState, bool bilinear,
-                                                     int64_t scaleX, int64_t scaleY)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), bilinear_(bilinear), sx_(scaleX),
-      sy_(scaleY) {
+                                                     const StateNodePtr& gradientState, int64_t scaleX, int64_t scaleY)
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), sx_(scaleX), sy_(scaleY) {
     checkScale(sx_, sy_);
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
 }
 
-void CNNUpsamplingGradientNode::createKernels(const Device& device) {
-    if (bilinear_)
-        kernel_ = std::make_shared<CNNUpsamplingBilinearGradient>(device, sx_, sy_);
-    else
-        kernel_ = std::make_shared<CNNUpsamplingNearestGradient>(device, sx_, sy_);
+std::shared_ptr<CNNGradientKernel> CNNUpsamplingNearestGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNUpsamplingNearestGradient>(device, sx_, sy_);
 }
 
-NodeEncodeResult CNNUpsamplingGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                                   const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNUpsamplingBilinearGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNUpsamplingBilinearGradient>(device, sx_, sy_);
 }
 
 // ---- dropout -----------------------------------------------------------------------------------------
 
 CNNDropoutNode::CNNDropoutNode(const ImageNodePtr& source, float keepProbability, uint64_t seed,
                                Size3 maskStrideInPixels)
-    : NNFilterNode({source}, {}), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {
-    addResultState<NNGradientStateNode>();
-}
+    : UnaryKernelNode(source), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {}
 
-void CNNDropoutNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
-}
-
-NodeEncodeResult CNNDropoutNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                        const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    return encodeUnaryKernel(*kernel_, ctx, images[0]);
+std::shared_ptr<CNNKernel> CNNDropoutNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNDropoutNode::makeGradientNodes(const ImageNodePtr& g) {
@@ -279,19 +256,11 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> CNNDropoutNode::makeGradientN
 CNNDropoutGradientNode::CNNDropoutGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
                                                const StateNodePtr& gradientState, float keepProbability,
                                                uint64_t seed, Size3 maskStrideInPixels)
-    : NNGradientFilterNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
-      stride_(maskStrideInPixels) {
-    checkStateNode<NNGradientStateNode>(gradientState, "gradient_state", "NNGradientStateNode");
-}
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
+      stride_(maskStrideInPixels) {}
 
-void CNNDropoutGradientNode::createKernels(const Device& device) {
-    kernel_ = std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);
-}
-
-NodeEncodeResult CNNDropoutGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                                const std::vector<StateBatch>& states) {
-    prepareKernel(*kernel_, ctx);
-    return encodeGradientKernel(*kernel_, ctx, images, states);
+std::shared_ptr<CNNGradientKernel> CNNDropoutGradientNode::makeKernel(const Device& device) {
+    return std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);
 }
 
 }  // namespace mpsgrad

@@ -96,9 +96,13 @@ class NNGradientStateNode : public NNStateNode {
 public:
     const char* className() const override { return "NNGradientStateNode"; }
 };
-class CNNConvolutionGradientStateNode final : public NNGradientStateNode {
+class CNNConvolutionGradientStateNode : public NNGradientStateNode {
 public:
     const char* className() const override { return "CNNConvolutionGradientStateNode"; }
+};
+class CNNConvolutionTransposeGradientStateNode final : public CNNConvolutionGradientStateNode {
+public:
+    const char* className() const override { return "CNNConvolutionTransposeGradientStateNode"; }
 };
 class NNBinaryGradientStateNode : public NNStateNode {
 public:
