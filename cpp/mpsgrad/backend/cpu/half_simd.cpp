@@ -3,6 +3,7 @@
 #include "core/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define MPSGRAD_HAVE_F16C_DISPATCH 1
 #endif
@@ -41,10 +42,17 @@ __attribute__((target("avx,f16c"))) void floatsToHalvesF16C(const float* source,
 }
 #endif
 
+// CPUID leaf 1: F16C (ECX bit 29) and AVX (bit 28), and the OS saving the YMM registers (OSXSAVE,
+// bit 27, then XCR0 bits 1-2). Read directly: clang 16's __builtin_cpu_supports knows no "f16c".
 bool detectF16C() {
 #ifdef MPSGRAD_HAVE_F16C_DISPATCH
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const bool f16c = (ecx >> 29) & 1u, avx = (ecx >> 28) & 1u, osxsave = (ecx >> 27) & 1u;
+    if (!(f16c && avx && osxsave)) return false;
+    unsigned xcr0Low = 0, xcr0High = 0;
+    __asm__("xgetbv" : "=a"(xcr0Low), "=d"(xcr0High) : "c"(0));
+    return (xcr0Low & 0x6u) == 0x6u;
 #else
     return false;
 #endif
