@@ -489,3 +489,21 @@ def test_serialization_round_trip(device, queue, check):
     assert isinstance(k2, m.CNNYOLOLoss)
     assert k2.to_bytes() == k.to_bytes()
     assert (k2.scale_object, k2.rescore, k2.number_of_classes, k2.anchor_boxes) == (7.0, False, 3, k.anchor_boxes)
+
+
+def test_graph_node_is_its_own_gradient(device, queue, check):
+    """CNNYOLOLossNode in an NNGraph gives the kernel's gradient and loss; it has no gradient node."""
+    cfg = Config(anchors=anchors_of(2), classes=3, reduction=R.MEAN)
+    src, lab = safe_inputs("graph", 2, 3, 4, cfg)
+    node = m.CNNYOLOLossNode(m.NNImageNode(), cfg.descriptor())
+    with pytest.raises(TypeError, match="its own gradient"):
+        node.gradient_filter_with_source(node.result_image)
+    graph = m.NNGraph(device, node.result_image)
+    labels = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(lab[i])) for i in range(2)]
+    cb = queue.command_buffer()
+    out = graph.encode_batch(cb, [[m.Image.from_numpy(src[i:i + 1], device) for i in range(2)]], [labels])
+    cb.commit()
+    cb.wait_until_completed()
+    ref_values, ref_grad = reference(src, lab, cfg)
+    check(np.concatenate([o.to_numpy() for o in out]), ref_grad, "graph gradient")
+    check(np.array([lb.loss_image.to_numpy().item() for lb in labels]), ref_values, "graph loss")
