@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -587,7 +587,7 @@ class ImageDescriptor:
         ...
 class Image:
     """
-    MPSImage: float32 or float16 feature channels, NHWC storage.
+    MPSImage: float32 feature channels, NHWC storage.
     """
     label: str
     @staticmethod
@@ -596,21 +596,20 @@ class Image:
     @staticmethod
     def from_dlpack(obj, device = None):
         """
-        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
             (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
             otherwise a copy. 3-D (height, width, channels) input gives one image.
         """
     @staticmethod
-    def from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> Image:
+    def from_numpy(array: typing.Any, device: typing.Any = None) -> Image:
         """
-        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 values into FLOAT16 storage rounds to nearest even.
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
         """
     def __array__(self, dtype = None, copy = None):
         ...
     def __dlpack__(self, stream = None, **kwargs):
         """
-        DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
-            dtype (float32, or float16 for a FLOAT16 image).
+        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
         """
     def __dlpack_device__(self):
         ...
@@ -632,7 +631,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array (height, width, channels) or (channels, height, width)
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -642,13 +641,13 @@ class Image:
         """
         -[MPSImage synchronizeOnCommandBuffer:]
         """
-    def to_numpy(self) -> numpy.ndarray:
+    def to_numpy(self) -> numpy.typing.NDArray[numpy.float32]:
         """
-        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
+        A copy of the image as a float32 array (number_of_images, height, width, feature_channels).
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
-        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are accepted, FLOAT16 storage rounds float32 values to nearest even
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many bytes)
         """
     @property
     def device(self) -> Device:
@@ -3693,6 +3692,226 @@ class NNInitialGradient(Kernel):
         """
         -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
         """
+class CNNYOLOLossDescriptor:
+    """
+    MPSCNNYOLOLossDescriptor: per anchor box X Y W H C F0..F(K-1) channels, K = classes_loss_descriptor.number_of_classes (docs/losses_and_optimizers.md, YOLO loss). Validated when a CNNYOLOLoss is made (ValueError naming the field).
+    """
+    @staticmethod
+    def cnn_loss_descriptor_with_xy_loss_type(xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> CNNYOLOLossDescriptor:
+        """
+        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
+        """
+    def __init__(self, xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def anchor_boxes(self) -> bytes:
+        """
+        float32 (width, height) pairs in grid-cell units, as bytes (MPS NSData); set from bytes or a sequence of floats
+        """
+    @anchor_boxes.setter
+    def anchor_boxes(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def classes_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        classesLossDescriptor (raw class scores; its number_of_classes is K)
+        """
+    @classes_loss_descriptor.setter
+    def classes_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def confidence_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        confidenceLossDescriptor (SIGMOID_CROSS_ENTROPY: raw C, else sigmoid(C))
+        """
+    @confidence_loss_descriptor.setter
+    def confidence_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def max_iou_for_object_absence(self) -> float:
+        """
+        [0.3]
+        """
+    @max_iou_for_object_absence.setter
+    def max_iou_for_object_absence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def min_iou_for_object_presence(self) -> float:
+        """
+        [0.7]
+        """
+    @min_iou_for_object_presence.setter
+    def min_iou_for_object_presence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def number_of_anchor_boxes(self) -> int:
+        ...
+    @number_of_anchor_boxes.setter
+    def number_of_anchor_boxes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        macOS 11 [False]
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg0: bool) -> None:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        """
+        shared by the four part losses
+        """
+    @reduction_type.setter
+    def reduction_type(self, arg0: CNNReductionType) -> None:
+        ...
+    @property
+    def rescore(self) -> bool:
+        """
+        confidence target = IOU of the prediction (else 1) [True]
+        """
+    @rescore.setter
+    def rescore(self, arg0: bool) -> None:
+        ...
+    @property
+    def scale_class(self) -> float:
+        """
+        [2.0]
+        """
+    @scale_class.setter
+    def scale_class(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_no_object(self) -> float:
+        """
+        [5.0]
+        """
+    @scale_no_object.setter
+    def scale_no_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_object(self) -> float:
+        """
+        [100.0]
+        """
+    @scale_object.setter
+    def scale_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_wh(self) -> float:
+        """
+        [10.0]
+        """
+    @scale_wh.setter
+    def scale_wh(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_xy(self) -> float:
+        """
+        [10.0]
+        """
+    @scale_xy.setter
+    def scale_xy(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def wh_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        WHLossDescriptor (applied to the raw W, H)
+        """
+    @wh_loss_descriptor.setter
+    def wh_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def xy_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        XYLossDescriptor (applied to sigmoid(X), sigmoid(Y))
+        """
+    @xy_loss_descriptor.setter
+    def xy_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+class CNNYOLOLoss(Kernel):
+    """
+    MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), labels.loss_image the loss (the sum of the four internal losses)
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNYOLOLossDescriptor) -> None:
+        """
+        -[MPSCNNYOLOLoss initWithDevice:lossDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
+        """
+    @property
+    def anchor_boxes(self) -> bytes:
+        ...
+    @property
+    def loss_classes(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossClasses
+        """
+    @property
+    def loss_confidence(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossConfidence
+        """
+    @property
+    def loss_wh(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossWH
+        """
+    @property
+    def loss_xy(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossXY (internal CNNLoss)
+        """
+    @property
+    def max_iou_for_object_absence(self) -> float:
+        ...
+    @property
+    def min_iou_for_object_presence(self) -> float:
+        ...
+    @property
+    def number_of_anchor_boxes(self) -> int:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        """
+        K, from classes_loss_descriptor.number_of_classes
+        """
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def rescore(self) -> bool:
+        ...
+    @property
+    def scale_class(self) -> float:
+        ...
+    @property
+    def scale_no_object(self) -> float:
+        ...
+    @property
+    def scale_object(self) -> float:
+        ...
+    @property
+    def scale_wh(self) -> float:
+        ...
+    @property
+    def scale_xy(self) -> float:
+        ...
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from
@@ -4891,35 +5110,6 @@ class CNNConvolutionGradientNode(NNGradientFilterNode):
     @training_style.setter
     def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
-class CNNConvolutionTransposeGradientStateNode(CNNConvolutionGradientStateNode):
-    """
-    MPSCNNConvolutionTransposeGradientStateNode
-    """
-class CNNConvolutionTransposeNode(NNFilterNode):
-    """
-    MPSCNNConvolutionTransposeNode
-    """
-    accumulator_precision: NNConvolutionAccumulatorPrecisionOption
-    def __init__(self, source: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any) -> None:
-        """
-        +nodeWithSource:convolutionGradientState:weights: (convolution_gradient_state: None, or a CNNConvolutionNode's result state, which sizes the result like that convolution's source)
-        """
-    @property
-    def training_style(self) -> NNTrainingStyle:
-        """
-        MPSNNTrainableNode.trainingStyle
-        """
-    @training_style.setter
-    def training_style(self, arg0: NNTrainingStyle) -> None:
-        ...
-class CNNConvolutionTransposeGradientNode(CNNConvolutionGradientNode):
-    """
-    MPSCNNConvolutionTransposeGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_transpose_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:convolutionTransposeGradientState:weights: (None: the forward's)
-        """
 class CNNFullyConnectedNode(CNNConvolutionNode):
     """
     MPSCNNFullyConnectedNode
@@ -5071,17 +5261,6 @@ class CNNNeuronGeLUNode(CNNNeuronNode):
     """
     def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         ...
-class CNNNeuronPReLUNode(CNNNeuronNode):
-    """
-    MPSCNNNeuronPReLUNode: x >= 0 ? x : a[channel] * x
-    """
-    def __init__(self, source: NNImageNode, a_data: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
-        """
-        +nodeWithSource:aData: (one slope per feature channel)
-        """
-    @property
-    def a_data(self) -> list[float]:
-        ...
 class CNNNeuronGradientNode(NNGradientFilterNode):
     """
     MPSCNNNeuronGradientNode
@@ -5110,84 +5289,17 @@ class CNNPoolingGradientNode(NNGradientFilterNode):
     """
     def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kind: PoolingKind, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         ...
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-    @property
-    def kind(self) -> PoolingKind:
-        ...
-    @property
-    def stride_in_pixels_x(self) -> int:
-        ...
-    @property
-    def stride_in_pixels_y(self) -> int:
-        ...
-class CNNPoolingMaxGradientNode(CNNPoolingGradientNode):
-    """
-    MPSCNNPooling*GradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
-        """
-class CNNPoolingAverageGradientNode(CNNPoolingGradientNode):
-    """
-    MPSCNNPooling*GradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
-        """
-class CNNPoolingL2NormGradientNode(CNNPoolingGradientNode):
-    """
-    MPSCNNPooling*GradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
-        """
-class CNNDilatedPoolingMaxGradientNode(CNNPoolingGradientNode):
-    """
-    MPSCNNDilatedPoolingMaxGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
-        """
-        ...strideInPixelsY:dilationRateX:dilationRateY:paddingPolicy:
-        """
-    @property
-    def dilation_rate_x(self) -> int:
-        ...
-    @property
-    def dilation_rate_y(self) -> int:
-        ...
 class CNNSoftMaxNode(NNFilterNode):
     """
     MPSCNNSoftMaxNode
     """
     def __init__(self, source: NNImageNode) -> None:
         ...
-class CNNLogSoftMaxNode(CNNSoftMaxNode):
-    """
-    MPSCNNLogSoftMaxNode
-    """
-    def __init__(self, source: NNImageNode) -> None:
-        """
-        +nodeWithSource:
-        """
 class CNNSoftMaxGradientNode(NNGradientFilterNode):
     """
-    MPSCNNSoftMaxGradientNode (source_image: the forward result)
+    MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode (log_softmax)
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
-        ...
-class CNNLogSoftMaxGradientNode(NNGradientFilterNode):
-    """
-    MPSCNNLogSoftMaxGradientNode (source_image: the forward result)
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, log_softmax: bool = False) -> None:
         ...
 class CNNUpsamplingNode(NNFilterNode):
     """
@@ -5195,30 +5307,10 @@ class CNNUpsamplingNode(NNFilterNode):
     """
 class CNNUpsamplingGradientNode(NNGradientFilterNode):
     """
-    the upsampling gradient nodes' base (scale factors)
-    """
-    @property
-    def scale_factor_x(self) -> int:
-        ...
-    @property
-    def scale_factor_y(self) -> int:
-        ...
-class CNNUpsamplingNearestGradientNode(CNNUpsamplingGradientNode):
-    """
     MPSCNNUpsampling*GradientNode
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
-        """
-class CNNUpsamplingBilinearGradientNode(CNNUpsamplingGradientNode):
-    """
-    MPSCNNUpsampling*GradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
-        """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, bilinear: bool, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
 class CNNDropoutNode(NNFilterNode):
     """
     MPSCNNDropoutNode
@@ -5270,30 +5362,6 @@ class NNArithmeticGradientNode(NNGradientFilterNode):
     @property
     def is_secondary_source_filter(self) -> bool:
         ...
-class NNAdditionGradientNode(NNArithmeticGradientNode):
-    """
-    MPSNN*GradientNode (arithmetic)
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
-        """
-class NNSubtractionGradientNode(NNArithmeticGradientNode):
-    """
-    MPSNN*GradientNode (arithmetic)
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
-        """
-class NNMultiplicationGradientNode(NNArithmeticGradientNode):
-    """
-    MPSNN*GradientNode (arithmetic)
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
-        """
 class CNNLossNode(NNFilterNode):
     """
     MPSCNNLossNode
@@ -5306,6 +5374,19 @@ class CNNLossNode(NNFilterNode):
     def input_labels(self) -> NNStateNode:
         """
         MPSCNNLossNode.inputLabels
+        """
+class CNNYOLOLossNode(NNFilterNode):
+    """
+    MPSCNNYOLOLossNode
+    """
+    def __init__(self, source: NNImageNode, loss_descriptor: CNNYOLOLossDescriptor) -> None:
+        """
+        +nodeWithSource:lossDescriptor: (labels: input_labels)
+        """
+    @property
+    def input_labels(self) -> NNStateNode:
+        """
+        MPSCNNYOLOLossNode.inputLabels
         """
 class NNInitialGradientNode(NNFilterNode):
     """
@@ -5371,374 +5452,6 @@ class NNPadGradientNode(NNGradientFilterNode):
         """
         +nodeWithSourceGradient:sourceImage:gradientState:
         """
-class CNNNormalizationNode(NNFilterNode):
-    """
-    MPSCNNNormalizationNode (abstract): alpha, beta, delta [1, 5, 1]
-    """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        ...
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        ...
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNSpatialNormalizationNode(CNNNormalizationNode):
-    """
-    MPSCNNSpatialNormalizationNode
-    """
-    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSource:kernelSize:
-        """
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-class CNNLocalContrastNormalizationNode(CNNNormalizationNode):
-    """
-    MPSCNNLocalContrastNormalizationNode; the node's defaults differ from the kernel's: alpha 1, beta 0.5, delta 2^-10, p0 1, pm 0, ps 1
-    """
-    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSource:kernelSize:
-        """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        ...
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        ...
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-    @property
-    def p0(self) -> float:
-        ...
-    @p0.setter
-    def p0(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def pm(self) -> float:
-        ...
-    @pm.setter
-    def pm(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def ps(self) -> float:
-        ...
-    @ps.setter
-    def ps(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNCrossChannelNormalizationNode(CNNNormalizationNode):
-    """
-    MPSCNNCrossChannelNormalizationNode
-    """
-    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSource:kernelSize:
-        """
-    @property
-    def kernel_size_in_feature_channels(self) -> int:
-        ...
-class CNNLocalNormalizationGradientNode(NNGradientFilterNode):
-    """
-    the local normalization gradient nodes' base: alpha, beta, delta (the builders copy the forward node's; a gradient node whose parameters differ from the forward pass's is refused at encode)
-    """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        ...
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        ...
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNSpatialNormalizationGradientNode(CNNLocalNormalizationGradientNode):
-    """
-    MPSCNNSpatialNormalizationGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
-        """
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-class CNNLocalContrastNormalizationGradientNode(CNNLocalNormalizationGradientNode):
-    """
-    MPSCNNLocalContrastNormalizationGradientNode (parameters default to the forward node's defaults)
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:
-        """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def beta(self) -> float:
-        ...
-    @beta.setter
-    def beta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def delta(self) -> float:
-        ...
-    @delta.setter
-    def delta(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def kernel_height(self) -> int:
-        ...
-    @property
-    def kernel_width(self) -> int:
-        ...
-    @property
-    def p0(self) -> float:
-        ...
-    @p0.setter
-    def p0(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def pm(self) -> float:
-        ...
-    @pm.setter
-    def pm(self, arg1: typing.SupportsFloat) -> None:
-        ...
-    @property
-    def ps(self) -> float:
-        ...
-    @ps.setter
-    def ps(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class CNNCrossChannelNormalizationGradientNode(CNNLocalNormalizationGradientNode):
-    """
-    MPSCNNCrossChannelNormalizationGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
-        """
-    @property
-    def kernel_size(self) -> int:
-        ...
-class NNUnaryReductionNode(NNFilterNode):
-    """
-    MPSNNUnaryReductionNode (abstract)
-    """
-    @property
-    def clip_rect_source(self) -> Region:
-        """
-        MPSNNUnaryReductionNode.clipRectSource [no clip]: the source region reduced
-        """
-    @clip_rect_source.setter
-    def clip_rect_source(self, arg1: typing.Any) -> None:
-        ...
-class NNReductionSpatialMeanNode(NNUnaryReductionNode):
-    """
-    MPSNNReductionSpatialMeanNode
-    """
-    def __init__(self, source: NNImageNode) -> None:
-        """
-        +nodeWithSource:
-        """
-class NNReductionSpatialMeanGradientNode(NNGradientFilterNode):
-    """
-    MPSNNReductionSpatialMeanGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:
-        """
-class NNGramMatrixCalculationNode(NNFilterNode):
-    """
-    MPSNNGramMatrixCalculationNode
-    """
-    def __init__(self, source: NNImageNode, alpha: typing.SupportsFloat = 1.0) -> None:
-        """
-        +nodeWithSource:[alpha:]
-        """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class NNGramMatrixCalculationGradientNode(NNGradientFilterNode):
-    """
-    MPSNNGramMatrixCalculationGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, alpha: typing.SupportsFloat = 1.0) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:[alpha:]
-        """
-    @property
-    def alpha(self) -> float:
-        ...
-    @alpha.setter
-    def alpha(self, arg1: typing.SupportsFloat) -> None:
-        ...
-class NNForwardLossNode(NNFilterNode):
-    """
-    MPSNNForwardLossNode: the loss (labels and weights are images)
-    """
-    @staticmethod
-    def node_with_sources(sources: collections.abc.Sequence[NNImageNode], loss_descriptor: CNNLossDescriptor) -> NNForwardLossNode:
-        """
-        +nodeWithSources:lossDescriptor: ([predictions, labels(, weights)])
-        """
-    def __init__(self, source: NNImageNode, labels: NNImageNode, loss_descriptor: CNNLossDescriptor, weights: NNImageNode = None) -> None:
-        """
-        +nodeWithSource:labels:[weights:]lossDescriptor:
-        """
-    @property
-    def delta(self) -> float:
-        ...
-    @property
-    def epsilon(self) -> float:
-        ...
-    @property
-    def label_smoothing(self) -> float:
-        ...
-    @property
-    def loss_type(self) -> CNNLossType:
-        ...
-    @property
-    def number_of_classes(self) -> int:
-        ...
-    @property
-    def reduce_across_batch(self) -> bool:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        ...
-    @property
-    def weight(self) -> float:
-        ...
-class NNLossGradientNode(NNGradientFilterNode):
-    """
-    MPSNNLossGradientNode
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, labels: NNImageNode, weights: NNImageNode, gradient_state: NNStateNode, loss_descriptor: CNNLossDescriptor, is_labels_gradient_filter: bool = False) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:labels:weights:gradientState:lossDescriptor:isLabelsGradientFilter: (weights and gradient_state may be None)
-        """
-    @property
-    def is_labels_gradient_filter(self) -> bool:
-        ...
-    @property
-    def loss_type(self) -> CNNLossType:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        ...
-class CNNInstanceNormalizationNode(NNFilterNode):
-    """
-    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
-    """
-    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
-        """
-        +nodeWithSource:dataSource:
-        """
-    @property
-    def training_style(self) -> NNTrainingStyle:
-        """
-        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
-        """
-    @training_style.setter
-    def training_style(self, arg0: NNTrainingStyle) -> None:
-        ...
-class CNNInstanceNormalizationGradientNode(NNGradientFilterNode):
-    """
-    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:
-        """
-    @property
-    def training_style(self) -> NNTrainingStyle:
-        """
-        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
-        """
-    @training_style.setter
-    def training_style(self, arg0: NNTrainingStyle) -> None:
-        ...
-class CNNGroupNormalizationNode(NNFilterNode):
-    """
-    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
-    """
-    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
-        """
-        +nodeWithSource:dataSource:
-        """
-    @property
-    def training_style(self) -> NNTrainingStyle:
-        """
-        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
-        """
-    @training_style.setter
-    def training_style(self, arg0: NNTrainingStyle) -> None:
-        ...
-class CNNGroupNormalizationGradientNode(NNGradientFilterNode):
-    """
-    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
-    """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
-        """
-        +nodeWithSourceGradient:sourceImage:gradientState:
-        """
-    @property
-    def training_style(self) -> NNTrainingStyle:
-        """
-        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
-        """
-    @training_style.setter
-    def training_style(self, arg0: NNTrainingStyle) -> None:
-        ...
 class NNGraph:
     """
     MPSNNGraph
@@ -5809,6 +5522,10 @@ def CNNDilatedPoolingMaxNode(source: NNImageNode, filter_size: typing.SupportsIn
     """
     MPSCNNDilatedPoolingMaxNode +nodeWithSource:filterSize:stride:dilationRate:
     """
+def CNNLogSoftMaxNode(source: NNImageNode) -> CNNSoftMaxNode:
+    """
+    MPSCNNLogSoftMaxNode +nodeWithSource:
+    """
 def CNNPoolingAverageNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
     """
     MPSCNNPooling*Node: +nodeWithSource:filterSize:[stride:] or kernel_width/height, stride_in_pixels_x/y (edge mode Clamp)
@@ -5845,9 +5562,9 @@ def _is_initialized(object: typing.Any) -> bool:
     """
     Internal: whether a bound object's C++ part has been constructed.
     """
-def batch_from_numpy(array: typing.Any, device: typing.Any = None, channel_format: typing.Any = None) -> list[Image]:
+def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
     """
-    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; channel_format as for Image.from_numpy.
+    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
     """
 def blas_info() -> str:
     """

@@ -40,6 +40,7 @@ void bindBatchNormalization(py::module_& m);
 void bindNormalizationGroups(py::module_& m);  // instance and group normalization (issue 12)
 void bindOptimizers(py::module_& m);  // optimizers and Vector (issue 14)
 void bindLoss(py::module_& m);        // losses (issue 14)
+void bindYOLOLoss(py::module_& m);    // YOLO loss (issue 14)
 // ---- pooling, upsampling, dropout families (issue 11)
 void bindPooling(py::module_& m);
 void bindUpsampling(py::module_& m);

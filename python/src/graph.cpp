@@ -554,6 +554,11 @@ void bindFamilyNodes(py::module_& m) {
         .def(py::init<const ImageNodePtr&, const CNNLossDescriptor&>(), py::arg("source"),
              py::arg("loss_descriptor"), "+nodeWithSource:lossDescriptor: (labels: input_labels)")
         .def_property_readonly("input_labels", &CNNLossNode::inputLabels, "MPSCNNLossNode.inputLabels");
+    py::class_<CNNYOLOLossNode, NNFilterNode, std::shared_ptr<CNNYOLOLossNode>>(m, "CNNYOLOLossNode",
+                                                                              "MPSCNNYOLOLossNode")
+        .def(py::init<const ImageNodePtr&, const CNNYOLOLossDescriptor&>(), py::arg("source"),
+             py::arg("loss_descriptor"), "+nodeWithSource:lossDescriptor: (labels: input_labels)")
+        .def_property_readonly("input_labels", &CNNYOLOLossNode::inputLabels, "MPSCNNYOLOLossNode.inputLabels");
     py::class_<NNInitialGradientNode, NNFilterNode, std::shared_ptr<NNInitialGradientNode>>(
         m, "NNInitialGradientNode", "MPSNNInitialGradientNode (a gradient of ones)")
         .def(py::init<const ImageNodePtr&>(), py::arg("source"));

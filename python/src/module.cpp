@@ -27,6 +27,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindNormalizationGroups(m);  // instance and group normalization
     bindOptimizers(m);  // issue 14
     bindLoss(m);        // issue 14
+    bindYOLOLoss(m);    // issue 14
     // ---- pooling, upsampling, dropout families (issue 11)
     bindPooling(m);
     bindUpsampling(m);

@@ -76,6 +76,39 @@ def loss_ops(r: random.Random, ctx: Context):
     check_close(labels.loss_image.to_numpy().reshape(()), (diff * diff).sum(), "MSE loss value")
 
 
+@family("yolo_loss")
+def yolo_loss_ops(r: random.Random, ctx: Context):
+    """CNNYOLOLoss on labels without objects: every anchor pays scale_no_object * SigmoidCE(C, 0)
+    (every IOU is 0 < max_iou_for_object_absence); the gradient is scale_no_object * sigmoid(C)
+    on the C channels and 0 elsewhere."""
+    m = ctx.m
+    h, w, anchors, classes = r.randint(1, 5), r.randint(1, 5), r.randint(1, 3), r.randint(1, 3)
+    c = anchors * (5 + classes)
+    y_arr = random_array(r, h, w, c)
+    ctx.start_call()
+    T, R = m.CNNLossType, m.CNNReductionType
+    boxes = ctx.bad(r, anchors, [anchors + 1], what="anchor data length")
+    d = m.CNNYOLOLossDescriptor(T.MEAN_SQUARED_ERROR, T.MEAN_SQUARED_ERROR, T.SIGMOID_CROSS_ENTROPY,
+                                T.SOFTMAX_CROSS_ENTROPY, R.SUM, np.ones(2 * boxes, np.float32).tobytes(), anchors)
+    d.classes_loss_descriptor.number_of_classes = classes
+    d.scale_no_object = ctx.bad(r, 0.5, [-1.0, float("nan")], what="scale_no_object")
+    d.max_iou_for_object_absence = ctx.bad(r, 0.3, [1.5, 0.9], what="max_iou_for_object_absence")
+    src_c = ctx.bad(r, c, [c + 1], what="source channels")
+    loss = m.CNNYOLOLoss(ctx.device, d)
+    labels = m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(np.zeros((h, w, src_c), np.float32)))
+    source = y_arr if src_c == c else random_array(r, h, w, src_c)
+    cb = ctx.queue.command_buffer()
+    grad = loss.encode(cb, m.Image.from_numpy(source, ctx.device), labels)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("CNNYOLOLoss encode")
+    conf = y_arr.reshape(h, w, anchors, 5 + classes)[..., 4].astype(np.float64)
+    expected = np.zeros((h, w, anchors, 5 + classes))
+    expected[..., 4] = 0.5 / (1.0 + np.exp(-conf))
+    check_close(grad.to_numpy()[0], expected.reshape(h, w, c), "YOLO no-object gradient")
+    value = 0.5 * (np.maximum(conf, 0) + np.log1p(np.exp(-np.abs(conf)))).sum()
+    check_close(labels.loss_image.to_numpy().reshape(()), value, "YOLO no-object loss")
+
+
 @family("split_loss")
 def split_loss_ops(r: random.Random, ctx: Context):
     m = ctx.m

@@ -303,6 +303,7 @@ FACTORIES = {
     "NNLossGradient": lambda dev: m.NNLossGradient(dev, loss_descriptor()),
     "NNLossGradient[labels]": lambda dev: _label_gradient_kernel(dev),
     "NNInitialGradient": lambda dev: m.NNInitialGradient(dev),
+    "CNNYOLOLoss": lambda dev: m.CNNYOLOLoss(dev, yolo_descriptor()),
 }
 
 
@@ -322,9 +323,24 @@ def loss_descriptor():
     return d
 
 
+def yolo_descriptor():
+    """Every CNNYOLOLossDescriptor field off its default (2 anchors, 3 classes: 16 channels)."""
+    T, R = m.CNNLossType, m.CNNReductionType
+    d = m.CNNYOLOLossDescriptor(T.HUBER, T.MEAN_SQUARED_ERROR, T.MEAN_SQUARED_ERROR, T.SOFTMAX_CROSS_ENTROPY,
+                                R.MEAN, np.array([1.5, 0.5, 0.75, 2.0], np.float32).tobytes(), 2)
+    d.classes_loss_descriptor.number_of_classes = 3
+    d.classes_loss_descriptor.label_smoothing = 0.1
+    d.xy_loss_descriptor.delta, d.wh_loss_descriptor.weight = 0.25, 0.5
+    d.reduce_across_batch, d.rescore = True, False
+    d.scale_xy, d.scale_wh, d.scale_no_object, d.scale_object, d.scale_class = 3.0, 4.0, 0.5, 6.0, 1.5
+    d.min_iou_for_object_presence, d.max_iou_for_object_absence = 0.6, 0.2
+    return d
+
+
 def configured(name, dev):
     k = FACTORIES[name](dev)
-    if isinstance(k, (m.NNOptimizer, m.CNNLoss, m.NNLossKernel, m.NNInitialGradient)):  # Kernel properties only
+    if isinstance(k, (m.NNOptimizer, m.CNNLoss, m.NNLossKernel, m.NNInitialGradient,
+                      m.CNNYOLOLoss)):  # Kernel properties only
         k.options = int(m.KernelOptions.VERBOSE)
         k.label = "optimizer or loss"
         return k

@@ -126,6 +126,7 @@ def output_cases():
     cases["CNNLoss"] = cases["CNNLoss[cosine]"] = loss_outputs
     cases["NNForwardLoss"] = cases["NNLossGradient"] = cases["NNInitialGradient"] = split_loss_outputs
     cases["NNLossGradient[labels]"] = split_loss_outputs
+    cases["CNNYOLOLoss"] = yolo_loss_outputs
     for family in ("Instance", "Group"):
         cases[f"CNN{family}Normalization"] = (lambda f: lambda q, dev, k: group_normalization_pass(
             q, dev, f, forward=k))(family)
@@ -214,6 +215,22 @@ def loss_outputs(q, dev, k):
     return [out.to_numpy(), labels.loss_image.to_numpy()]
 
 
+
+
+def yolo_loss_outputs(q, dev, k):
+    """The gradients and loss values of two 3 x 4 images of 2 anchors x 8 channels (3 classes), an
+    object in some cells."""
+    gen = rng("yolo-loss")
+    y = randn(gen, 2, 3, 4, 16)
+    t = np.zeros((2, 3, 4, 2, 8), np.float32)
+    t[:, ::2, 1::2, 1, :5] = [0.4, 0.6, 1.2, 0.8, 1.0]
+    t[:, ::2, 1::2, 1, 6] = 1.0
+    labels = [m.CNNLossLabels(dev, m.CNNLossDataDescriptor(t[n].reshape(3, 4, 16))) for n in range(2)]
+    cb = q.command_buffer()
+    out = k.encode_batch(cb, [m.Image.from_numpy(y[n:n + 1], dev) for n in range(2)], labels)
+    cb.commit()
+    cb.wait_until_completed()
+    return [o.to_numpy() for o in out] + [lab.loss_image.to_numpy() for lab in labels]
 
 
 def split_loss_outputs(q, dev, k):

@@ -21,6 +21,7 @@
 #include "metal/upsampling_params.h"
 #include "metal/dropout_params.h"
 #include "metal/loss_params.h"        // losses (issue 14)
+#include "metal/yolo_loss_params.h"   // YOLO loss (issue 14)
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
 #include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
 #include "metal/reduction_params.h"    // Gram matrix and spatial mean (issue 13)
@@ -198,6 +199,19 @@ public:
                             const BufferSlice& results) = 0;
     virtual void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
                                    const BufferSlice& destination) = 0;
+    // YOLO loss (metal/yolo_loss_params.h, metal/yolo_loss_math.h): one binding per part image.
+    struct YoloParts {
+        BufferSlice xy, wh, confidence, classes;
+    };
+    // anchors: 2 * p.anchors floats. Writes the part predictions, labels and weights.
+    virtual void yoloPrepare(CommandBuffer& cb, const YoloPrepareParams& p, const BufferSlice& source,
+                             const BufferSlice& labels, const BufferSlice& anchors, const YoloParts& predictions,
+                             const YoloParts& partLabels, const YoloParts& weights) = 0;
+    // losses: per-element part images (p.perElement) or one float each; loss: the source-sized
+    // loss image (p.perElement) or one float.
+    virtual void yoloFinish(CommandBuffer& cb, const YoloFinishParams& p, const BufferSlice& source,
+                            const YoloParts& gradients, const YoloParts& losses, const BufferSlice& destination,
+                            const BufferSlice& loss) = 0;
 
     // ---- pooling family (metal/pooling_params.h) ---------------------------------------
     virtual void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,

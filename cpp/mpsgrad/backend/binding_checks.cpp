@@ -552,6 +552,73 @@ void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results
     requireFloats(op, "results", results, 2 * (int64_t(p.resultIndex) + p.batch));
 }
 
+// ---- YOLO loss ----------------------------------------------------------------------------------
+
+namespace {
+
+// The YOLO geometry: anchors and classes >= 1, the source W x H x A * (5 + K), the part layouts
+// (W * A) x H with 2, 2, 1 and K channels, every other image layout of the source's size.
+void requireYoloGeometry(const char* op, const ImageLayout& source, int32_t anchors, int32_t classes,
+                         const ImageLayout* parts[4], const ImageLayout* sameAsSource[], int sameCount) {
+    if (anchors < 1 || classes < 1)
+        throwValueError(op, ": anchors ", anchors, " and classCount ", classes, " must be >= 1");
+    const uint64_t channels = checked::product({int64_t(anchors), int64_t(classes) + 5}, op);
+    if (uint64_t(source.channels) != channels)
+        throwValueError(op, ": the source has ", source.channels, " channels but anchors * (5 + classCount) = ",
+                        channels);
+    const uint64_t partWidth = checked::product({int64_t(source.width), int64_t(anchors)}, op);
+    const int32_t partChannels[4] = {2, 2, 1, classes};
+    static const char* names[4] = {"xy", "wh", "confidence", "classes"};
+    for (int i = 0; i < 4; ++i)
+        if (uint64_t(parts[i]->width) != partWidth || parts[i]->height != source.height ||
+            parts[i]->channels != partChannels[i])
+            throwValueError(op, ": the ", names[i], " part layout (", parts[i]->width, " x ", parts[i]->height,
+                            " x ", parts[i]->channels, ") is not (source width * anchors) x height x ",
+                            partChannels[i]);
+    for (int i = 0; i < sameCount; ++i) requireSameSize(op, "image", *sameAsSource[i], source);
+}
+
+void requireYoloParts(const char* op, const char* what, const ImageLayout* parts[4], const Backend::YoloParts& b) {
+    const BufferSlice* slices[4] = {&b.xy, &b.wh, &b.confidence, &b.classes};
+    for (int i = 0; i < 4; ++i) requireImage(op, what, *parts[i], 1, *slices[i]);
+}
+
+}  // namespace
+
+void checkYoloPrepare(const YoloPrepareParams& p, const BufferSlice& source, const BufferSlice& labels,
+                      const BufferSlice& anchors, const Backend::YoloParts& predictions,
+                      const Backend::YoloParts& partLabels, const Backend::YoloParts& weights) {
+    const char* op = "yolo_prepare";
+    const ImageLayout* parts[4] = {&p.xy, &p.wh, &p.confidence, &p.classes};
+    const ImageLayout* same[1] = {&p.labels};
+    requireYoloGeometry(op, p.source, p.anchors, p.classCount, parts, same, 1);
+    requireImage(op, "source", p.source, 1, source);
+    requireImage(op, "labels", p.labels, 1, labels);
+    requireFloats(op, "anchors", anchors, 2 * int64_t(p.anchors));
+    requireYoloParts(op, "part predictions", parts, predictions);
+    requireYoloParts(op, "part labels", parts, partLabels);
+    requireYoloParts(op, "part weights", parts, weights);
+}
+
+void checkYoloFinish(const YoloFinishParams& p, const BufferSlice& source, const Backend::YoloParts& gradients,
+                     const Backend::YoloParts& losses, const BufferSlice& destination, const BufferSlice& loss) {
+    const char* op = "yolo_finish";
+    const ImageLayout* parts[4] = {&p.xy, &p.wh, &p.confidence, &p.classes};
+    const ImageLayout* same[2] = {&p.destination, &p.loss};
+    requireYoloGeometry(op, p.source, p.anchors, p.classCount, parts, same, p.perElement ? 2 : 1);
+    requireImage(op, "source", p.source, 1, source);
+    requireImage(op, "destination", p.destination, 1, destination);
+    requireYoloParts(op, "part gradients", parts, gradients);
+    if (p.perElement) {
+        requireYoloParts(op, "part losses", parts, losses);
+        requireImage(op, "loss", p.loss, 1, loss);
+    } else {
+        for (const BufferSlice* s : {&losses.xy, &losses.wh, &losses.confidence, &losses.classes})
+            requireFloats(op, "part losses", *s, 1);
+        requireFloats(op, "loss", loss, 1);
+    }
+}
+
 // ---- reshape and pad family: the kernels trust their index tables, so every entry is checked.
 
 namespace {

@@ -93,6 +93,13 @@ void checkLossElements(const LossElementsParams& p, const BufferSlice& source, c
                        const BufferSlice& partials);
 void checkLossReduce(const LossReduceParams& p, const BufferSlice& partials, const BufferSlice& results);
 void checkLossScaleGradient(const LossScaleParams& p, const BufferSlice& results, const BufferSlice& destination);
+// YOLO loss: the part images are (W * A) x H with 2, 2, 1 and K channels for a source of
+// W x H x A * (5 + K); every image binding holds one image of its layout.
+void checkYoloPrepare(const YoloPrepareParams& p, const BufferSlice& source, const BufferSlice& labels,
+                      const BufferSlice& anchors, const Backend::YoloParts& predictions,
+                      const Backend::YoloParts& partLabels, const Backend::YoloParts& weights);
+void checkYoloFinish(const YoloFinishParams& p, const BufferSlice& source, const Backend::YoloParts& gradients,
+                     const Backend::YoloParts& losses, const BufferSlice& destination, const BufferSlice& loss);
 
 void checkReshapeCopy(const ReshapeParams& p, const BufferSlice& source, const BufferSlice& destination);
 void checkPadForward(const PadParams& p, const BufferSlice& source, const BufferSlice& destination,

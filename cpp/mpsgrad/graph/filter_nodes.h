@@ -17,6 +17,7 @@
 #include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
+#include "kernels/yolo_loss.h"
 
 namespace mpsgrad {
 
@@ -672,6 +673,28 @@ protected:
 private:
     CNNLossDescriptor descriptor_;
     std::shared_ptr<CNNLoss> kernel_;
+};
+
+// MPSCNNYOLOLossNode(source, lossDescriptor): the same for CNNYOLOLoss.
+class CNNYOLOLossNode : public NNFilterNode {
+public:
+    CNNYOLOLossNode(const ImageNodePtr& source, const CNNYOLOLossDescriptor& descriptor);
+    const char* className() const override { return "CNNYOLOLossNode"; }
+    const CNNYOLOLossDescriptor& descriptor() const { return descriptor_; }
+    // -inputLabels
+    StateNodePtr inputLabels() const { return sourceStates_.front(); }
+
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
+    std::vector<std::shared_ptr<NNGradientFilterNode>> gradientFiltersWithSources(
+        const std::vector<ImageNodePtr>& sourceGradients) override;
+
+protected:
+    void createKernels(const Device& device) override;
+
+private:
+    CNNYOLOLossDescriptor descriptor_;
+    std::shared_ptr<CNNYOLOLoss> kernel_;
 };
 
 // MPSNNInitialGradientNode(source): a gradient of ones shaped like the source (a linear neuron

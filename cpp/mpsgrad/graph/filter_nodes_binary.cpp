@@ -124,16 +124,25 @@ CNNLossNode::CNNLossNode(const ImageNodePtr& source, const CNNLossDescriptor& de
 
 void CNNLossNode::createKernels(const Device& device) { kernel_ = std::make_shared<CNNLoss>(device, descriptor_); }
 
-NodeEncodeResult CNNLossNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
-                                     const std::vector<StateBatch>& states) {
+namespace {
+
+std::vector<LossLabelsPtr> lossLabels(const StateBatch& states, const char* node) {
     std::vector<LossLabelsPtr> labels;
-    for (const auto& state : states.at(0)) {
+    for (const auto& state : states) {
         auto typed = std::dynamic_pointer_cast<CNNLossLabels>(state);
         if (!typed)
-            throwTypeError("source_states: the labels of ", className(), " must be CNNLossLabels, got ",
+            throwTypeError("source_states: the labels of ", node, " must be CNNLossLabels, got ",
                            state ? state->className() : "None");
         labels.push_back(std::move(typed));
     }
+    return labels;
+}
+
+}  // namespace
+
+NodeEncodeResult CNNLossNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                     const std::vector<StateBatch>& states) {
+    std::vector<LossLabelsPtr> labels = lossLabels(states.at(0), className());
     kernel_->label = label;
     NodeEncodeResult result;
     result.images = kernel_->encodeBatch(ctx.cb, images[0], labels);
@@ -141,6 +150,30 @@ NodeEncodeResult CNNLossNode::encode(NodeEncodeContext& ctx, const std::vector<I
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> CNNLossNode::gradientFiltersWithSources(
+    const std::vector<ImageNodePtr>&) {
+    throwTypeError(className(), ": the loss node is its own gradient (its result image is dL/d(source)); "
+                                "call training_graph() on it instead of building a gradient node");
+}
+
+CNNYOLOLossNode::CNNYOLOLossNode(const ImageNodePtr& source, const CNNYOLOLossDescriptor& descriptor)
+    : NNFilterNode({source}, {std::make_shared<NNLabelsNode>()}), descriptor_(descriptor) {
+    descriptor_.validate();
+}
+
+void CNNYOLOLossNode::createKernels(const Device& device) {
+    kernel_ = std::make_shared<CNNYOLOLoss>(device, descriptor_);
+}
+
+NodeEncodeResult CNNYOLOLossNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                         const std::vector<StateBatch>& states) {
+    std::vector<LossLabelsPtr> labels = lossLabels(states.at(0), className());
+    kernel_->label = label;
+    NodeEncodeResult result;
+    result.images = kernel_->encodeBatch(ctx.cb, images[0], labels);
+    return result;
+}
+
+std::vector<std::shared_ptr<NNGradientFilterNode>> CNNYOLOLossNode::gradientFiltersWithSources(
     const std::vector<ImageNodePtr>&) {
     throwTypeError(className(), ": the loss node is its own gradient (its result image is dL/d(source)); "
                                 "call training_graph() on it instead of building a gradient node");

@@ -35,7 +35,8 @@ void collectUpstream(const FilterNodePtr& node, std::unordered_set<const NNFilte
 }
 
 bool isOwnGradient(const NNFilterNode& node) {
-    return dynamic_cast<const CNNLossNode*>(&node) || dynamic_cast<const NNInitialGradientNode*>(&node);
+    return dynamic_cast<const CNNLossNode*>(&node) || dynamic_cast<const CNNYOLOLossNode*>(&node) ||
+           dynamic_cast<const NNInitialGradientNode*>(&node);
 }
 
 void defaultHandler(const FilterNodePtr& gradientNode, const FilterNodePtr&, const ImageNodePtr& inferenceSource,

@@ -27,6 +27,7 @@
 #include "kernels/reshape_pad.h"
 #include "kernels/softmax.h"
 #include "kernels/upsampling.h"
+#include "kernels/yolo_loss.h"
 #include "kernels/serialization_support.h"
 
 namespace mpsgrad {
@@ -748,6 +749,7 @@ void registerBuiltinClasses() {
     addKernel("NNOptimizerRMSProp", &NNOptimizerRMSProp::initWithCoder);
     addKernel("NNOptimizerAdam", &NNOptimizerAdam::initWithCoder);
     addKernel("CNNLoss", &CNNLoss::initWithCoder);
+    addKernel("CNNYOLOLoss", &CNNYOLOLoss::initWithCoder);
     addKernel("NNForwardLoss", &NNForwardLoss::initWithCoder);
     addKernel("NNLossGradient", &NNLossGradient::initWithCoder);
     addKernel("NNInitialGradient", &NNInitialGradient::initWithCoder);

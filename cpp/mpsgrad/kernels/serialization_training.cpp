@@ -12,6 +12,7 @@
 #include "kernels/optimizers.h"
 #include "kernels/normalization_groups.h"
 #include "kernels/serialization_support.h"
+#include "kernels/yolo_loss.h"
 
 namespace mpsgrad {
 
@@ -356,6 +357,74 @@ std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device&
     d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
     // The constructor validates the descriptor (loss and reduction types included).
     auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<CNNLoss>(device, d); });
+    k->decodeKernelProperties(r);
+    return k;
+}
+
+// ---- YOLO loss --------------------------------------------------------------------------------------
+
+namespace {
+
+// A CNNLossDescriptor's fields, in CNNLoss's payload order.
+void writeLossDescriptor(serial::Writer& w, const CNNLossDescriptor& d) {
+    w.u32(static_cast<uint32_t>(d.lossType));
+    w.i32(static_cast<int32_t>(d.reductionType));
+    w.f32(d.weight);
+    w.f32(d.labelSmoothing);
+    w.i64(d.numberOfClasses);
+    w.f32(d.epsilon);
+    w.f32(d.delta);
+    w.boolean(d.reduceAcrossBatch);
+    w.boolean(d.scaleGradientByReduction);
+}
+
+CNNLossDescriptor readLossDescriptor(serial::Reader& r) {
+    CNNLossDescriptor d;
+    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
+    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
+    d.weight = r.f32("weight");
+    d.labelSmoothing = r.f32("label_smoothing");
+    d.numberOfClasses = r.i64("number_of_classes");
+    d.epsilon = r.f32("epsilon");
+    d.delta = r.f32("delta");
+    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
+    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
+    return d;
+}
+
+}  // namespace
+
+void CNNYOLOLoss::encodeWithCoder(serial::Writer& w) const {
+    const CNNYOLOLossDescriptor& d = descriptor_;
+    for (const CNNLossDescriptor* part : {&d.xyLossDescriptor, &d.whLossDescriptor, &d.confidenceLossDescriptor,
+                                          &d.classesLossDescriptor})
+        writeLossDescriptor(w, *part);
+    w.i32(static_cast<int32_t>(d.reductionType));
+    w.boolean(d.reduceAcrossBatch);
+    w.boolean(d.rescore);
+    for (float v : {d.scaleXY, d.scaleWH, d.scaleNoObject, d.scaleObject, d.scaleClass, d.minIOUForObjectPresence,
+                    d.maxIOUForObjectAbsence})
+        w.f32(v);
+    w.i64(d.numberOfAnchorBoxes);
+    w.floats(d.anchorBoxes);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<CNNYOLOLoss> CNNYOLOLoss::initWithCoder(serial::Reader& r, const Device& device) {
+    CNNYOLOLossDescriptor d;
+    for (CNNLossDescriptor* part : {&d.xyLossDescriptor, &d.whLossDescriptor, &d.confidenceLossDescriptor,
+                                    &d.classesLossDescriptor})
+        *part = readLossDescriptor(r);
+    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
+    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
+    d.rescore = r.boolean("rescore");
+    for (float* v : {&d.scaleXY, &d.scaleWH, &d.scaleNoObject, &d.scaleObject, &d.scaleClass,
+                     &d.minIOUForObjectPresence, &d.maxIOUForObjectAbsence})
+        *v = r.f32("scale or IOU threshold");
+    d.numberOfAnchorBoxes = r.i64("number_of_anchor_boxes");
+    d.anchorBoxes = r.floats("anchor_boxes");
+    // The constructor validates the descriptor (part descriptors, scales, thresholds, anchors).
+    auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<CNNYOLOLoss>(device, d); });
     k->decodeKernelProperties(r);
     return k;
 }

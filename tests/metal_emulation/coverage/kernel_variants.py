@@ -61,7 +61,9 @@ def _unreachable(kernel, v):
     # reachable (each binding's flag depends on its own offset; the encoders share only the
     # channel count's multiple-of-4 test between bindings). The batch normalization kernels read
     # no function constants: one variant each (metal_batch_normalization.cpp passes none); so do
-    # the group normalization kernels (metal_group_normalization.cpp, instance normalization too).
+    # the group normalization kernels (metal_group_normalization.cpp, instance normalization too)
+    # and the YOLO loss kernels yolo_prepare / yolo_finish (metal_yolo_loss.cpp; dispatched by
+    # tests/cpp/test_metal_variants_yolo_loss.cpp).
     return False
 
 

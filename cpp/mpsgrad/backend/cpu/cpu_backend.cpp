@@ -400,6 +400,27 @@ public:
         bindings::checkLossScaleGradient(p, results, destination);
         encode(cb, [=] { cpu::lossScaleGradient(p, results.floats(), destination.floats()); });
     }
+    void yoloPrepare(CommandBuffer& cb, const YoloPrepareParams& p, const BufferSlice& source,
+                     const BufferSlice& labels, const BufferSlice& anchors, const YoloParts& predictions,
+                     const YoloParts& partLabels, const YoloParts& weights) override {
+        bindings::checkYoloPrepare(p, source, labels, anchors, predictions, partLabels, weights);
+        encode(cb, [=] {
+            cpu::yoloPrepare(p, source.floats(), labels.floats(), anchors.floats(), floatsOf(predictions),
+                             floatsOf(partLabels), floatsOf(weights));
+        });
+    }
+    void yoloFinish(CommandBuffer& cb, const YoloFinishParams& p, const BufferSlice& source,
+                    const YoloParts& gradients, const YoloParts& losses, const BufferSlice& destination,
+                    const BufferSlice& loss) override {
+        bindings::checkYoloFinish(p, source, gradients, losses, destination, loss);
+        encode(cb, [=] {
+            cpu::yoloFinish(p, source.floats(), floatsOf(gradients), floatsOf(losses), destination.floats(),
+                            loss.floats());
+        });
+    }
+    static cpu::YoloPartFloats floatsOf(const YoloParts& parts) {
+        return {parts.xy.floats(), parts.wh.floats(), parts.confidence.floats(), parts.classes.floats()};
+    }
 
     // ---- pooling family --------------------------------------------------------------------
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,

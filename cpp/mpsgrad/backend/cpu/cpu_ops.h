@@ -20,6 +20,7 @@
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
 #include "../../../../metal/convert_params.h"
+#include "../../../../metal/yolo_loss_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -100,6 +101,14 @@ void lossElements(const LossElementsParams& p, const float* source, const float*
                   float* destination, float* loss, float* partials);
 void lossReduce(const LossReduceParams& p, const float* partials, float* results);
 void lossScaleGradient(const LossScaleParams& p, const float* results, float* destination);
+// YOLO loss (metal/yolo_loss_params.h; yolo_loss.cpp); bindings are checked by bindings::checkYolo*.
+struct YoloPartFloats {
+    float *xy, *wh, *confidence, *classes;
+};
+void yoloPrepare(const YoloPrepareParams& p, const float* source, const float* labels, const float* anchors,
+                 const YoloPartFloats& predictions, const YoloPartFloats& partLabels, const YoloPartFloats& weights);
+void yoloFinish(const YoloFinishParams& p, const float* source, const YoloPartFloats& gradients,
+                const YoloPartFloats& losses, float* destination, float* loss);
 
 // ---- pooling family (metal/pooling_params.h; pooling.cpp) ----------------------------------
 // These ops take the buffer slices and check that every binding holds the images its layout

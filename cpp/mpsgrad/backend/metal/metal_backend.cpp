@@ -180,6 +180,20 @@ public:
         AutoreleaseScope pool;
         encodeLossScaleGradient(ctx_, cb, p, results, destination);
     }
+    void yoloPrepare(CommandBuffer& cb, const YoloPrepareParams& p, const BufferSlice& source,
+                     const BufferSlice& labels, const BufferSlice& anchors, const YoloParts& predictions,
+                     const YoloParts& partLabels, const YoloParts& weights) override {
+        bindings::checkYoloPrepare(p, source, labels, anchors, predictions, partLabels, weights);
+        AutoreleaseScope pool;
+        encodeYoloPrepare(ctx_, cb, p, source, labels, anchors, predictions, partLabels, weights);
+    }
+    void yoloFinish(CommandBuffer& cb, const YoloFinishParams& p, const BufferSlice& source,
+                    const YoloParts& gradients, const YoloParts& losses, const BufferSlice& destination,
+                    const BufferSlice& loss) override {
+        bindings::checkYoloFinish(p, source, gradients, losses, destination, loss);
+        AutoreleaseScope pool;
+        encodeYoloFinish(ctx_, cb, p, source, gradients, losses, destination, loss);
+    }
 
     // ---- batch normalization family
     void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,

@@ -91,6 +91,13 @@ void encodeLossReduce(MetalContext& ctx, CommandBuffer& cb, const LossReducePara
                       const BufferSlice& results);
 void encodeLossScaleGradient(MetalContext& ctx, CommandBuffer& cb, LossScaleParams p, const BufferSlice& results,
                              const BufferSlice& destination);
+// ---- YOLO loss (metal/yolo_loss.metal; metal_yolo_loss.cpp)
+void encodeYoloPrepare(MetalContext& ctx, CommandBuffer& cb, YoloPrepareParams p, const BufferSlice& source,
+                       const BufferSlice& labels, const BufferSlice& anchors, const Backend::YoloParts& predictions,
+                       const Backend::YoloParts& partLabels, const Backend::YoloParts& weights);
+void encodeYoloFinish(MetalContext& ctx, CommandBuffer& cb, YoloFinishParams p, const BufferSlice& source,
+                      const Backend::YoloParts& gradients, const Backend::YoloParts& losses,
+                      const BufferSlice& destination, const BufferSlice& loss);
 
 // ---- utility (metal/utility.metal and blits)
 // Blit copy of `bytes` bytes (multiples of 4, as macOS blits require); overlapping ranges of one
