@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "../../../../metal/optimizers_params.h"
 #include "../../../../metal/loss_params.h"
+#include "../../../../metal/sub_pixel_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -135,5 +136,9 @@ void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& 
 void normalizationForward(const NormalizationParams& p, const float* source, float* destination);
 void normalizationGradient(const NormalizationParams& p, const float* gradient, const float* source,
                            float* destination);
+
+// Sub-pixel convolution (metal/sub_pixel_params.h; sub_pixel.cpp).
+void subPixelShuffle(const SubPixelShuffleParams& p, const BufferSlice& low, const BufferSlice& high);
+void subPixelUnshuffle(const SubPixelShuffleParams& p, const BufferSlice& high, const BufferSlice& low);
 
 }  // namespace mpsgrad::cpu
