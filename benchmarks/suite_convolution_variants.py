@@ -1,4 +1,4 @@
-"""Fully connected and transposed-convolution rows of benchmarks/run.py.
+"""Fully connected, transposed-convolution and sub-pixel convolution rows of benchmarks/run.py.
 
 mpsgrad, one iteration = a command buffer, a batch encode, commit, wait (persistent images):
 
@@ -11,7 +11,12 @@ mpsgrad, one iteration = a command buffer, a batch encode, commit, wait (persist
   ``torch.ops.aten.convolution_backward(..., transposed=True, ...)`` with output mask (input) or
   (weight, bias).
 
-FLOPs: fully connected 2 * N * (H*W*C) * O per op; transposed 2 * N * H * W * Cin * Cout * k * k
+* sub-pixel convolution (3x3, stride 1, SAME policy = PyTorch padding 1, scale factor r):
+  ``CNNConvolution`` of a ``CNNSubPixelConvolutionDescriptor`` and its ``CNNConvolutionGradient``.
+  PyTorch: ``F.conv2d`` + ``F.pixel_shuffle`` (weights permuted to PyTorch's channel order, so the
+  results are equal), ``F.pixel_unshuffle`` + ``convolution_backward`` for the gradients.
+
+FLOPs: sub-pixel 2 * N * H * W * Cin * Cout * k * k per op (Cout before the shuffle); fully connected 2 * N * (H*W*C) * O per op; transposed 2 * N * H * W * Cin * Cout * k * k
 per op (the scatter's multiplies; bias terms not counted).
 """
 from __future__ import annotations
@@ -38,6 +43,14 @@ TRANSPOSE_CASES = [
     ("2x2 s2 256->128 14x14", 8, 2, 256, 14, 14, 128, 2, 2),
     ("3x3 s1 64->64 28x28", 8, 2, 64, 28, 28, 64, 3, 1),
     ("tiny 3x3 s2 8->4 4x4", 2, 2, 8, 4, 4, 4, 3, 2),
+]
+
+
+# (name, N, N with --quick, Cin, H, W, Cout before the shuffle, r)
+SUB_PIXEL_CASES = [
+    ("3x3 64->256 r2 28x28", 8, 2, 64, 28, 28, 256, 2),
+    ("3x3 32->288 r3 16x16", 8, 2, 32, 16, 16, 288, 3),
+    ("tiny 3x3 4->16 r2 4x4", 2, 2, 4, 4, 4, 16, 2),
 ]
 
 
@@ -158,10 +171,61 @@ class _Transpose(_Pair):
         compare(self.label, "bias gradient", np.array(self.states[0].gradient_for_biases), db)
 
 
+class _SubPixel(_Pair):
+    def __init__(self, spec, quick, device, queue, rng):
+        name, n_full, n_quick, cin, h, w, cout, r = spec
+        n = n_quick if quick else n_full
+        self.label, self.flops = f"N={n} {name}", 2.0 * n * h * w * cin * cout * 9
+        self.r = r
+        c = cout // (r * r)
+        x = rng.standard_normal((n, h, w, cin), dtype=np.float32)
+        dy = rng.standard_normal((n, h * r, w * r, c), dtype=np.float32)
+        wt = (rng.standard_normal((cout, 3, 3, cin), dtype=np.float32) / np.sqrt(9 * cin)).astype(np.float32)
+        b = rng.standard_normal(cout, dtype=np.float32)
+        d = m.CNNSubPixelConvolutionDescriptor(3, 3, cin, cout, r)
+        ds = m.CNNConvolutionWeightsDataSource(d, wt, b)
+        conv = m.CNNConvolution(device, ds)
+        conv.padding = m.NNDefaultPadding(int(m.PaddingMethod.SIZE_SAME))
+        super().__init__(queue, conv, m.CNNConvolutionGradient(device, ds), m.batch_from_numpy(x, device),
+                         m.batch_from_numpy(dy, device))
+        # PyTorch channel t = ci * r^2 + sy * r + sx holds MPS channel c * (r * sy + sx) + ci.
+        perm = [c * (r * sy + sx) + ci for ci in range(c) for sy in range(r) for sx in range(r)]
+        self.tx = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        self.tdy = torch.from_numpy(np.ascontiguousarray(dy.transpose(0, 3, 1, 2)))
+        self.tw = torch.from_numpy(np.ascontiguousarray(wt[perm].transpose(0, 3, 1, 2)))
+        self.tb = torch.from_numpy(b[perm].copy())
+        self.perm = perm
+
+    def _backward(self, mask):
+        low = F.pixel_unshuffle(self.tdy, self.r)
+        return torch.ops.aten.convolution_backward(low, self.tx, self.tw, [self.tw.shape[0]], [1, 1], [1, 1],
+                                                   [1, 1], False, [0, 0], 1, mask)
+
+    def theirs(self, op):
+        if op == "forward":
+            return lambda: F.pixel_shuffle(F.conv2d(self.tx, self.tw, self.tb, padding=1), self.r)
+        if op == "data grad":
+            return lambda: self._backward([True, False, False])
+        return lambda: self._backward([False, True, True])
+
+    def check(self, compare):
+        ys, _ = self._forward()
+        compare(self.label, "forward", m.batch_to_numpy(ys).transpose(0, 3, 1, 2), self.theirs("forward")())
+        dxs = self.mine("data grad")()
+        compare(self.label, "data gradient", m.batch_to_numpy(dxs).transpose(0, 3, 1, 2),
+                self.theirs("data grad")()[0])
+        self.mine("weight+bias grad")()
+        _, dw, db = self.theirs("weight+bias grad")()
+        mine_w = np.array(self.states[0].gradient_for_weights)[self.perm].transpose(0, 3, 1, 2)
+        compare(self.label, "weight gradient", mine_w, dw)
+        compare(self.label, "bias gradient", np.array(self.states[0].gradient_for_biases)[self.perm], db)
+
+
 def rows(quick, device, queue, rng, selected):
     """Yields (family, label, op, unit, amount, mine, theirs, check) for the rows `selected` accepts."""
     for family, cases, make in (("fc", FC_CASES, _FullyConnected),
-                                ("transpose", TRANSPOSE_CASES, _Transpose)):
+                                ("transpose", TRANSPOSE_CASES, _Transpose),
+                                ("sub-pixel", SUB_PIXEL_CASES, _SubPixel)):
         for spec in cases:
             label = f"N={spec[2] if quick else spec[1]} {spec[0]}"
             if not any(selected(f"{family} {label} {op}") for op in OPS):

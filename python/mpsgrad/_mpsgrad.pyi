@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1757,6 +1757,22 @@ class CNNConvolutionDescriptor:
     @stride_in_pixels_y.setter
     def stride_in_pixels_y(self, arg1: typing.SupportsInt) -> None:
         ...
+class CNNSubPixelConvolutionDescriptor(CNNConvolutionDescriptor):
+    """
+    MPSCNNSubPixelConvolutionDescriptor: a convolution that computes output_feature_channels channels, then shuffles them into sub_pixel_scale_factor x sub_pixel_scale_factor pixel blocks of output_feature_channels / sub_pixel_scale_factor**2 channels (docs/convolution_sub_pixel.md)
+    """
+    def __init__(self, kernel_width: typing.SupportsInt = 3, kernel_height: typing.SupportsInt = 3, input_feature_channels: typing.SupportsInt = 0, output_feature_channels: typing.SupportsInt = 0, sub_pixel_scale_factor: typing.SupportsInt = 1, neuron: typing.Any = None) -> None:
+        """
+        +[MPSCNNSubPixelConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:], then subPixelScaleFactor
+        """
+    @property
+    def sub_pixel_scale_factor(self) -> int:
+        """
+        MPSCNNSubPixelConvolutionDescriptor.subPixelScaleFactor [1]
+        """
+    @sub_pixel_scale_factor.setter
+    def sub_pixel_scale_factor(self, arg1: typing.SupportsInt) -> None:
+        ...
 class CNNConvolutionDataSource:
     """
     @protocol MPSCNNConvolutionDataSource. Any Python object with descriptor(), weights(), bias_terms(), load(), purge() (and optionally data_type(), label()) can be passed where a data source is expected.
@@ -1788,7 +1804,7 @@ class CNNConvolutionWeightsDataSource(CNNConvolutionDataSource):
         """
         -dataType
         """
-    def descriptor(self) -> CNNConvolutionDescriptor:
+    def descriptor(self) -> typing.Any:
         """
         -descriptor
         """
@@ -3692,226 +3708,6 @@ class NNInitialGradient(Kernel):
         """
         -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
         """
-class CNNYOLOLossDescriptor:
-    """
-    MPSCNNYOLOLossDescriptor: per anchor box X Y W H C F0..F(K-1) channels, K = classes_loss_descriptor.number_of_classes (docs/losses_and_optimizers.md, YOLO loss). Validated when a CNNYOLOLoss is made (ValueError naming the field).
-    """
-    @staticmethod
-    def cnn_loss_descriptor_with_xy_loss_type(xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> CNNYOLOLossDescriptor:
-        """
-        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
-        """
-    def __init__(self, xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
-        """
-    def __reduce__(self) -> typing.Any:
-        ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
-        ...
-    @property
-    def anchor_boxes(self) -> bytes:
-        """
-        float32 (width, height) pairs in grid-cell units, as bytes (MPS NSData); set from bytes or a sequence of floats
-        """
-    @anchor_boxes.setter
-    def anchor_boxes(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def classes_loss_descriptor(self) -> CNNLossDescriptor:
-        """
-        classesLossDescriptor (raw class scores; its number_of_classes is K)
-        """
-    @classes_loss_descriptor.setter
-    def classes_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
-        ...
-    @property
-    def confidence_loss_descriptor(self) -> CNNLossDescriptor:
-        """
-        confidenceLossDescriptor (SIGMOID_CROSS_ENTROPY: raw C, else sigmoid(C))
-        """
-    @confidence_loss_descriptor.setter
-    def confidence_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
-        ...
-    @property
-    def max_iou_for_object_absence(self) -> float:
-        """
-        [0.3]
-        """
-    @max_iou_for_object_absence.setter
-    def max_iou_for_object_absence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def min_iou_for_object_presence(self) -> float:
-        """
-        [0.7]
-        """
-    @min_iou_for_object_presence.setter
-    def min_iou_for_object_presence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def number_of_anchor_boxes(self) -> int:
-        ...
-    @number_of_anchor_boxes.setter
-    def number_of_anchor_boxes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def reduce_across_batch(self) -> bool:
-        """
-        macOS 11 [False]
-        """
-    @reduce_across_batch.setter
-    def reduce_across_batch(self, arg0: bool) -> None:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        """
-        shared by the four part losses
-        """
-    @reduction_type.setter
-    def reduction_type(self, arg0: CNNReductionType) -> None:
-        ...
-    @property
-    def rescore(self) -> bool:
-        """
-        confidence target = IOU of the prediction (else 1) [True]
-        """
-    @rescore.setter
-    def rescore(self, arg0: bool) -> None:
-        ...
-    @property
-    def scale_class(self) -> float:
-        """
-        [2.0]
-        """
-    @scale_class.setter
-    def scale_class(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def scale_no_object(self) -> float:
-        """
-        [5.0]
-        """
-    @scale_no_object.setter
-    def scale_no_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def scale_object(self) -> float:
-        """
-        [100.0]
-        """
-    @scale_object.setter
-    def scale_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def scale_wh(self) -> float:
-        """
-        [10.0]
-        """
-    @scale_wh.setter
-    def scale_wh(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def scale_xy(self) -> float:
-        """
-        [10.0]
-        """
-    @scale_xy.setter
-    def scale_xy(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def wh_loss_descriptor(self) -> CNNLossDescriptor:
-        """
-        WHLossDescriptor (applied to the raw W, H)
-        """
-    @wh_loss_descriptor.setter
-    def wh_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
-        ...
-    @property
-    def xy_loss_descriptor(self) -> CNNLossDescriptor:
-        """
-        XYLossDescriptor (applied to sigmoid(X), sigmoid(Y))
-        """
-    @xy_loss_descriptor.setter
-    def xy_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
-        ...
-class CNNYOLOLoss(Kernel):
-    """
-    MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), labels.loss_image the loss (the sum of the four internal losses)
-    """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNYOLOLossDescriptor) -> None:
-        """
-        -[MPSCNNYOLOLoss initWithDevice:lossDescriptor:]
-        """
-    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
-        """
-        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
-        """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
-        """
-        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
-        """
-    @property
-    def anchor_boxes(self) -> bytes:
-        ...
-    @property
-    def loss_classes(self) -> CNNLoss:
-        """
-        MPSCNNYOLOLoss.lossClasses
-        """
-    @property
-    def loss_confidence(self) -> CNNLoss:
-        """
-        MPSCNNYOLOLoss.lossConfidence
-        """
-    @property
-    def loss_wh(self) -> CNNLoss:
-        """
-        MPSCNNYOLOLoss.lossWH
-        """
-    @property
-    def loss_xy(self) -> CNNLoss:
-        """
-        MPSCNNYOLOLoss.lossXY (internal CNNLoss)
-        """
-    @property
-    def max_iou_for_object_absence(self) -> float:
-        ...
-    @property
-    def min_iou_for_object_presence(self) -> float:
-        ...
-    @property
-    def number_of_anchor_boxes(self) -> int:
-        ...
-    @property
-    def number_of_classes(self) -> int:
-        """
-        K, from classes_loss_descriptor.number_of_classes
-        """
-    @property
-    def reduce_across_batch(self) -> bool:
-        ...
-    @property
-    def reduction_type(self) -> CNNReductionType:
-        ...
-    @property
-    def rescore(self) -> bool:
-        ...
-    @property
-    def scale_class(self) -> float:
-        ...
-    @property
-    def scale_no_object(self) -> float:
-        ...
-    @property
-    def scale_object(self) -> float:
-        ...
-    @property
-    def scale_wh(self) -> float:
-        ...
-    @property
-    def scale_xy(self) -> float:
-        ...
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from
@@ -5374,19 +5170,6 @@ class CNNLossNode(NNFilterNode):
     def input_labels(self) -> NNStateNode:
         """
         MPSCNNLossNode.inputLabels
-        """
-class CNNYOLOLossNode(NNFilterNode):
-    """
-    MPSCNNYOLOLossNode
-    """
-    def __init__(self, source: NNImageNode, loss_descriptor: CNNYOLOLossDescriptor) -> None:
-        """
-        +nodeWithSource:lossDescriptor: (labels: input_labels)
-        """
-    @property
-    def input_labels(self) -> NNStateNode:
-        """
-        MPSCNNYOLOLossNode.inputLabels
         """
 class NNInitialGradientNode(NNFilterNode):
     """

@@ -21,6 +21,7 @@
 
 namespace mpsgrad {
 class CNNConvolutionDataSource;
+class CNNConvolutionDescriptor;
 class CNNBatchNormalizationDataSource;
 }  // namespace mpsgrad
 
@@ -54,6 +55,8 @@ void bindGraph(py::module_& m);  // graph API (issue 15)
 // A Python (or built-in) data source as the C++ protocol object (convolution.cpp,
 // batch_normalization.cpp); TypeError naming the parameter otherwise.
 std::shared_ptr<CNNConvolutionDataSource> toConvolutionDataSource(py::object object);
+// A convolution descriptor as its Python class (CNNSubPixelConvolutionDescriptor when its scale factor is not 1).
+py::object convolutionDescriptorObject(const CNNConvolutionDescriptor& descriptor);
 std::shared_ptr<CNNBatchNormalizationDataSource> toBatchNormalizationDataSource(py::object object);
 
 // True once the interpreter is shutting down: no Python API may be called from then on (a

@@ -168,6 +168,11 @@ std::shared_ptr<CNNConvolutionDataSource> toConvolutionDataSource(py::object obj
     return toDataSource(std::move(object));
 }
 
+py::object convolutionDescriptorObject(const CNNConvolutionDescriptor& descriptor) {
+    if (descriptor.subPixelScaleFactor != 1) return py::cast(CNNSubPixelConvolutionDescriptor(descriptor));
+    return py::cast(descriptor);
+}
+
 void bindConvolution(py::module_& m) {
     py::enum_<CNNConvolutionGradientOption>(m, "CNNConvolutionGradientOption", "MPSCNNConvolutionGradientOption")
         .value("GRADIENT_WITH_DATA", CNNConvolutionGradientOption::GradientWithData)
@@ -220,8 +225,31 @@ void bindConvolution(py::module_& m) {
                    ", " + std::to_string(d.inputFeatureChannels) + "->" + std::to_string(d.outputFeatureChannels) +
                    ", stride " + std::to_string(d.strideInPixelsX) + "x" + std::to_string(d.strideInPixelsY) +
                    ", dilation " + std::to_string(d.dilationRateX) + "x" + std::to_string(d.dilationRateY) +
-                   ", groups " + std::to_string(d.groups) + (d.depthwise ? ", depthwise" : "") + ")";
+                   ", groups " + std::to_string(d.groups) + (d.depthwise ? ", depthwise" : "") +
+                   (d.subPixelScaleFactor != 1 ? ", sub-pixel scale " + std::to_string(d.subPixelScaleFactor) : "") +
+                   ")";
         });
+    py::class_<CNNSubPixelConvolutionDescriptor, CNNConvolutionDescriptor>(
+        m, "CNNSubPixelConvolutionDescriptor",
+        "MPSCNNSubPixelConvolutionDescriptor: a convolution that computes output_feature_channels channels, then "
+        "shuffles them into sub_pixel_scale_factor x sub_pixel_scale_factor pixel blocks of output_feature_channels / "
+        "sub_pixel_scale_factor**2 channels (docs/convolution_sub_pixel.md)")
+        .def(py::init([](IntArg kw, IntArg kh, IntArg in, IntArg out, IntArg scale, py::object neuron) {
+                 CNNSubPixelConvolutionDescriptor d(
+                     toInt64(kw.value, "kernel_width"), toInt64(kh.value, "kernel_height"),
+                     toInt64(in.value, "input_feature_channels"), toInt64(out.value, "output_feature_channels"),
+                     toInt64(scale.value, "sub_pixel_scale_factor"));
+                 if (!neuron.is_none()) d.fusedNeuronDescriptor = fromPython<NNNeuronDescriptor>(neuron, "neuron");
+                 return d;
+             }),
+             py::arg("kernel_width") = 3, py::arg("kernel_height") = 3, py::arg("input_feature_channels") = 0,
+             py::arg("output_feature_channels") = 0, py::arg("sub_pixel_scale_factor") = 1,
+             py::arg("neuron") = py::none(),
+             "+[MPSCNNSubPixelConvolutionDescriptor cnnConvolutionDescriptorWithKernelWidth:kernelHeight:"
+             "inputFeatureChannels:outputFeatureChannels:], then subPixelScaleFactor")
+        .def_property("sub_pixel_scale_factor", getter(&CNNConvolutionDescriptor::subPixelScaleFactor),
+                      setter(&CNNConvolutionDescriptor::subPixelScaleFactor, "sub_pixel_scale_factor"),
+                      "MPSCNNSubPixelConvolutionDescriptor.subPixelScaleFactor [1]");
     m.def("CNNDepthWiseConvolutionDescriptor", [](int64_t kw, int64_t kh, int64_t in, int64_t out, py::object neuron) {
         CNNConvolutionDescriptor d(kw, kh, in, out);
         d.depthwise = true;
@@ -254,7 +282,8 @@ void bindConvolution(py::module_& m) {
                      d, std::vector<float>(w.data(), w.data() + w.size()), std::move(b), std::move(label));
              }),
              py::arg("descriptor"), py::arg("weights"), py::arg("biases") = py::none(), py::arg("label") = "")
-        .def("descriptor", &CNNConvolutionWeightsDataSource::descriptor, "-descriptor")
+        .def("descriptor", [](CNNConvolutionWeightsDataSource& s) { return convolutionDescriptorObject(s.descriptor()); },
+             "-descriptor")
         .def("load", &CNNConvolutionWeightsDataSource::load, "-load")
         .def("purge", &CNNConvolutionWeightsDataSource::purge, "-purge")
         .def("label", &CNNConvolutionWeightsDataSource::label, "-label")

@@ -279,6 +279,14 @@ void bindSerialization(py::module_& m) {
     bindValueSerialization<NNNeuronDescriptor>(m, "NNNeuronDescriptor", &NNNeuronDescriptor::deserialize);
     bindValueSerialization<CNNConvolutionDescriptor>(m, "CNNConvolutionDescriptor",
                                                      &CNNConvolutionDescriptor::deserialize);
+    // A sub-pixel descriptor decodes as its own class (the payload's class version 2).
+    addClassMethod(m.attr("CNNConvolutionDescriptor"), "from_bytes", py::cpp_function(
+        [](py::object, py::handle data) {
+            ByteView bytes(data);
+            return convolutionDescriptorObject(CNNConvolutionDescriptor::deserialize(bytes.data(), bytes.size()));
+        },
+        py::name("from_bytes"), py::arg("cls"), py::arg("data"),
+        "The object from to_bytes() data. SerializationError (a ValueError) for malformed data."));
     bindValueSerialization<CNNConvolutionWeightsDataSource>(m, "CNNConvolutionWeightsDataSource",
                                                             &CNNConvolutionWeightsDataSource::deserialize);
     bindPickleOfValues(m);

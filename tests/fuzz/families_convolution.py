@@ -66,6 +66,63 @@ def convolution_ops(r: random.Random, ctx: Context):
     check_close(np.asarray(state.gradient_for_biases), ref_db, "bias gradient")
 
 
+def shuffle_reference(low, r):
+    """MPS's sub-pixel rule on (H, W, N): out[y][x][c] = low[y // r][x // r][C * (r * (y % r) + x % r) + c]."""
+    H, W, N = low.shape
+    C = N // (r * r)
+    out = np.zeros((H * r, W * r, C))
+    for y in range(H * r):
+        for x in range(W * r):
+            g = r * (y % r) + x % r
+            out[y, x] = low[y // r, x // r, C * g:C * (g + 1)]
+    return out
+
+
+@family("sub_pixel_convolution")
+def sub_pixel_convolution_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    k = r.choice([1, 3])
+    scale = r.choice([1, 2, 3])
+    cin, C = r.choice([1, 3, 4]), r.choice([1, 2, 4])
+    cout = C * scale * scale
+    h, w = r.randint(2, 5), r.randint(2, 5)
+    ctx.start_call()
+    factor = ctx.bad(r, scale, [0, -1, 2**31, 40000, "2"], what="sub_pixel_scale_factor")
+    if scale > 1:  # not a multiple of scale^2
+        cout_arg = ctx.bad(r, cout, [cout + 1], what="output_feature_channels")
+    else:
+        cout_arg = cout
+    d = m.CNNSubPixelConvolutionDescriptor(k, k, cin, cout_arg, factor)
+    wgt = random_array(r, cout, k, k, cin)
+    bias = random_array(r, cout)
+    source = m.CNNConvolutionWeightsDataSource(d, wgt, bias)
+    conv = m.CNNConvolution(ctx.device, source)
+    grad = m.CNNConvolutionGradient(ctx.device, source)
+    ctx.expect_rejected_if_invalid("sub-pixel CNNConvolution")
+    x_arr = random_array(r, h, w, cin)
+    e_arr = random_array(r, h * scale, w * scale, C)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    ctx.start_call()
+    e_shape = ctx.bad(r, e_arr, [random_array(r, h * scale + 1, w * scale, C)], what="source_gradient")
+    cb = ctx.queue.command_buffer()
+    y, state = conv.encode(cb, x, destination_state_is_temporary=False)
+    e = m.Image.from_numpy(e_shape, ctx.device)
+    dx = grad.encode(cb, e, x, state)
+    run(ctx, cb)
+    ctx.expect_rejected_if_invalid("sub-pixel convolution encode")
+    # The gradient of the shuffle is the inverse permutation: unshuffle e onto the low grid.
+    e_low = np.zeros((h, w, cout))
+    for yy in range(h * scale):
+        for xx in range(w * scale):
+            g = scale * (yy % scale) + xx % scale
+            e_low[yy // scale, xx // scale, C * g:C * (g + 1)] = e_arr[yy, xx]
+    ref_y, ref_dx, ref_dw, ref_db = conv_reference(x_arr, wgt, bias, e_low)
+    check_close(y.to_numpy()[0], shuffle_reference(ref_y, scale), "sub-pixel forward")
+    check_close(dx.to_numpy()[0], ref_dx, "sub-pixel data gradient")
+    check_close(np.asarray(state.gradient_for_weights).reshape(ref_dw.shape), ref_dw, "sub-pixel weight gradient")
+    check_close(np.asarray(state.gradient_for_biases), ref_db, "sub-pixel bias gradient")
+
+
 @family("fully_connected")
 def fully_connected_ops(r: random.Random, ctx: Context):
     m = ctx.m

@@ -50,6 +50,13 @@ def conv_source(seed="conv", neuron=None, bias=True, groups=1):
     return m.CNNConvolutionWeightsDataSource(d, w, b, label="weights")
 
 
+def sub_pixel_source(seed="subpix"):
+    """A sub-pixel convolution 8 -> 16 channels, scale 2 (destination: 4 channels, twice the size)."""
+    gen = rng(seed)
+    d = m.CNNSubPixelConvolutionDescriptor(3, 3, 8, 16, 2, neuron=m.NNNeuronDescriptor(m.CNNNeuronType.TANH))
+    return m.CNNConvolutionWeightsDataSource(d, randn(gen, 16, 3, 3, 8), randn(gen, 16), label="subpix")
+
+
 def fc_source(seed="fc"):
     """A fully connected layer over the 7x9x8 test images (kernel = source size), 8 -> 6 channels."""
     gen = rng(seed)
@@ -274,6 +281,8 @@ FACTORIES = {
     "CNNConvolution[grouped,neuron,nobias]": lambda dev: m.CNNConvolution(
         dev, conv_source("g", m.NNNeuronDescriptor(m.CNNNeuronType.RELU, a=0.1), bias=False, groups=2)),
     "CNNConvolutionGradient": lambda dev: m.CNNConvolutionGradient(dev, conv_source()),
+    "CNNConvolution[sub-pixel]": lambda dev: m.CNNConvolution(dev, sub_pixel_source()),
+    "CNNConvolutionGradient[sub-pixel]": lambda dev: m.CNNConvolutionGradient(dev, sub_pixel_source()),
     "CNNFullyConnected": lambda dev: m.CNNFullyConnected(dev, fc_source()),
     "CNNFullyConnectedGradient": lambda dev: m.CNNFullyConnectedGradient(dev, fc_source()),
     "CNNConvolutionTranspose": lambda dev: m.CNNConvolutionTranspose(dev, transpose_source()),

@@ -8,7 +8,7 @@ import numpy as np
 
 import mpsgrad as m
 from conftest import randn, rng
-from serialization_cases import FACTORIES, LOCAL_NORMALIZATION, bn_source, conv_source, family_kernels, fc_source, group_source, instance_source, local_normalization_kernels, neuron_type_kernels, set_local_normalization_parameters, transpose_source
+from serialization_cases import FACTORIES, LOCAL_NORMALIZATION, bn_source, conv_source, family_kernels, fc_source, group_source, instance_source, local_normalization_kernels, neuron_type_kernels, set_local_normalization_parameters, sub_pixel_source, transpose_source
 
 
 # ---- bitwise identical outputs ----------------------------------------------------------------
@@ -56,6 +56,10 @@ def output_cases():
     cases["CNNConvolutionGradient"] = lambda q, dev, k: forward_and_gradient(
         q, m.CNNConvolution(dev, conv_source()), k, [image(rng("x"), dev, 7, 9)],
         lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, 8), dev), lambda inputs, y: inputs[0])
+    cases["CNNConvolution[sub-pixel]"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 5, 6))]
+    cases["CNNConvolutionGradient[sub-pixel]"] = lambda q, dev, k: forward_and_gradient(
+        q, m.CNNConvolution(dev, sub_pixel_source()), k, [image(rng("x"), dev, 5, 6)],
+        lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, 4), dev), lambda inputs, y: inputs[0])
     cases["CNNFullyConnected"] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9))]
     cases["CNNFullyConnectedGradient"] = lambda q, dev, k: forward_and_gradient(
         q, m.CNNFullyConnected(dev, fc_source()), k, [image(rng("x"), dev, 7, 9)],

@@ -31,7 +31,7 @@ def test_run_py_quick_tiny_rows(tmp_path):
     families = {row["family"] for row in data["rows"]}
     assert families == {"convolution", "fc", "transpose", "neuron", "arithmetic", "loss", "optimizer",
                         "group_normalization", "instance_normalization", "batch_normalization", "reshape", "pad", "gram",
-                        "spatial_mean"}, families  # every tiny row ran
+                        "spatial_mean", "sub-pixel"}, families  # every tiny row ran
     assert all(row["mpsgrad_ms"] > 0 and row["torch_ms"] > 0 for row in data["rows"])
     table = md_file.read_text()
     assert "| family | case | op |" in table and "tiny 3x3 8->8" in table

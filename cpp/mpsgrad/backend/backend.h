@@ -26,6 +26,7 @@
 #include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
 #include "metal/reduction_params.h"    // Gram matrix and spatial mean (issue 13)
 #include "metal/convert_params.h"      // float16 image storage (docs/float16.md)
+#include "metal/sub_pixel_params.h"    // sub-pixel convolution (issue 13)
 
 namespace mpsgrad {
 
@@ -265,6 +266,13 @@ public:
     // the two ranges must not overlap.
     virtual void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
                                     const BufferSlice& destination) = 0;
+    // ---- sub-pixel convolution (metal/sub_pixel_params.h) ------------------------------
+    // Io (low) -> the clip rectangle of the destination (high).
+    virtual void subPixelShuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& low,
+                                 const BufferSlice& high) = 0;
+    // The incoming gradient (high) -> every element of its low-resolution arrangement (low).
+    virtual void subPixelUnshuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& high,
+                                   const BufferSlice& low) = 0;
 };
 
 }  // namespace mpsgrad

@@ -770,4 +770,27 @@ void checkSpatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSl
     requireImage(op, "destination", p.destination, p.batch, destination);
 }
 
+// ---- sub-pixel convolution ----------------------------------------------------------------------
+
+void checkSubPixelShuffle(const SubPixelShuffleParams& p, const BufferSlice& low, const BufferSlice& high) {
+    const char* op = "sub_pixel_shuffle";
+    requireBatch(op, p.batch);
+    requirePositive(op, "scale", p.scale);
+    if (p.phaseX < 0 || p.phaseX >= p.scale || p.phaseY < 0 || p.phaseY >= p.scale)
+        throwValueError(op, ": phase (", p.phaseX, ", ", p.phaseY, ") is outside [0, ", p.scale, ")");
+    const int64_t groups = int64_t(p.scale) * p.scale;
+    if (int64_t(p.low.channels) != checked::mulSigned(groups, p.high.channels, op))
+        throwValueError(op, ": the low-resolution layout has ", p.low.channels, " channels but ", groups,
+                        " sub-pixel groups of ", p.high.channels, " need ", groups * p.high.channels);
+    requireClip(op, p.high, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    // Every clip pixel has its low-resolution pixel (the shuffle reads, the unshuffle fills it).
+    if (p.clipWidth > 0 && p.clipHeight > 0 &&
+        (int64_t(p.phaseX) + p.clipWidth > int64_t(p.low.width) * p.scale ||
+         int64_t(p.phaseY) + p.clipHeight > int64_t(p.low.height) * p.scale))
+        throwValueError(op, ": the ", p.clipWidth, " x ", p.clipHeight, " clip rectangle at phase (", p.phaseX, ", ",
+                        p.phaseY, ") does not fit the ", p.low.width, " x ", p.low.height, " low-resolution image");
+    requireImage(op, "low", p.low, p.batch, low);
+    requireImage(op, "high", p.high, p.batch, high);
+}
+
 }  // namespace mpsgrad::bindings

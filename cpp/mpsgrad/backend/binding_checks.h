@@ -116,4 +116,7 @@ void checkSpatialMean(const SpatialMeanParams& p, const BufferSlice& source, con
 void checkSpatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradient,
                               const BufferSlice& destination);
 
+// Sub-pixel convolution: the same checks for both directions.
+void checkSubPixelShuffle(const SubPixelShuffleParams& p, const BufferSlice& low, const BufferSlice& high);
+
 }  // namespace mpsgrad::bindings

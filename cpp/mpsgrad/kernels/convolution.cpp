@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/fully_connected.h"
+#include "kernels/convolution_sub_pixel.h"
 
 namespace mpsgrad {
 
@@ -70,6 +71,7 @@ void CNNConvolutionDescriptor::validate() const {
                             inputFeatureChannels / groups, " input and ", outputFeatureChannels / groups,
                             " output channels per group");
     }
+    validateSubPixel();
     checked::floatBytes(checked::product({weightsPerOutputChannel(), outputFeatureChannels}, "weights"), "weights");
     fusedNeuronDescriptor.validate("fused_neuron_descriptor");
     if (fusedNeuronDescriptor.neuronType == CNNNeuronType::PReLU &&
@@ -214,20 +216,16 @@ std::shared_ptr<CNNConvolutionDataSource> requireDataSource(std::shared_ptr<CNNC
     return source;
 }
 
-// How far a clip origin left of / above the destination was moved onto it (0 otherwise).
-int64_t clipShift(int64_t requested, int64_t clipped) { return clipped > requested ? clipped - requested : 0; }
-
-// The offset of the first output pixel actually written: `offset` moved by the clip shift
-// times the stride, so destination pixel clip_rect.origin + p reads offset + stride * p.
-int64_t effectiveOffset(int64_t offset, int64_t requestedClip, int64_t clippedClip, int64_t stride,
-                        const char* what) {
-    return checked::addSigned(offset, checked::mulSigned(clipShift(requestedClip, clippedClip), stride, what), what);
+// The offset of the first output pixel actually computed: `offset` moved by the clip shift
+// (in output pixels of the convolution, i.e. low-resolution pixels of a sub-pixel one) times the
+// stride, so destination pixel clip_rect.origin + p reads offset + stride * p.
+int64_t effectiveOffset(int64_t offset, int64_t shift, int64_t stride, const char* what) {
+    return checked::addSigned(offset, checked::mulSigned(shift, stride, what), what);
 }
 
 // The source coordinate of the first output pixel's top-left tap.
-int32_t windowOrigin(int64_t offset, int64_t requestedClip, int64_t clippedClip, int64_t stride,
-                     int64_t dilatedKernel, const char* what) {
-    int64_t o = effectiveOffset(offset, requestedClip, clippedClip, stride, what);
+int32_t windowOrigin(int64_t offset, int64_t shift, int64_t stride, int64_t dilatedKernel, const char* what) {
+    int64_t o = effectiveOffset(offset, shift, stride, what);
     return checked::toInt32(checked::addSigned(o, -(dilatedKernel >> 1), what), what);
 }
 
@@ -359,6 +357,7 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         throwTypeError("destination_state: ", className(), " writes a CNNConvolutionGradientState, got a ",
                        states.front()->className());
     const Offset at = forwardOffset();
+    const int64_t r = d.subPixelScaleFactor;
     int64_t totalImages = 0;
     for (const auto& dispatch : dispatches) {
         if (dispatch.sourceChannels != d.inputFeatureChannels)
@@ -366,11 +365,10 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
                             " input feature channels but the source image provides ", dispatch.sourceChannels,
                             " (feature_channels ", dispatch.source->featureChannels(),
                             ", source_feature_channel_offset ", sourceFeatureChannelOffset, ")");
-        checkDestinationChannels(*dispatch.destination, d.outputFeatureChannels);
-        windowOrigin(at.x, clipRect.origin.x, dispatch.clip.origin.x, d.strideInPixelsX, dilatedKernelWidth(),
-                     "offset.x");  // validated before anything is encoded
-        windowOrigin(at.y, clipRect.origin.y, dispatch.clip.origin.y, d.strideInPixelsY, dilatedKernelHeight(),
-                     "offset.y");
+        checkDestinationChannels(*dispatch.destination, d.destinationFeatureChannels());
+        const sub_pixel::LowResolutionGrid g = sub_pixel::lowResolutionGrid(r, clipRect, dispatch.clip);
+        windowOrigin(at.x, g.shiftX, d.strideInPixelsX, dilatedKernelWidth(), "offset.x");  // validated first
+        windowOrigin(at.y, g.shiftY, d.strideInPixelsY, dilatedKernelHeight(), "offset.y");
         if (state) {
             const auto& first = dispatches.front();
             if (dispatch.clip.size.width != first.clip.size.width || dispatch.clip.size.height != first.clip.size.height ||
@@ -393,10 +391,14 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
     if (state) {
         const auto& first = dispatches.front();
         ForwardSnapshot& s = state->snapshot;
-        // The offset of the pixels actually written, so the gradient meets the forward geometry.
-        s.offset = Offset{effectiveOffset(at.x, clipRect.origin.x, first.clip.origin.x, d.strideInPixelsX, "offset.x"),
-                          effectiveOffset(at.y, clipRect.origin.y, first.clip.origin.y, d.strideInPixelsY, "offset.y"),
-                          at.z};
+        // The offset of the pixels actually computed, so the gradient meets the forward geometry.
+        const sub_pixel::LowResolutionGrid g = sub_pixel::lowResolutionGrid(r, clipRect, first.clip);
+        s.offset = Offset{effectiveOffset(at.x, g.shiftX, d.strideInPixelsX, "offset.x"),
+                          effectiveOffset(at.y, g.shiftY, d.strideInPixelsY, "offset.y"), at.z};
+        state->lowResolutionWidth = g.width;
+        state->lowResolutionHeight = g.height;
+        state->subPixelPhaseX = g.phaseX;
+        state->subPixelPhaseY = g.phaseY;
         s.clipRect = first.clip;
         s.edgeMode = edgeMode;
         s.kernelWidth = d.kernelWidth;
@@ -422,8 +424,8 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         state->preactivation = BufferSlice{};
         if (fused) {
             ImageLayout& l = state->preactivationLayout;
-            l.width = checked::toInt32(first.clip.size.width, "clip width");
-            l.height = checked::toInt32(first.clip.size.height, "clip height");
+            l.width = checked::toInt32(g.width, "clip width");
+            l.height = checked::toInt32(g.height, "clip height");
             l.pixelStride = checked::toInt32(d.outputFeatureChannels, "output_feature_channels");
             l.imageStride = checked::toInt32(checked::product({l.width, l.height, l.pixelStride}, "preactivation"),
                                              "preactivation image size");
@@ -455,21 +457,31 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
             ++j;
         }
         const UnaryDispatch& u = dispatches[i];
+        const sub_pixel::LowResolutionGrid g = sub_pixel::lowResolutionGrid(r, clipRect, u.clip);
         ConvolutionParams p = base;
         p.source = u.source->layout(u.sourceChannelOffset, d.inputFeatureChannels);
-        p.destination = u.destination->layout(destinationFeatureChannelOffset, d.outputFeatureChannels);
         p.batch = checked::toInt32(count, "number of images");
-        p.clipX = checked::toInt32(u.clip.origin.x, "clip_rect.origin.x");
-        p.clipY = checked::toInt32(u.clip.origin.y, "clip_rect.origin.y");
-        p.clipWidth = checked::toInt32(u.clip.size.width, "clip_rect.size.width");
-        p.clipHeight = checked::toInt32(u.clip.size.height, "clip_rect.size.height");
+        ImageLayout highLayout = u.destination->layout(destinationFeatureChannelOffset, d.destinationFeatureChannels());
+        BufferSlice destination = u.destination->storage(u.destinationImageIndex);
+        if (r == 1) {
+            p.destination = highLayout;
+            p.clipX = checked::toInt32(u.clip.origin.x, "clip_rect.origin.x");
+            p.clipY = checked::toInt32(u.clip.origin.y, "clip_rect.origin.y");
+            p.clipWidth = checked::toInt32(u.clip.size.width, "clip_rect.size.width");
+            p.clipHeight = checked::toInt32(u.clip.size.height, "clip_rect.size.height");
+        } else {
+            // Io, the low-resolution result, into scratch; shuffled into the destination below.
+            p.destination = sub_pixel::scratchLayout(g.width, g.height, d.outputFeatureChannels);
+            destination = sub_pixel::newScratch(backend, p.destination, count);
+            p.clipX = p.clipY = 0;
+            p.clipWidth = p.destination.width;
+            p.clipHeight = p.destination.height;
+        }
         // A clip rectangle that started left of / above the destination was moved onto it; the
         // window moves by the same number of output pixels (times the stride), so destination
         // pixel clip_rect.origin + p keeps reading offset + stride * p (spec §1.2).
-        p.windowLeftX = windowOrigin(at.x, clipRect.origin.x, u.clip.origin.x, d.strideInPixelsX,
-                                     dilatedKernelWidth(), "offset.x");
-        p.windowTopY = windowOrigin(at.y, clipRect.origin.y, u.clip.origin.y, d.strideInPixelsY,
-                                    dilatedKernelHeight(), "offset.y");
+        p.windowLeftX = windowOrigin(at.x, g.shiftX, d.strideInPixelsX, dilatedKernelWidth(), "offset.x");
+        p.windowTopY = windowOrigin(at.y, g.shiftY, d.strideInPixelsY, dilatedKernelHeight(), "offset.y");
         BufferSlice preactivation;
         if (state && fused) {
             p.preactivation = state->preactivationLayout;
@@ -477,8 +489,10 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
             preactivation = state->preactivation.advancedBy(size_t(imagesDone) * p.preactivation.imageStride * 4);
         }
         backend.convolutionForward(cb, p, u.source->storage(u.sourceImageIndex), weights_.weights, weights_.biases,
-                                   weights_.neuronData, u.destination->storage(u.destinationImageIndex),
-                                   preactivation);
+                                   weights_.neuronData, destination, preactivation);
+        if (r > 1)
+            backend.subPixelShuffle(cb, sub_pixel::shuffleParams(p.destination, highLayout, count, r, g, u.clip),
+                                    destination, u.destination->storage(u.destinationImageIndex));
         imagesDone += count;
         i = j;
     }
@@ -516,14 +530,16 @@ void CNNConvolutionGradient::checkGradientStateType(const State& state) const {
     if (a.inputFeatureChannels != b.inputFeatureChannels || a.outputFeatureChannels != b.outputFeatureChannels ||
         a.kernelWidth != b.kernelWidth || a.kernelHeight != b.kernelHeight || a.effectiveGroups() != b.effectiveGroups() ||
         a.strideInPixelsX != b.strideInPixelsX || a.strideInPixelsY != b.strideInPixelsY ||
-        a.dilationRateX != b.dilationRateX || a.dilationRateY != b.dilationRateY)
+        a.dilationRateX != b.dilationRateX || a.dilationRateY != b.dilationRateY ||
+        a.subPixelScaleFactor != b.subPixelScaleFactor)
         throwValueError("gradient_state: comes from a convolution with ", a.inputFeatureChannels, "->",
                         a.outputFeatureChannels, " channels, ", a.kernelWidth, "x", a.kernelHeight, " kernel, stride ",
                         a.strideInPixelsX, "x", a.strideInPixelsY, ", dilation ", a.dilationRateX, "x",
                         a.dilationRateY, ", ", a.effectiveGroups(), " group(s), but this CNNConvolutionGradient has ",
                         b.inputFeatureChannels, "->", b.outputFeatureChannels, ", ", b.kernelWidth, "x",
                         b.kernelHeight, ", stride ", b.strideInPixelsX, "x", b.strideInPixelsY, ", dilation ",
-                        b.dilationRateX, "x", b.dilationRateY, ", ", b.effectiveGroups(), " group(s)");
+                        b.dilationRateX, "x", b.dilationRateY, ", ", b.effectiveGroups(), " group(s) (sub-pixel scale ",
+                        a.subPixelScaleFactor, " vs ", b.subPixelScaleFactor, ")");
 }
 
 void CNNConvolutionGradient::configureFromSnapshot(const ForwardSnapshot& s) {
@@ -598,9 +614,10 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                             " but the forward convolution wrote a ", s.clipRect.size.width, "x",
                             s.clipRect.size.height, " result");
         int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < out)
+        if (gChannels < d.destinationFeatureChannels())
             throwValueError("source_gradient: provides ", gChannels, " feature channels at offset ",
-                            primarySourceFeatureChannelOffset, " but the convolution has ", out, " output channels");
+                            primarySourceFeatureChannelOffset, " but the convolution has ",
+                            d.destinationFeatureChannels(), " output channels");
         int64_t xChannels = availableSecondaryChannels(x);
         if (xChannels != in)
             throwValueError("source_image: provides ", xChannels, " feature channels at offset ",
@@ -636,8 +653,23 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
         const int64_t indexInState = imageIndexInState[&state];
         imageIndexInState[&state] += count;
 
-        ImageLayout gradientLayout = gImage.layout(primarySourceFeatureChannelOffset, out);
+        ImageLayout gradientLayout = gImage.layout(primarySourceFeatureChannelOffset, d.destinationFeatureChannels());
         BufferSlice gradient = gImage.storage(primaryOffset.z);
+        if (d.subPixelScaleFactor > 1) {
+            // The inverse shuffle: E on the low-resolution grid of the forward's Io (zeros where
+            // the forward wrote nothing); everything below is the regular convolution's gradient.
+            ImageLayout low = sub_pixel::scratchLayout(state.lowResolutionWidth, state.lowResolutionHeight, out);
+            BufferSlice scratch = sub_pixel::newScratch(backend, low, 1);
+            sub_pixel::LowResolutionGrid grid;
+            grid.phaseX = state.subPixelPhaseX;
+            grid.phaseY = state.subPixelPhaseY;
+            Region whole{{0, 0, 0}, {uint64_t(gImage.width()), uint64_t(gImage.height()), 1}};
+            backend.subPixelUnshuffle(
+                cb, sub_pixel::shuffleParams(low, gradientLayout, 1, d.subPixelScaleFactor, grid, whole), gradient,
+                scratch);
+            gradientLayout = low;
+            gradient = scratch;
+        }
         if (state.preactivation) {
             // E' = E * f'(pre-activation): the fused neuron's derivative, into a scratch image.
             ImageLayout scratch = state.preactivationLayout;

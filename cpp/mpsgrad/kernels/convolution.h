@@ -30,6 +30,10 @@ public:
     int64_t dilationRateX = 1, dilationRateY = 1;
     NNNeuronDescriptor fusedNeuronDescriptor;  // type None: no neuron
     bool depthwise = false;                    // MPSCNNDepthWiseConvolutionDescriptor
+    // MPSCNNSubPixelConvolutionDescriptor.subPixelScaleFactor r (1: a regular convolution). The
+    // convolution computes outputFeatureChannels channels, then shuffles them into r x r pixel
+    // blocks of outputFeatureChannels / r^2 channels (kernels/convolution_sub_pixel.h).
+    int64_t subPixelScaleFactor = 1;
 
     // MPSCNNDepthWiseConvolutionDescriptor.channelMultiplier (0 for a regular convolution)
     int64_t channelMultiplier() const { return depthwise && inputFeatureChannels ? outputFeatureChannels / inputFeatureChannels : 0; }
@@ -38,6 +42,10 @@ public:
     // Weights per output channel: kernelHeight * kernelWidth * inputFeatureChannels / groups.
     int64_t weightsPerOutputChannel() const;
     int64_t weightCount() const { return weightsPerOutputChannel() * outputFeatureChannels; }
+    // Channels of the destination: outputFeatureChannels / subPixelScaleFactor^2.
+    int64_t destinationFeatureChannels() const {
+        return outputFeatureChannels / (subPixelScaleFactor * subPixelScaleFactor);
+    }
 
     // -setBatchNormalizationParametersForInferenceWithMean:variance:gamma:beta:epsilon: — folds
     // an inference batch normalization into the weights and biases when they are loaded.
@@ -49,10 +57,25 @@ public:
 
     // ValueError naming the offending property.
     void validate() const;
+    // The sub-pixel part of validate() (kernels/convolution_sub_pixel.cpp).
+    void validateSubPixel() const;
 
     // Serialization (docs/serialization.md): every field, including the folded batch norm.
     std::vector<uint8_t> serialize() const;
     static CNNConvolutionDescriptor deserialize(const uint8_t* data, size_t size);
+};
+
+// MPSCNNSubPixelConvolutionDescriptor: the descriptor with its scale factor set (the field lives
+// in the base class so that the by-value descriptors of data sources keep it).
+struct CNNSubPixelConvolutionDescriptor : CNNConvolutionDescriptor {
+    CNNSubPixelConvolutionDescriptor() = default;
+    CNNSubPixelConvolutionDescriptor(int64_t kernelWidth, int64_t kernelHeight, int64_t inputFeatureChannels,
+                                     int64_t outputFeatureChannels, int64_t scaleFactor = 1)
+        : CNNConvolutionDescriptor(kernelWidth, kernelHeight, inputFeatureChannels, outputFeatureChannels) {
+        subPixelScaleFactor = scaleFactor;
+    }
+    explicit CNNSubPixelConvolutionDescriptor(const CNNConvolutionDescriptor& descriptor)
+        : CNNConvolutionDescriptor(descriptor) {}
 };
 
 class CNNConvolutionGradientState;
@@ -184,6 +207,11 @@ public:
     ImageLayout preactivationLayout{};
     NeuronParams neuron{};
     BufferSlice neuronData;
+    // Sub-pixel convolutions: the low-resolution grid the forward pass computed (its size, and
+    // where the written clip rectangle starts in its first r x r block). A regular convolution
+    // has the clip size and phase 0.
+    int64_t lowResolutionWidth = 0, lowResolutionHeight = 0;
+    int32_t subPixelPhaseX = 0, subPixelPhaseY = 0;
 
 private:
     std::shared_ptr<CNNConvolution> convolution_;
@@ -202,7 +230,7 @@ public:
     int64_t outputFeatureChannels() const { return weights_.descriptor.outputFeatureChannels; }
     int64_t groups() const { return weights_.descriptor.groups; }
     int64_t channelMultiplier() const { return weights_.descriptor.channelMultiplier(); }
-    int64_t subPixelScaleFactor() const { return 1; }
+    int64_t subPixelScaleFactor() const { return weights_.descriptor.subPixelScaleFactor; }
     const NNNeuronDescriptor& fusedNeuronDescriptor() const { return weights_.descriptor.fusedNeuronDescriptor; }
     const CNNConvolutionDescriptor& descriptor() const { return weights_.descriptor; }
     std::shared_ptr<CNNConvolutionDataSource> dataSource() const { return dataSource_; }
@@ -233,7 +261,11 @@ public:
 
 protected:
     void encodeWithCoder(serial::Writer& writer) const override;
-    int64_t destinationFeatureChannels(const Image&) const override { return outputFeatureChannels(); }
+    int64_t destinationFeatureChannels(const Image&) const override {
+        return weights_.descriptor.destinationFeatureChannels();
+    }
+    // A sub-pixel convolution's destination is r times the padding policy's low-resolution size.
+    void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
     // The offset the window is centred on (the `offset` property; a fully connected layer
@@ -256,7 +288,8 @@ public:
     CNNConvolutionGradient(const Device& device, std::shared_ptr<CNNConvolutionDataSource> dataSource);
     const char* className() const override { return "CNNConvolutionGradient"; }
 
-    int64_t sourceGradientFeatureChannels() const { return weights_.descriptor.outputFeatureChannels; }
+    // The channels of the incoming gradient: outputFeatureChannels / subPixelScaleFactor^2.
+    int64_t sourceGradientFeatureChannels() const { return weights_.descriptor.destinationFeatureChannels(); }
     int64_t sourceImageFeatureChannels() const { return weights_.descriptor.inputFeatureChannels; }
     int64_t groups() const { return weights_.descriptor.groups; }
     int64_t channelMultiplier() const { return weights_.descriptor.channelMultiplier(); }

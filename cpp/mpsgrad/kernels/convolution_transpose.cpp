@@ -47,6 +47,8 @@ TransposeWeights loadTransposeWeights(const Device& device, CNNConvolutionDataSo
     w.given = loadConvolutionWeights(device, source);
     const CNNConvolutionDescriptor& d = w.given.descriptor;
     if (d.depthwise) throwValueError("weights: ", kernelName, " needs a regular (not depthwise) descriptor");
+    if (d.subPixelScaleFactor != 1)
+        throwValueError("weights: ", kernelName, " needs sub_pixel_scale_factor == 1, got ", d.subPixelScaleFactor);
     if (d.fusedNeuronDescriptor.neuronType != CNNNeuronType::None)
         throwValueError("weights: ", kernelName, " does not support a fused_neuron_descriptor; apply a CNNNeuron "
                         "to its result instead");

@@ -15,6 +15,7 @@ void checkFullyConnectedDescriptor(const CNNConvolutionDescriptor& d, const char
     one(d.dilationRateY, "dilation_rate_y");
     one(d.groups, "groups");
     if (d.depthwise) throwValueError("weights: ", kernelName, " needs a regular (not depthwise) descriptor");
+    one(d.subPixelScaleFactor, "sub_pixel_scale_factor");
 }
 
 namespace {

@@ -110,11 +110,16 @@ std::vector<uint8_t> CNNConvolutionDescriptor::serialize() const {
     w.object(fusedNeuronDescriptor.serialize());
     w.floats(foldedScale);
     w.floats(foldedShift);
-    return w.finish("CNNConvolutionDescriptor", 1);
+    // Class version 2 appends the sub-pixel scale factor; a regular descriptor keeps version 1
+    // (byte-identical to earlier builds, readable by them).
+    if (subPixelScaleFactor == 1) return w.finish("CNNConvolutionDescriptor", 1);
+    w.i64(subPixelScaleFactor);
+    return w.finish("CNNConvolutionDescriptor", 2);
 }
 
 CNNConvolutionDescriptor CNNConvolutionDescriptor::deserialize(const uint8_t* bytes, size_t size) {
-    serial::Reader r = serial::openAs(bytes, size, "CNNConvolutionDescriptor");
+    const serial::Envelope envelope = serial::open(bytes, size);
+    serial::Reader r = serial::openAs(bytes, size, "CNNConvolutionDescriptor", 2);
     CNNConvolutionDescriptor d;
     using Field = std::pair<int64_t*, const char*>;
     for (auto [field, name] : std::initializer_list<Field>{{&d.kernelWidth, "kernel_width"}, {&d.kernelHeight, "kernel_height"},
@@ -132,6 +137,7 @@ CNNConvolutionDescriptor CNNConvolutionDescriptor::deserialize(const uint8_t* by
     if (d.foldedScale.size() != d.foldedShift.size())
         r.fail("folded_shift", detail::concat("has ", d.foldedShift.size(), " values but folded_scale has ",
                                               d.foldedScale.size()));
+    if (envelope.classVersion >= 2) d.subPixelScaleFactor = r.i64InRange("sub_pixel_scale_factor", 2, 32768);
     r.expectEnd();
     return d;
 }

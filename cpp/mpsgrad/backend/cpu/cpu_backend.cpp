@@ -458,6 +458,18 @@ public:
         encode(cb, [=] { cpu::dropout(p, source, destination); });
     }
 
+    // ---- sub-pixel convolution -----------------------------------------------------------------
+    void subPixelShuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& low,
+                         const BufferSlice& high) override {
+        bindings::checkSubPixelShuffle(p, low, high);
+        encode(cb, [=] { cpu::subPixelShuffle(p, low, high); });
+    }
+    void subPixelUnshuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& high,
+                           const BufferSlice& low) override {
+        bindings::checkSubPixelShuffle(p, low, high);
+        encode(cb, [=] { cpu::subPixelUnshuffle(p, high, low); });
+    }
+
     // ---- reshape and pad family ---------------------------------------------------------------
     void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
                      const BufferSlice& destination) override {

@@ -21,6 +21,7 @@
 #include "../../../../metal/loss_params.h"
 #include "../../../../metal/convert_params.h"
 #include "../../../../metal/yolo_loss_params.h"
+#include "../../../../metal/sub_pixel_params.h"
 
 namespace mpsgrad::cpu {
 
@@ -148,5 +149,8 @@ void normalizationGradient(const NormalizationParams& p, const float* gradient, 
 
 // Image storage formats (metal/convert_params.h): half <-> float of p.count elements.
 void convertImageFormat(const ConvertFormatParams& p, const void* source, void* destination);
+// Sub-pixel convolution (metal/sub_pixel_params.h; sub_pixel.cpp).
+void subPixelShuffle(const SubPixelShuffleParams& p, const BufferSlice& low, const BufferSlice& high);
+void subPixelUnshuffle(const SubPixelShuffleParams& p, const BufferSlice& high, const BufferSlice& low);
 
 }  // namespace mpsgrad::cpu

@@ -280,6 +280,20 @@ public:
         encodeDropout(ctx_, cb, p, source, destination);
     }
 
+    // ---- sub-pixel convolution
+    void subPixelShuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& low,
+                         const BufferSlice& high) override {
+        bindings::checkSubPixelShuffle(p, low, high);
+        AutoreleaseScope pool;
+        encodeSubPixelShuffle(ctx_, cb, p, low, high);
+    }
+    void subPixelUnshuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& high,
+                           const BufferSlice& low) override {
+        bindings::checkSubPixelShuffle(p, low, high);
+        AutoreleaseScope pool;
+        encodeSubPixelUnshuffle(ctx_, cb, p, high, low);
+    }
+
     // ---- reshape and pad family
     void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
                      const BufferSlice& destination) override {

@@ -13,6 +13,7 @@
 #include "metal/optimizers_params.h"
 #include "metal/loss_params.h"
 #include "metal/utility_params.h"
+#include "metal/sub_pixel_params.h"
 #include "metal/pooling_params.h"
 #include "metal/normalization_params.h"
 #include "metal/upsampling_params.h"
@@ -153,6 +154,12 @@ void encodeUpsamplingGradient(MetalContext& ctx, CommandBuffer& cb, UpsamplingGr
 // ---- dropout family (metal/dropout.metal; metal_dropout.cpp)
 void encodeDropout(MetalContext& ctx, CommandBuffer& cb, DropoutParams p, const BufferSlice& source,
                    const BufferSlice& destination);
+
+// ---- sub-pixel convolution (metal/sub_pixel.metal; metal_sub_pixel.cpp)
+void encodeSubPixelShuffle(MetalContext& ctx, CommandBuffer& cb, SubPixelShuffleParams p, const BufferSlice& low,
+                           const BufferSlice& high);
+void encodeSubPixelUnshuffle(MetalContext& ctx, CommandBuffer& cb, SubPixelShuffleParams p, const BufferSlice& high,
+                             const BufferSlice& low);
 
 // ---- reshape and pad family (metal/reshape_pad.metal; metal_reshape_pad.cpp)
 void encodeReshapeCopy(MetalContext& ctx, CommandBuffer& cb, ReshapeParams p, const BufferSlice& source,
