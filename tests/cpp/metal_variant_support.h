@@ -2,9 +2,10 @@
 // the Metal and the CPU backend and compare the two: a skip when the build has no Metal device,
 // buffers uploaded at an aligned or a one-float-shifted offset, images filled with deterministic
 // noise, and element-wise comparisons that print the first few mismatches.
+//
+// It compiles in builds without the Metal backend too (metalAvailable() is then false), so a test
+// file that also runs CPU-only checks can include it unconditionally.
 #pragma once
-
-#ifdef MPSGRAD_HAS_METAL
 
 #include <gtest/gtest.h>
 
@@ -15,10 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "backend/metal/metal_backend.h"
+#include "backend/backend.h"
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "core/image.h"
+
+#ifdef MPSGRAD_HAS_METAL
+#include "backend/metal/metal_backend.h"
+#define MPSGRAD_METAL_SKIP_REASON ::mpsgrad::metalUnavailableReason()
+#else
+#define MPSGRAD_METAL_SKIP_REASON "this build has no Metal backend"
+#endif
 
 namespace mpsgrad::testmetal {
 
@@ -31,7 +39,7 @@ inline bool metalAvailable() {
 #define REQUIRE_METAL()                                                                              \
     do {                                                                                             \
         if (!::mpsgrad::testmetal::metalAvailable())                                                 \
-            GTEST_SKIP() << "no Metal device: " << ::mpsgrad::metalUnavailableReason();              \
+            GTEST_SKIP() << "no Metal device: " << MPSGRAD_METAL_SKIP_REASON;                        \
     } while (0)
 
 // A buffer holding `data`, at byte offset 0 or (shift) one float further: a kernel must honour
@@ -150,5 +158,3 @@ inline void expectSameOnBothBackends(const Pass& pass, const std::string& what, 
 }
 
 }  // namespace mpsgrad::testmetal
-
-#endif  // MPSGRAD_HAS_METAL

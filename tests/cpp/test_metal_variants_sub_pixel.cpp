@@ -15,16 +15,12 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
 
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
+using testmetal::metalAvailable;
 ImageLayout packed(int32_t w, int32_t h, int32_t stride, int32_t offset, int32_t channels) {
     ImageLayout l{};
     l.width = w;

@@ -19,26 +19,16 @@
 #include "core/command_buffer.h"
 #include "core/device.h"
 #include "pooling_scenarios.h"
+#include "metal_variant_support.h"
 
 namespace mpsgrad {
 namespace {
 
+using testmetal::metalAvailable;
+using testmetal::upload;
 using testpool::denseLayout;
 using testpool::floatsOf;
 using testpool::noise;
-
-bool metalAvailable() {
-    for (const auto& name : Device::availableDevices())
-        if (name == "metal") return true;
-    return false;
-}
-
-BufferSlice upload(Backend& backend, const std::vector<float>& data, bool shift) {
-    const size_t offset = shift ? 1 : 0;
-    auto buffer = backend.newBuffer((data.size() + offset) * sizeof(float));
-    std::memcpy(static_cast<float*>(buffer->contents()) + offset, data.data(), data.size() * sizeof(float));
-    return BufferSlice{buffer, offset * sizeof(float)};
-}
 
 using Encode = std::function<void(Backend&, CommandBuffer&, const std::vector<BufferSlice>&)>;
 
