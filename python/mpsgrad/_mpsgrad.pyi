@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientState', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossKernel', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientState', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionNode', 'NNTrainingStyle', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -507,7 +507,7 @@ class CommandQueue:
     MTLCommandQueue
     """
     label: str
-    def __init__(self, device: typing.Any = None) -> None:
+    def __init__(self, device: Device | str = None) -> None:
         """
         -[MTLDevice newCommandQueue]
         """
@@ -587,33 +587,34 @@ class ImageDescriptor:
         ...
 class Image:
     """
-    MPSImage: float32 feature channels, NHWC storage.
+    MPSImage: float32 or float16 feature channels, NHWC storage.
     """
     label: str
     @staticmethod
-    def _from_array_zero_copy(array: numpy.ndarray, device: typing.Any = None) -> Image:
+    def _from_array_zero_copy(array: numpy.ndarray, device: Device | str = None) -> Image:
         ...
     @staticmethod
     def from_dlpack(obj, device = None):
         """
-        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
             (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
             otherwise a copy. 3-D (height, width, channels) input gives one image.
         """
     @staticmethod
-    def from_numpy(array: typing.Any, device: typing.Any = None) -> Image:
+    def from_numpy(array: typing.Any, device: Device | str = None, channel_format: typing.Any = None) -> Image:
         """
-        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array.
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 values into FLOAT16 storage rounds to nearest even.
         """
     def __array__(self, dtype = None, copy = None):
         ...
     def __dlpack__(self, stream = None, **kwargs):
         """
-        DLPack export (zero copy): a float32 (number_of_images, height, width, channels) tensor.
+        DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
+            dtype (float32, or float16 for a FLOAT16 image).
         """
     def __dlpack_device__(self):
         ...
-    def __init__(self, device: typing.Any, image_descriptor: typing.Any) -> None:
+    def __init__(self, device: Device | str, image_descriptor: typing.Any) -> None:
         """
         -[MPSImage initWithDevice:imageDescriptor:]
         """
@@ -631,7 +632,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → a float32 array (height, width, channels) or (channels, height, width)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -641,13 +642,13 @@ class Image:
         """
         -[MPSImage synchronizeOnCommandBuffer:]
         """
-    def to_numpy(self) -> numpy.typing.NDArray[numpy.float32]:
+    def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as a float32 array (number_of_images, height, width, feature_channels).
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
-        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many bytes)
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are accepted, FLOAT16 storage rounds float32 values to nearest even
         """
     @property
     def device(self) -> Device:
@@ -748,11 +749,11 @@ class State:
         +[MPSState temporaryStateWithCommandBuffer:resourceList:]
         """
     @classmethod
-    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None) -> typing.Any:
+    def from_bytes(cls: typing.Any, data: typing.Any, device: Device | str = None) -> typing.Any:
         """
         A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
         """
-    def __init__(self, device: typing.Any, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, device: Device | str, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
         -[MPSState initWithDevice:bufferSize:]
         """
@@ -816,7 +817,7 @@ class Kernel:
     """
     label: str
     @classmethod
-    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
+    def from_bytes(cls: typing.Any, data: typing.Any, device: Device | str = None, padding: typing.Any = None, destination_image_allocator: typing.Any = None) -> typing.Any:
         """
         -initWithCoder:device: a kernel from to_bytes() data, rebuilt on `device` (a Device, 'cpu', 'metal' or None for the default). Called on a subclass, the data must hold that class. `padding` / `destination_image_allocator` give back a custom policy the data references (pickle passes them). Raises SerializationError (a ValueError) for malformed data.
         """
@@ -1369,7 +1370,7 @@ class CNNNeuron(CNNKernel):
     """
     MPSCNNNeuron: Y = f(X) per pixel and feature channel, f given by the NNNeuronDescriptor (formulas in docs/neurons.md). result_state() returns a CNNNeuronGradientState for CNNNeuronGradient.
     """
-    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
+    def __init__(self, device: Device | str, neuron_descriptor: typing.Any) -> None:
         """
         -[MPSCNNNeuron initWithDevice:neuronDescriptor:]. ValueError for a neuron type out of range or a PReLU descriptor without data; PReLU data must hold one value per processed channel (or per channel of the source image), checked at encode.
         """
@@ -1405,7 +1406,7 @@ class CNNNeuronAbsolute(CNNNeuron):
     """
     MPSCNNNeuronAbsolute: the Absolute neuron, f(x) = |x|. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNNeuronAbsolute initWithDevice:]
         """
@@ -1413,7 +1414,7 @@ class CNNNeuronSigmoid(CNNNeuron):
     """
     MPSCNNNeuronSigmoid: the Sigmoid neuron, f(x) = 1 / (1 + exp(-x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNNeuronSigmoid initWithDevice:]
         """
@@ -1421,7 +1422,7 @@ class CNNNeuronSoftSign(CNNNeuron):
     """
     MPSCNNNeuronSoftSign: the SoftSign neuron, f(x) = x / (1 + |x|). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNNeuronSoftSign initWithDevice:]
         """
@@ -1429,7 +1430,7 @@ class CNNNeuronReLU(CNNNeuron):
     """
     MPSCNNNeuronReLU: the ReLU neuron, f(x) = x >= 0 ? x : a*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         """
         -[MPSCNNNeuronReLU initWithDevice:a:] (a = 0: plain ReLU; otherwise leaky ReLU)
         """
@@ -1437,7 +1438,7 @@ class CNNNeuronELU(CNNNeuron):
     """
     MPSCNNNeuronELU: the ELU neuron, f(x) = x >= 0 ? x : a*(exp(x) - 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronELU initWithDevice:a:]
         """
@@ -1445,7 +1446,7 @@ class CNNNeuronPReLU(CNNNeuron):
     """
     MPSCNNNeuronPReLU: the PReLU neuron, f(x) = x >= 0 ? x : a[channel]*x. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+    def __init__(self, device: Device | str, a: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
         """
         -[MPSCNNNeuronPReLU initWithDevice:a:count:]: `a` holds one value per processed feature channel (or one per channel of the source image); count is len(a)
         """
@@ -1453,7 +1454,7 @@ class CNNNeuronLinear(CNNNeuron):
     """
     MPSCNNNeuronLinear: the Linear neuron, f(x) = a*x + b. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         """
         -[MPSCNNNeuronLinear initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1461,7 +1462,7 @@ class CNNNeuronHardSigmoid(CNNNeuron):
     """
     MPSCNNNeuronHardSigmoid: the HardSigmoid neuron, f(x) = clamp(a*x + b, 0, 1). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 0.20000000298023224, b: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         """
         -[MPSCNNNeuronHardSigmoid initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1469,7 +1470,7 @@ class CNNNeuronTanH(CNNNeuron):
     """
     MPSCNNNeuronTanH: the TanH neuron, f(x) = a*tanh(b*x). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronTanH initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1477,7 +1478,7 @@ class CNNNeuronSoftPlus(CNNNeuron):
     """
     MPSCNNNeuronSoftPlus: the SoftPlus neuron, f(x) = a*log(1 + exp(b*x)). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronSoftPlus initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1485,7 +1486,7 @@ class CNNNeuronReLUN(CNNNeuron):
     """
     MPSCNNNeuronReLUN: the ReLUN neuron, f(x) = min(x >= 0 ? x : a*x, b). A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 6.0) -> None:
         """
         -[MPSCNNNeuronReLUN initWithDevice:a:b:] (defaults: docs/neurons.md)
         """
@@ -1493,7 +1494,7 @@ class CNNNeuronPower(CNNNeuron):
     """
     MPSCNNNeuronPower: the Power neuron, f(x) = (a*x + b)^c. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
         """
         -[MPSCNNNeuronPower initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1501,7 +1502,7 @@ class CNNNeuronExponential(CNNNeuron):
     """
     MPSCNNNeuronExponential: the Exponential neuron, f(x) = c^(a*x + b), c = -1 meaning base e. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         """
         -[MPSCNNNeuronExponential initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1509,7 +1510,7 @@ class CNNNeuronLogarithm(CNNNeuron):
     """
     MPSCNNNeuronLogarithm: the Logarithm neuron, f(x) = log_c(a*x + b), c = -1 meaning the natural log. A CNNNeuron with a fixed type (MPS deprecated these initializers in 10.14 in favour of CNNNeuron(device, NNNeuronDescriptor)); it computes exactly what that CNNNeuron computes.
     """
-    def __init__(self, device: typing.Any, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
+    def __init__(self, device: Device | str, a: typing.SupportsFloat | typing.SupportsIndex = 1.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         """
         -[MPSCNNNeuronLogarithm initWithDevice:a:b:c:] (defaults: docs/neurons.md)
         """
@@ -1517,7 +1518,7 @@ class CNNNeuronGradient(CNNGradientKernel):
     """
     MPSCNNNeuronGradient: dX = G * f'(X). source_gradient = G (dL/dY), source_image = the forward INPUT X, gradient_state = the CNNNeuron's result state. At the kinks (ReLU, PReLU, ELU, ReLUN at x = 0) the derivative of the x >= 0 branch is used, as MPS documents.
     """
-    def __init__(self, device: typing.Any, neuron_descriptor: typing.Any) -> None:
+    def __init__(self, device: Device | str, neuron_descriptor: typing.Any) -> None:
         """
         -[MPSCNNNeuronGradient initWithDevice:neuronDescriptor:] (the forward neuron's descriptor)
         """
@@ -1843,7 +1844,7 @@ class CNNConvolutionWeightsAndBiasesState(State):
         """
         +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:
         """
-    def __init__(self, device: typing.Any, descriptor: CNNConvolutionDescriptor) -> None:
+    def __init__(self, device: Device | str, descriptor: CNNConvolutionDescriptor) -> None:
         """
         -initWithDevice:cnnConvolutionDescriptor:
         """
@@ -1867,7 +1868,7 @@ class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolution initWithDevice:weights:]
         """
@@ -1942,7 +1943,7 @@ class CNNConvolutionGradient(CNNGradientKernel):
     """
     MPSCNNConvolutionGradient
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionGradient initWithDevice:weights:] (pass the forward convolution's data source)
         """
@@ -1981,7 +1982,7 @@ class CNNFullyConnected(CNNConvolution):
     """
     MPSCNNFullyConnected: a convolution whose kernel (kernel_width x kernel_height) covers the whole source; the result is 1x1 x output_feature_channels. Weights (O, srcH, srcW, I) (OHWI).
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNFullyConnected initWithDevice:weights:]
         """
@@ -1989,7 +1990,7 @@ class CNNFullyConnectedGradient(CNNConvolutionGradient):
     """
     MPSCNNFullyConnectedGradient
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)
         """
@@ -2006,7 +2007,7 @@ class CNNConvolutionTranspose(CNNKernel):
     """
     MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 correlation with the OHWI weights used as given (not rotated)
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionTranspose initWithDevice:weights:]
         """
@@ -2064,7 +2065,7 @@ class CNNConvolutionTransposeGradient(CNNGradientKernel):
     """
     MPSCNNConvolutionTransposeGradient
     """
-    def __init__(self, device: typing.Any, weights: typing.Any) -> None:
+    def __init__(self, device: Device | str, weights: typing.Any) -> None:
         """
         -[MPSCNNConvolutionTransposeGradient initWithDevice:weights:] (pass the forward kernel's data source)
         """
@@ -2242,7 +2243,7 @@ class CNNAdd(CNNArithmetic):
     """
     MPSCNNAdd: OP = +
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNAdd initWithDevice:]
         """
@@ -2250,7 +2251,7 @@ class CNNSubtract(CNNArithmetic):
     """
     MPSCNNSubtract: OP = -
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNSubtract initWithDevice:]
         """
@@ -2258,7 +2259,7 @@ class CNNMultiply(CNNArithmetic):
     """
     MPSCNNMultiply: OP = *
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNMultiply initWithDevice:]
         """
@@ -2266,7 +2267,7 @@ class CNNDivide(CNNArithmetic):
     """
     MPSCNNDivide: OP = / (IEEE division; x/0 gives ±inf or NaN)
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNDivide initWithDevice:]
         """
@@ -2274,7 +2275,7 @@ class NNCompare(CNNArithmetic):
     """
     MPSNNCompare: r = clamp((compare(primary_scale*x, secondary_scale*y) ? 1 : 0) + bias, minimum_value, maximum_value); forward only (no gradient, no state). threshold is used by EQUAL / NOT_EQUAL only: |x - y| <= threshold.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSNNCompare initWithDevice:]
         """
@@ -2363,7 +2364,7 @@ class CNNAddGradient(CNNArithmeticGradient):
     """
     MPSCNNAddGradient: primary dX = primary_scale*G, secondary dY = secondary_scale*G
     """
-    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNAddGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2371,7 +2372,7 @@ class CNNSubtractGradient(CNNArithmeticGradient):
     """
     MPSCNNSubtractGradient: primary dX = primary_scale*G, secondary dY = -secondary_scale*G (MPS code that sets primary_scale = -1 on the secondary filter still gets -G)
     """
-    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNSubtractGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2379,7 +2380,7 @@ class CNNMultiplyGradient(CNNArithmeticGradient):
     """
     MPSCNNMultiplyGradient: primary dX = pS*sS*y*G (source_image = y), secondary dY = pS*sS*x*G (source_image = x)
     """
-    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
         """
         -[MPSCNNMultiplyGradient initWithDevice:isSecondarySourceFilter:]
         """
@@ -2387,7 +2388,7 @@ class CNNDivideGradient(CNNArithmeticGradient):
     """
     mpsgrad extension (MPS has no divide gradient): primary dX = G*pS/(sS*y) (source_image = y), secondary dY = -G*pS*x/(sS*y^2) (source_image = x; y is the copy CNNDivide stored in the state)
     """
-    def __init__(self, device: typing.Any, is_secondary_source_filter: bool) -> None:
+    def __init__(self, device: Device | str, is_secondary_source_filter: bool) -> None:
         """
         CNNDivideGradient(device, is_secondary_source_filter), shaped like the MPS arithmetic gradient inits
         """
@@ -2402,7 +2403,7 @@ class CNNSoftMax(CNNKernel):
     """
     MPSCNNSoftMax: Y_k = exp(X_k - M) / sum_j exp(X_j - M) across the feature channels of every pixel (M = max_j X_j, so any magnitude is safe).
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNSoftMax initWithDevice:]
         """
@@ -2410,7 +2411,7 @@ class CNNLogSoftMax(CNNKernel):
     """
     MPSCNNLogSoftMax: Y_k = (X_k - M) - log(sum_j exp(X_j - M)) across the feature channels of every pixel.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNLogSoftMax initWithDevice:]
         """
@@ -2418,7 +2419,7 @@ class CNNSoftMaxGradient(CNNGradientKernel):
     """
     MPSCNNSoftMaxGradient: dX_k = Y_k * (G_k - sum_j G_j Y_j). source_image is the forward OUTPUT Y (not X); gradient_state is CNNSoftMax's result state.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNSoftMaxGradient initWithDevice:]
         """
@@ -2426,7 +2427,7 @@ class CNNLogSoftMaxGradient(CNNGradientKernel):
     """
     MPSCNNLogSoftMaxGradient: dX_k = G_k - exp(Y_k) * sum_j G_j. source_image is the forward OUTPUT Y (log-probabilities); gradient_state is CNNLogSoftMax's result state.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSCNNLogSoftMaxGradient initWithDevice:]
         """
@@ -2439,7 +2440,7 @@ class CNNNormalizationGammaAndBetaState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: typing.Any, gamma: typing.Any, beta: typing.Any) -> None:
+    def __init__(self, device: Device | str, gamma: typing.Any, beta: typing.Any) -> None:
         """
         -initWithGamma:beta: (the values are copied into new buffers on `device`)
         """
@@ -2465,7 +2466,7 @@ class CNNNormalizationMeanAndVarianceState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: typing.Any, mean: typing.Any, variance: typing.Any) -> None:
+    def __init__(self, device: Device | str, mean: typing.Any, variance: typing.Any) -> None:
         """
         -initWithMean:variance:
         """
@@ -2605,7 +2606,7 @@ class CNNBatchNormalization(CNNKernel):
     """
     MPSCNNBatchNormalization: z = (X - mean)·gamma/sqrt(variance + epsilon) + beta, Y = f(z) with the optional fused neuron f. With a batch_normalization_state on which CNNBatchNormalizationStatistics has run, mean and variance are the batch statistics (training); otherwise the data source's (inference).
     """
-    def __init__(self, device: typing.Any, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, data_source: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:dataSource:[fusedNeuronDescriptor:]
         """
@@ -2654,7 +2655,7 @@ class CNNBatchNormalizationStatistics(CNNKernel):
     """
     MPSCNNBatchNormalizationStatistics: the per-channel mean and biased variance over every pixel of the batch, written to the state. Successive encode_batch calls on sub-batches accumulate until another kernel of the family encodes with the state (or reset()).
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -initWithDevice:
         """
@@ -2670,7 +2671,7 @@ class CNNBatchNormalizationStatisticsGradient(CNNGradientKernel):
     """
     MPSCNNBatchNormalizationStatisticsGradient: gradient_for_beta = sum G', gradient_for_gamma = sum G'·x̂ over the batch, G' = G·f'(z) for the fused neuron (which must match the forward's). Successive encode_batch calls on sub-batches add into the state.
     """
-    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:fusedNeuronDescriptor:
         """
@@ -2689,7 +2690,7 @@ class CNNBatchNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNBatchNormalizationGradient: dX = gamma/sqrt(var+eps)·(G' - dβ/M - x̂·dγ/M) with the state's statistics and the statistics gradient's dγ, dβ (which must have been encoded first). training_statistics=False gives the inference-mode gradient gamma/sqrt(var+eps)·G'. Every CNNGradientKernel encode form; gradient_state / gradient_states is the CNNBatchNormalizationState.
     """
-    def __init__(self, device: typing.Any, fused_neuron_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, fused_neuron_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:fusedNeuronDescriptor:
         """
@@ -2801,7 +2802,7 @@ class CNNInstanceNormalization(CNNKernel):
     """
     MPSCNNInstanceNormalization: Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and channel over the pixels. Encode with a destination_state (from result_state) to train; CNNInstanceNormalizationGradient then reads it.
     """
-    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+    def __init__(self, device: Device | str, data_source: typing.Any) -> None:
         """
         -initWithDevice:dataSource:
         """
@@ -2831,7 +2832,7 @@ class CNNInstanceNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNInstanceNormalizationGradient: dX = r·(gamma·G - mean(gamma·G) - x̂·mean(gamma·G·x̂)) per image and channel, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form; gradient_state is the image's CNNInstanceNormalizationGradientState.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -initWithDevice:
         """
@@ -2940,7 +2941,7 @@ class CNNGroupNormalization(CNNKernel):
     """
     MPSCNNGroupNormalization: the channels are split into number_of_groups groups of consecutive channels; Y = (X - mean)·gamma/sqrt(variance + epsilon) + beta with mean and (biased) variance per image and group, gamma and beta per channel.
     """
-    def __init__(self, device: typing.Any, data_source: typing.Any) -> None:
+    def __init__(self, device: Device | str, data_source: typing.Any) -> None:
         """
         -initWithDevice:dataSource:
         """
@@ -2975,7 +2976,7 @@ class CNNGroupNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNGroupNormalizationGradient: dX per image and group, and the state's gradient_for_gamma / gradient_for_beta. Every CNNGradientKernel encode form.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -initWithDevice:
         """
@@ -3015,11 +3016,11 @@ class Vector:
     MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the command buffer that wrote it completed; write it before encoding).
     """
     @staticmethod
-    def from_numpy(array: typing.Any, device: typing.Any = None) -> Vector:
+    def from_numpy(array: typing.Any, device: Device | str = None) -> Vector:
         """
         A new Vector holding a copy of a (length,) or (vectors, length) array
         """
-    def __init__(self, device: typing.Any, descriptor: typing.Any) -> None:
+    def __init__(self, device: Device | str, descriptor: typing.Any) -> None:
         """
         -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
         """
@@ -3196,7 +3197,7 @@ class NNOptimizerStochasticGradientDescent(NNOptimizer):
     """
     MPSNNOptimizerStochasticGradientDescent: m = mu*m + lr*g, w -= m; Nesterov: m = mu*m + g, w -= lr*(g + mu*m); no momentum vector: w -= lr*g
     """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, momentum_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, use_nesterov_momentum: typing.Any = None, use_nestrov_momentum: typing.Any = None, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:momentumScale:useNestrovMomentum:optimizerDescriptor:
         """
@@ -3235,7 +3236,7 @@ class NNOptimizerRMSProp(NNOptimizer):
     """
     MPSNNOptimizerRMSProp: s = decay*s + (1-decay)*g^2, w -= lr*g/(sqrt(s) + epsilon)
     """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, decay: typing.SupportsFloat | typing.SupportsIndex = 0.9, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:decay:epsilon:optimizerDescriptor:
         """
@@ -3269,7 +3270,7 @@ class NNOptimizerAdam(NNOptimizer):
     """
     MPSNNOptimizerAdam: t += 1; lr_t = lr*sqrt(1-beta2^t)/(1-beta1^t); m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; AMSGrad: vmax = max(vmax, v) replaces v; w -= lr_t*m/(sqrt(v) + epsilon). Every encode advances time_step by one.
     """
-    def __init__(self, device: typing.Any, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, learning_rate: typing.Any = None, *, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, epsilon: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, time_step: typing.SupportsInt | typing.SupportsIndex = 0, optimizer_descriptor: typing.Any = None) -> None:
         """
         -initWithDevice:learningRate: / -initWithDevice:beta1:beta2:epsilon:timeStep:optimizerDescriptor:
         """
@@ -3478,7 +3479,7 @@ class CNNLossLabels(State):
     """
     MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes
     """
-    def __init__(self, device: typing.Any, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
         """
         -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
         """
@@ -3571,7 +3572,7 @@ class CNNLoss(Kernel):
     """
     MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
     """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSCNNLoss initWithDevice:lossDescriptor:]
         """
@@ -3656,7 +3657,7 @@ class NNForwardLoss(NNLossKernel):
     """
     MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
     """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNForwardLoss initWithDevice:lossDescriptor:]
         """
@@ -3676,7 +3677,7 @@ class NNLossGradient(NNLossKernel):
     """
     MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).
     """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNLossDescriptor) -> None:
+    def __init__(self, device: Device | str, loss_descriptor: CNNLossDescriptor) -> None:
         """
         -[MPSNNLossGradient initWithDevice:lossDescriptor:]
         """
@@ -3696,7 +3697,7 @@ class NNInitialGradient(Kernel):
     """
     MPSNNInitialGradient: an image of the source's size filled with 1.0
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSNNInitialGradient initWithDevice:]
         """
@@ -3708,6 +3709,226 @@ class NNInitialGradient(Kernel):
         """
         -encodeBatchToCommandBuffer:sourceImages:[destinationImages:]
         """
+class CNNYOLOLossDescriptor:
+    """
+    MPSCNNYOLOLossDescriptor: per anchor box X Y W H C F0..F(K-1) channels, K = classes_loss_descriptor.number_of_classes (docs/losses_and_optimizers.md, YOLO loss). Validated when a CNNYOLOLoss is made (ValueError naming the field).
+    """
+    @staticmethod
+    def cnn_loss_descriptor_with_xy_loss_type(xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> CNNYOLOLossDescriptor:
+        """
+        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
+        """
+    def __init__(self, xy_loss_type: CNNLossType, wh_loss_type: CNNLossType, confidence_loss_type: CNNLossType, classes_loss_type: CNNLossType, reduction_type: CNNReductionType, anchor_boxes: typing.Any, number_of_anchor_boxes: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +cnnLossDescriptorWithXYLossType:WHLossType:confidenceLossType:classesLossType:reductionType:anchorBoxes:numberOfAnchorBoxes: (anchor_boxes: bytes of float32 (width, height) pairs, or a sequence of floats; every part descriptor gets reduction_type)
+        """
+    def __reduce__(self) -> typing.Any:
+        ...
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    @property
+    def anchor_boxes(self) -> bytes:
+        """
+        float32 (width, height) pairs in grid-cell units, as bytes (MPS NSData); set from bytes or a sequence of floats
+        """
+    @anchor_boxes.setter
+    def anchor_boxes(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def classes_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        classesLossDescriptor (raw class scores; its number_of_classes is K)
+        """
+    @classes_loss_descriptor.setter
+    def classes_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def confidence_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        confidenceLossDescriptor (SIGMOID_CROSS_ENTROPY: raw C, else sigmoid(C))
+        """
+    @confidence_loss_descriptor.setter
+    def confidence_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def max_iou_for_object_absence(self) -> float:
+        """
+        [0.3]
+        """
+    @max_iou_for_object_absence.setter
+    def max_iou_for_object_absence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def min_iou_for_object_presence(self) -> float:
+        """
+        [0.7]
+        """
+    @min_iou_for_object_presence.setter
+    def min_iou_for_object_presence(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def number_of_anchor_boxes(self) -> int:
+        ...
+    @number_of_anchor_boxes.setter
+    def number_of_anchor_boxes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        """
+        macOS 11 [False]
+        """
+    @reduce_across_batch.setter
+    def reduce_across_batch(self, arg0: bool) -> None:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        """
+        shared by the four part losses
+        """
+    @reduction_type.setter
+    def reduction_type(self, arg0: CNNReductionType) -> None:
+        ...
+    @property
+    def rescore(self) -> bool:
+        """
+        confidence target = IOU of the prediction (else 1) [True]
+        """
+    @rescore.setter
+    def rescore(self, arg0: bool) -> None:
+        ...
+    @property
+    def scale_class(self) -> float:
+        """
+        [2.0]
+        """
+    @scale_class.setter
+    def scale_class(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_no_object(self) -> float:
+        """
+        [5.0]
+        """
+    @scale_no_object.setter
+    def scale_no_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_object(self) -> float:
+        """
+        [100.0]
+        """
+    @scale_object.setter
+    def scale_object(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_wh(self) -> float:
+        """
+        [10.0]
+        """
+    @scale_wh.setter
+    def scale_wh(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_xy(self) -> float:
+        """
+        [10.0]
+        """
+    @scale_xy.setter
+    def scale_xy(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def wh_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        WHLossDescriptor (applied to the raw W, H)
+        """
+    @wh_loss_descriptor.setter
+    def wh_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+    @property
+    def xy_loss_descriptor(self) -> CNNLossDescriptor:
+        """
+        XYLossDescriptor (applied to sigmoid(X), sigmoid(Y))
+        """
+    @xy_loss_descriptor.setter
+    def xy_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
+        ...
+class CNNYOLOLoss(Kernel):
+    """
+    MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), labels.loss_image the loss (the sum of the four internal losses)
+    """
+    def __init__(self, device: typing.Any, loss_descriptor: CNNYOLOLossDescriptor) -> None:
+        """
+        -[MPSCNNYOLOLoss initWithDevice:lossDescriptor:]
+        """
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, labels: CNNLossLabels, destination_image: typing.Any = None) -> Image:
+        """
+        -encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, labels: typing.Any, destination_images: typing.Any = None) -> list[Image]:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images
+        """
+    @property
+    def anchor_boxes(self) -> bytes:
+        ...
+    @property
+    def loss_classes(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossClasses
+        """
+    @property
+    def loss_confidence(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossConfidence
+        """
+    @property
+    def loss_wh(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossWH
+        """
+    @property
+    def loss_xy(self) -> CNNLoss:
+        """
+        MPSCNNYOLOLoss.lossXY (internal CNNLoss)
+        """
+    @property
+    def max_iou_for_object_absence(self) -> float:
+        ...
+    @property
+    def min_iou_for_object_presence(self) -> float:
+        ...
+    @property
+    def number_of_anchor_boxes(self) -> int:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        """
+        K, from classes_loss_descriptor.number_of_classes
+        """
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def rescore(self) -> bool:
+        ...
+    @property
+    def scale_class(self) -> float:
+        ...
+    @property
+    def scale_no_object(self) -> float:
+        ...
+    @property
+    def scale_object(self) -> float:
+        ...
+    @property
+    def scale_wh(self) -> float:
+        ...
+    @property
+    def scale_xy(self) -> float:
+        ...
 class PoolingKind:
     """
     Which forward pooling kernel a CNNPoolingGradientState comes from
@@ -3789,7 +4010,7 @@ class CNNPoolingMax(CNNPooling):
     """
     MPSCNNPoolingMax: the maximum over the window (first maximum in scan order on ties). Off-image taps read 0 under ImageEdgeMode.ZERO and the nearest pixel under CLAMP.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingMax initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3797,7 +4018,7 @@ class CNNPoolingAverage(CNNPooling):
     """
     MPSCNNPoolingAverage: the sum of the in-image taps over N. ZERO edge mode: N = kernel_width * kernel_height. CLAMP (or the padding method's EXCLUDE_EDGES bit): N = the taps inside the image widened by zero_pad_size_x/y on each side; a window with none gives 0.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingAverage initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3821,7 +4042,7 @@ class CNNPoolingL2Norm(CNNPooling):
     """
     MPSCNNPoolingL2Norm: sqrt of the sum of the squares over the window.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingL2Norm initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3829,7 +4050,7 @@ class CNNDilatedPoolingMax(CNNPooling):
     """
     MPSCNNDilatedPoolingMax: the maximum over dilated taps.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNDilatedPoolingMax initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
         """
@@ -3870,7 +4091,7 @@ class CNNPoolingMaxGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingMaxGradient: G goes to the argmax tap of each window, recomputed from X.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3878,7 +4099,7 @@ class CNNPoolingAverageGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingAverageGradient: G / N to every in-image tap of each window.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingAverageGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3902,7 +4123,7 @@ class CNNPoolingL2NormGradient(CNNPoolingGradient):
     """
     MPSCNNPoolingL2NormGradient: dX = sum over windows of G * X / out (0 where out = 0), out recomputed from X.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNPoolingL2NormGradient initWithDevice:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:]
         """
@@ -3910,7 +4131,7 @@ class CNNDilatedPoolingMaxGradient(CNNPoolingGradient):
     """
     MPSCNNDilatedPoolingMaxGradient: the max gradient over dilated taps.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex = 1, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         -[MPSCNNDilatedPoolingMaxGradient initWithDevice:kernelWidth:kernelHeight:dilationRateX:dilationRateY:strideInPixelsX:strideInPixelsY:]
         """
@@ -3995,7 +4216,7 @@ class CNNUpsamplingNearest(CNNUpsampling):
     """
     MPSCNNUpsamplingNearest: Y[y][x] = X[y // sy][x // sx].
     """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingNearest initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -4003,7 +4224,7 @@ class CNNUpsamplingBilinear(CNNUpsampling):
     """
     MPSCNNUpsamplingBilinear: bilinear interpolation. align_corners=True maps the corner pixel centers onto each other (src = dst * (W_in - 1) / (W_out - 1)); otherwise coordinate_mode decides (HALF_PIXEL default).
     """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
+    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex, align_corners: bool = False) -> None:
         """
         -[MPSCNNUpsamplingBilinear initWithDevice:integerScaleFactorX:integerScaleFactorY:alignCorners:]
         """
@@ -4029,7 +4250,7 @@ class CNNUpsamplingNearestGradient(CNNUpsamplingGradient):
     """
     MPSCNNUpsamplingNearestGradient: dX = the sum of each sy x sx block of G.
     """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingNearestGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -4037,7 +4258,7 @@ class CNNUpsamplingBilinearGradient(CNNUpsamplingGradient):
     """
     MPSCNNUpsamplingBilinearGradient: each G pixel goes back to its four taps with the forward weights.
     """
-    def __init__(self, device: typing.Any, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, device: Device | str, integer_scale_factor_x: typing.SupportsInt | typing.SupportsIndex, integer_scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         -[MPSCNNUpsamplingBilinearGradient initWithDevice:integerScaleFactorX:integerScaleFactorY:]
         """
@@ -4059,7 +4280,7 @@ class CNNDropout(CNNKernel):
     """
     MPSCNNDropout: Y = X * m / keep_probability, m in {0, 1} with P(m = 1) = keep_probability, drawn from Philox4x32-10 keyed by seed (the same mask on every device). Each encode draws a fresh mask.
     """
-    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+    def __init__(self, device: Device | str, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
         """
         -[MPSCNNDropout initWithDevice:keepProbability:seed:maskStrideInPixels:]
         """
@@ -4081,7 +4302,7 @@ class CNNDropoutGradient(CNNGradientKernel):
     """
     MPSCNNDropoutGradient: dX = G * m / keep_probability with the mask of the forward pass that made gradient_state. source_image is not read.
     """
-    def __init__(self, device: typing.Any, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
+    def __init__(self, device: Device | str, keep_probability: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, mask_stride_in_pixels: typing.Any = (1, 1, 1)) -> None:
         """
         -[MPSCNNDropoutGradient initWithDevice:keepProbability:seed:maskStrideInPixels:]
         """
@@ -4130,7 +4351,7 @@ class NNReshape(CNNKernel):
     """
     MPSNNReshape: copies the whole source (its channels after source_feature_channel_offset / max count) into a destination of another shape with the same number of elements, in HWC order (docs/reshape_pad.md). offset.x/y must be 0 and clip_rect must not cut the destination.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSNNReshape initWithDevice:]
         """
@@ -4146,7 +4367,7 @@ class NNReshapeGradient(CNNGradientKernel):
     """
     MPSNNReshapeGradient: reshapes the incoming gradient back into the forward source's shape. source_gradient = dL/dY, source_image = the forward source X, gradient_state = NNReshape's result state.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSNNReshapeGradient initWithDevice:]
         """
@@ -4154,7 +4375,7 @@ class NNPad(CNNKernel):
     """
     MPSNNPad: copies the source into the destination, filling outside the source by edge_mode: ZERO, CONSTANT (fill_value or the per-channel fill_value_array), CLAMP, MIRROR (np.pad 'reflect'), MIRROR_WITH_EDGE (np.pad 'symmetric'); also pads feature channels. Destination pixel clip_rect.origin + p reads source pixel offset + p; the returning encode forms size the destination by padding_size_before/after (docs/reshape_pad.md).
     """
-    def __init__(self, device: typing.Any, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, padding_size_before: typing.Any = None, padding_size_after: typing.Any = None, fill_value_array: typing.Any = None) -> None:
         """
         -[MPSNNPad initWithDevice:[paddingSizeBefore:paddingSizeAfter:[fillValueArray:]]]: sizes as ImageCoordinate or (x, y, channel); fill_value_array holds one value per channel written (CONSTANT).
         """
@@ -4191,7 +4412,7 @@ class NNPadGradient(CNNGradientKernel):
     """
     MPSNNPadGradient: dX = the sum of G over every element the forward NNPad copied from each source element (a slice of G for ZERO / CONSTANT). Every element of dX is written; those the forward pass did not read get 0.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         -[MPSNNPadGradient initWithDevice:]
         """
@@ -4207,7 +4428,7 @@ class NNGramMatrixCalculation(CNNKernel):
     """
     MPSNNGramMatrixCalculation: per image, G[f][c] = alpha * sum over pixels of X[f] * X[c] for the N source channels read, written as an N-wide, 1-high image of N feature channels (pixel x = f holds row f). offset.x/y must be 0 and clip_rect must cover the N x 1 result (docs/gram_matrix_spatial_mean.md).
     """
-    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, alpha: typing.Any = None) -> None:
         """
         -[MPSNNGramMatrixCalculation initWithDevice:] (alpha 1) / -initWithDevice:alpha:
         """
@@ -4223,7 +4444,7 @@ class NNGramMatrixCalculationGradient(CNNGradientKernel):
     """
     MPSNNGramMatrixCalculationGradient: dX[p][f] = alpha * sum over c of X[p][c] * (Gr[f][c] + Gr[c][f]). source_gradient = Gr (N x 1 x N), source_image = the forward source X, gradient_state = the forward's state.
     """
-    def __init__(self, device: typing.Any, alpha: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, alpha: typing.Any = None) -> None:
         """
         -[MPSNNGramMatrixCalculationGradient initWithDevice:] (alpha 1) / -initWithDevice:alpha:
         """
@@ -4239,7 +4460,7 @@ class NNReductionSpatialMean(CNNKernel):
     """
     The spatial mean of MPSNNReductionSpatialMeanNode (mpsgrad name; Apple publishes no kernel class): one pixel per image holding each feature channel's mean over clip_rect_source (default: the whole source), written at clip_rect.origin; the returning encode forms make a 1 x 1 destination.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         Kernel of MPSNNReductionSpatialMeanNode (initWithDevice:)
         """
@@ -4255,7 +4476,7 @@ class NNReductionSpatialMeanGradient(CNNGradientKernel):
     """
     The gradient of the spatial mean (MPSNNReductionSpatialMeanGradientNode's kernel; mpsgrad name): dX = G / (w * h) over the forward's source region, 0 elsewhere.
     """
-    def __init__(self, device: typing.Any) -> None:
+    def __init__(self, device: Device | str) -> None:
         """
         Kernel of MPSNNReductionSpatialMeanGradientNode (initWithDevice:)
         """
@@ -4333,7 +4554,7 @@ class CNNCrossChannelNormalization(CNNKernel):
     """
     MPSCNNCrossChannelNormalization (LRN across feature channels): Y(k) = X(k) * L(k)^-beta with L(k) = delta + alpha / kernel_size * sum of X(q)^2 over q in [k - (kernel_size >> 1), k + ((kernel_size - 1) >> 1)] cut to the processed channels; PyTorch's local_response_norm(size=kernel_size, alpha=alpha, beta=beta, k=delta).
     """
-    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+    def __init__(self, device: Device | str, kernel_size: typing.SupportsInt = 5) -> None:
         """
         -[MPSCNNCrossChannelNormalization initWithDevice:kernelSize:]
         """
@@ -4370,7 +4591,7 @@ class CNNSpatialNormalization(CNNKernel):
     """
     MPSCNNSpatialNormalization: Y = X * (delta + alpha / N * sum of X^2 over the kernel_width x kernel_height window)^-beta, N = kernel_width * kernel_height, per channel. The window of destination pixel clip_rect.origin + p is centered at source pixel offset + p, taps from center - (kernel >> 1); off-image taps read 0 (ImageEdgeMode.ZERO only). kernel_width must equal kernel_height.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNSpatialNormalization initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4402,7 +4623,7 @@ class CNNLocalContrastNormalization(CNNKernel):
     """
     MPSCNNLocalContrastNormalization: Y = pm + ps * (X - p0 * M) / (delta + alpha * V)^beta with M and V the mean and (population) variance of the window, per channel; windows as CNNSpatialNormalization. kernel_width must equal kernel_height.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNLocalContrastNormalization initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4458,7 +4679,7 @@ class CNNCrossChannelNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNCrossChannelNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: typing.Any, kernel_size: typing.SupportsInt = 5) -> None:
+    def __init__(self, device: Device | str, kernel_size: typing.SupportsInt = 5) -> None:
         """
         -[MPSCNNCrossChannelNormalizationGradient initWithDevice:kernelSize:]
         """
@@ -4495,7 +4716,7 @@ class CNNSpatialNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNSpatialNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNSpatialNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4533,7 +4754,7 @@ class CNNLocalContrastNormalizationGradient(CNNGradientKernel):
     """
     MPSCNNLocalContrastNormalizationGradient: primary = dL/dY, secondary = the forward INPUT X; every parameter must match the forward kernel's. destination_image_descriptor copies the forward geometry from the state: primary_offset = forward clip origin, secondary_offset = forward offset (window centers), clip_rect = the whole dX (X's coordinates). The exact derivatives are in docs/normalization.md.
     """
-    def __init__(self, device: typing.Any, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
+    def __init__(self, device: Device | str, kernel_width: typing.SupportsInt, kernel_height: typing.SupportsInt) -> None:
         """
         -[MPSCNNLocalContrastNormalizationGradient initWithDevice:kernelWidth:kernelHeight:]
         """
@@ -4906,6 +5127,35 @@ class CNNConvolutionGradientNode(NNGradientFilterNode):
     @training_style.setter
     def training_style(self, arg0: NNTrainingStyle) -> None:
         ...
+class CNNConvolutionTransposeGradientStateNode(CNNConvolutionGradientStateNode):
+    """
+    MPSCNNConvolutionTransposeGradientStateNode
+    """
+class CNNConvolutionTransposeNode(NNFilterNode):
+    """
+    MPSCNNConvolutionTransposeNode
+    """
+    accumulator_precision: NNConvolutionAccumulatorPrecisionOption
+    def __init__(self, source: NNImageNode, convolution_gradient_state: NNStateNode, weights: typing.Any) -> None:
+        """
+        +nodeWithSource:convolutionGradientState:weights: (convolution_gradient_state: None, or a CNNConvolutionNode's result state, which sizes the result like that convolution's source)
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNConvolutionTransposeGradientNode(CNNConvolutionGradientNode):
+    """
+    MPSCNNConvolutionTransposeGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, convolution_transpose_gradient_state: NNStateNode, weights: typing.Any = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:convolutionTransposeGradientState:weights: (None: the forward's)
+        """
 class CNNFullyConnectedNode(CNNConvolutionNode):
     """
     MPSCNNFullyConnectedNode
@@ -5057,6 +5307,17 @@ class CNNNeuronGeLUNode(CNNNeuronNode):
     """
     def __init__(self, source: NNImageNode, a: typing.SupportsFloat | typing.SupportsIndex = 0.0, b: typing.SupportsFloat | typing.SupportsIndex = 0.0, c: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
         ...
+class CNNNeuronPReLUNode(CNNNeuronNode):
+    """
+    MPSCNNNeuronPReLUNode: x >= 0 ? x : a[channel] * x
+    """
+    def __init__(self, source: NNImageNode, a_data: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        +nodeWithSource:aData: (one slope per feature channel)
+        """
+    @property
+    def a_data(self) -> list[float]:
+        ...
 class CNNNeuronGradientNode(NNGradientFilterNode):
     """
     MPSCNNNeuronGradientNode
@@ -5085,17 +5346,84 @@ class CNNPoolingGradientNode(NNGradientFilterNode):
     """
     def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kind: PoolingKind, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex = 1, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def kind(self) -> PoolingKind:
+        ...
+    @property
+    def stride_in_pixels_x(self) -> int:
+        ...
+    @property
+    def stride_in_pixels_y(self) -> int:
+        ...
+class CNNPoolingMaxGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNPoolingAverageGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNPoolingL2NormGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNPooling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:strideInPixelsX:strideInPixelsY:paddingPolicy:
+        """
+class CNNDilatedPoolingMaxGradientNode(CNNPoolingGradientNode):
+    """
+    MPSCNNDilatedPoolingMaxGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_x: typing.SupportsInt | typing.SupportsIndex, stride_in_pixels_y: typing.SupportsInt | typing.SupportsIndex, dilation_rate_x: typing.SupportsInt | typing.SupportsIndex, dilation_rate_y: typing.SupportsInt | typing.SupportsIndex, padding_policy: NNPadding = None) -> None:
+        """
+        ...strideInPixelsY:dilationRateX:dilationRateY:paddingPolicy:
+        """
+    @property
+    def dilation_rate_x(self) -> int:
+        ...
+    @property
+    def dilation_rate_y(self) -> int:
+        ...
 class CNNSoftMaxNode(NNFilterNode):
     """
     MPSCNNSoftMaxNode
     """
     def __init__(self, source: NNImageNode) -> None:
         ...
+class CNNLogSoftMaxNode(CNNSoftMaxNode):
+    """
+    MPSCNNLogSoftMaxNode
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        """
+        +nodeWithSource:
+        """
 class CNNSoftMaxGradientNode(NNGradientFilterNode):
     """
-    MPSCNNSoftMaxGradientNode / MPSCNNLogSoftMaxGradientNode (log_softmax)
+    MPSCNNSoftMaxGradientNode (source_image: the forward result)
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, log_softmax: bool = False) -> None:
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        ...
+class CNNLogSoftMaxGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNLogSoftMaxGradientNode (source_image: the forward result)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
         ...
 class CNNUpsamplingNode(NNFilterNode):
     """
@@ -5103,10 +5431,30 @@ class CNNUpsamplingNode(NNFilterNode):
     """
 class CNNUpsamplingGradientNode(NNGradientFilterNode):
     """
+    the upsampling gradient nodes' base (scale factors)
+    """
+    @property
+    def scale_factor_x(self) -> int:
+        ...
+    @property
+    def scale_factor_y(self) -> int:
+        ...
+class CNNUpsamplingNearestGradientNode(CNNUpsamplingGradientNode):
+    """
     MPSCNNUpsampling*GradientNode
     """
-    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, bilinear: bool, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
+        """
+class CNNUpsamplingBilinearGradientNode(CNNUpsamplingGradientNode):
+    """
+    MPSCNNUpsampling*GradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, scale_factor_x: typing.SupportsInt | typing.SupportsIndex, scale_factor_y: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:scaleFactorX:scaleFactorY:
+        """
 class CNNDropoutNode(NNFilterNode):
     """
     MPSCNNDropoutNode
@@ -5158,6 +5506,30 @@ class NNArithmeticGradientNode(NNGradientFilterNode):
     @property
     def is_secondary_source_filter(self) -> bool:
         ...
+class NNAdditionGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
+class NNSubtractionGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
+class NNMultiplicationGradientNode(NNArithmeticGradientNode):
+    """
+    MPSNN*GradientNode (arithmetic)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, is_secondary_source_filter: bool) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:isSecondarySourceFilter: (source_image: the other forward operand)
+        """
 class CNNLossNode(NNFilterNode):
     """
     MPSCNNLossNode
@@ -5170,6 +5542,19 @@ class CNNLossNode(NNFilterNode):
     def input_labels(self) -> NNStateNode:
         """
         MPSCNNLossNode.inputLabels
+        """
+class CNNYOLOLossNode(NNFilterNode):
+    """
+    MPSCNNYOLOLossNode
+    """
+    def __init__(self, source: NNImageNode, loss_descriptor: CNNYOLOLossDescriptor) -> None:
+        """
+        +nodeWithSource:lossDescriptor: (labels: input_labels)
+        """
+    @property
+    def input_labels(self) -> NNStateNode:
+        """
+        MPSCNNYOLOLossNode.inputLabels
         """
 class NNInitialGradientNode(NNFilterNode):
     """
@@ -5235,6 +5620,374 @@ class NNPadGradientNode(NNGradientFilterNode):
         """
         +nodeWithSourceGradient:sourceImage:gradientState:
         """
+class CNNNormalizationNode(NNFilterNode):
+    """
+    MPSCNNNormalizationNode (abstract): alpha, beta, delta [1, 5, 1]
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNSpatialNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNSpatialNormalizationNode
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNLocalContrastNormalizationNode; the node's defaults differ from the kernel's: alpha 1, beta 0.5, delta 2^-10, p0 1, pm 0, ps 1
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        ...
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        ...
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        ...
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationNode(CNNNormalizationNode):
+    """
+    MPSCNNCrossChannelNormalizationNode
+    """
+    def __init__(self, source: NNImageNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSource:kernelSize:
+        """
+    @property
+    def kernel_size_in_feature_channels(self) -> int:
+        ...
+class CNNLocalNormalizationGradientNode(NNGradientFilterNode):
+    """
+    the local normalization gradient nodes' base: alpha, beta, delta (the builders copy the forward node's; a gradient node whose parameters differ from the forward pass's is refused at encode)
+    """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNSpatialNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNSpatialNormalizationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
+        """
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+class CNNLocalContrastNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNLocalContrastNormalizationGradientNode (parameters default to the forward node's defaults)
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_width: typing.SupportsInt | typing.SupportsIndex, kernel_height: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelWidth:kernelHeight:
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def delta(self) -> float:
+        ...
+    @delta.setter
+    def delta(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def kernel_height(self) -> int:
+        ...
+    @property
+    def kernel_width(self) -> int:
+        ...
+    @property
+    def p0(self) -> float:
+        ...
+    @p0.setter
+    def p0(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def pm(self) -> float:
+        ...
+    @pm.setter
+    def pm(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def ps(self) -> float:
+        ...
+    @ps.setter
+    def ps(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class CNNCrossChannelNormalizationGradientNode(CNNLocalNormalizationGradientNode):
+    """
+    MPSCNNCrossChannelNormalizationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, kernel_size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:kernelSize:
+        """
+    @property
+    def kernel_size(self) -> int:
+        ...
+class NNUnaryReductionNode(NNFilterNode):
+    """
+    MPSNNUnaryReductionNode (abstract)
+    """
+    @property
+    def clip_rect_source(self) -> Region:
+        """
+        MPSNNUnaryReductionNode.clipRectSource [no clip]: the source region reduced
+        """
+    @clip_rect_source.setter
+    def clip_rect_source(self, arg1: typing.Any) -> None:
+        ...
+class NNReductionSpatialMeanNode(NNUnaryReductionNode):
+    """
+    MPSNNReductionSpatialMeanNode
+    """
+    def __init__(self, source: NNImageNode) -> None:
+        """
+        +nodeWithSource:
+        """
+class NNReductionSpatialMeanGradientNode(NNGradientFilterNode):
+    """
+    MPSNNReductionSpatialMeanGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+class NNGramMatrixCalculationNode(NNFilterNode):
+    """
+    MPSNNGramMatrixCalculationNode
+    """
+    def __init__(self, source: NNImageNode, alpha: typing.SupportsFloat = 1.0) -> None:
+        """
+        +nodeWithSource:[alpha:]
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNGramMatrixCalculationGradientNode(NNGradientFilterNode):
+    """
+    MPSNNGramMatrixCalculationGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode, alpha: typing.SupportsFloat = 1.0) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:[alpha:]
+        """
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+class NNForwardLossNode(NNFilterNode):
+    """
+    MPSNNForwardLossNode: the loss (labels and weights are images)
+    """
+    @staticmethod
+    def node_with_sources(sources: collections.abc.Sequence[NNImageNode], loss_descriptor: CNNLossDescriptor) -> NNForwardLossNode:
+        """
+        +nodeWithSources:lossDescriptor: ([predictions, labels(, weights)])
+        """
+    def __init__(self, source: NNImageNode, labels: NNImageNode, loss_descriptor: CNNLossDescriptor, weights: NNImageNode = None) -> None:
+        """
+        +nodeWithSource:labels:[weights:]lossDescriptor:
+        """
+    @property
+    def delta(self) -> float:
+        ...
+    @property
+    def epsilon(self) -> float:
+        ...
+    @property
+    def label_smoothing(self) -> float:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def number_of_classes(self) -> int:
+        ...
+    @property
+    def reduce_across_batch(self) -> bool:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+    @property
+    def weight(self) -> float:
+        ...
+class NNLossGradientNode(NNGradientFilterNode):
+    """
+    MPSNNLossGradientNode
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, labels: NNImageNode, weights: NNImageNode, gradient_state: NNStateNode, loss_descriptor: CNNLossDescriptor, is_labels_gradient_filter: bool = False) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:labels:weights:gradientState:lossDescriptor:isLabelsGradientFilter: (weights and gradient_state may be None)
+        """
+    @property
+    def is_labels_gradient_filter(self) -> bool:
+        ...
+    @property
+    def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def reduction_type(self) -> CNNReductionType:
+        ...
+class CNNInstanceNormalizationNode(NNFilterNode):
+    """
+    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
+        """
+        +nodeWithSource:dataSource:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNInstanceNormalizationGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNInstanceNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_instance_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNGroupNormalizationNode(NNFilterNode):
+    """
+    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source: NNImageNode, data_source: typing.Any) -> None:
+        """
+        +nodeWithSource:dataSource:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle [UPDATE_DEVICE_GPU]
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
+class CNNGroupNormalizationGradientNode(NNGradientFilterNode):
+    """
+    MPSCNNGroupNormalizationNode / ...GradientNode (MPSNNTrainableNode): the data source's update_gamma_and_beta_with_command_buffer(command_buffer, states) (GPU style) or update_gamma_and_beta_with_group_normalization_state_batch(states) (CPU style) is called
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        +nodeWithSourceGradient:sourceImage:gradientState:
+        """
+    @property
+    def training_style(self) -> NNTrainingStyle:
+        """
+        MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)
+        """
+    @training_style.setter
+    def training_style(self, arg0: NNTrainingStyle) -> None:
+        ...
 class NNGraph:
     """
     MPSNNGraph
@@ -5243,7 +5996,7 @@ class NNGraph:
     format: ImageFeatureChannelFormat
     label: str
     output_state_is_temporary: bool
-    def __init__(self, device: typing.Any, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
+    def __init__(self, device: Device | str, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
         """
         -initWithDevice:resultImage:resultImageIsNeeded: or, with a list of result images, -initWithDevice:resultImages:resultsAreNeeded: (a list of bools)
         """
@@ -5305,10 +6058,6 @@ def CNNDilatedPoolingMaxNode(source: NNImageNode, filter_size: typing.SupportsIn
     """
     MPSCNNDilatedPoolingMaxNode +nodeWithSource:filterSize:stride:dilationRate:
     """
-def CNNLogSoftMaxNode(source: NNImageNode) -> CNNSoftMaxNode:
-    """
-    MPSCNNLogSoftMaxNode +nodeWithSource:
-    """
 def CNNPoolingAverageNode(source: NNImageNode, filter_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.Any = None, kernel_width: typing.Any = None, kernel_height: typing.Any = None, stride_in_pixels_x: typing.Any = None, stride_in_pixels_y: typing.Any = None) -> CNNPoolingNode:
     """
     MPSCNNPooling*Node: +nodeWithSource:filterSize:[stride:] or kernel_width/height, stride_in_pixels_x/y (edge mode Clamp)
@@ -5345,9 +6094,9 @@ def _is_initialized(object: typing.Any) -> bool:
     """
     Internal: whether a bound object's C++ part has been constructed.
     """
-def batch_from_numpy(array: typing.Any, device: typing.Any = None) -> list[Image]:
+def batch_from_numpy(array: typing.Any, device: Device | str = None, channel_format: typing.Any = None) -> list[Image]:
     """
-    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array.
+    An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; channel_format as for Image.from_numpy.
     """
 def blas_info() -> str:
     """
