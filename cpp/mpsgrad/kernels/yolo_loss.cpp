@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/float16_shadow.h"
 
 namespace mpsgrad {
 namespace {
@@ -199,6 +200,14 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
     }
     if (W * A > INT32_MAX / std::max<int64_t>(H, 1)) throwValueError("source_images: too many grid cells");
 
+    // FLOAT16 images take part through float32 shadows (core/float16_shadow.h), as in CNNLoss.
+    Float32Shadows shadows(cb);
+    ImageBatch sources32 = shadows.read(sources), labels32, destinations32 = shadows.write(destinations), losses32;
+    for (size_t i = 0; i < N; ++i) {
+        labels32.push_back(shadows.read(labels[i]->labelsImage()));
+        losses32.push_back(shadows.write(labels[i]->lossImage()));
+    }
+
     // Step 1: the part images of every source.
     Backend& backend = device_.backend();
     const int64_t PW = W * A;
@@ -216,8 +225,8 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
     const bool confidenceRaw = d.confidenceLossDescriptor.lossType == CNNLossType::SigmoidCrossEntropy;
     for (size_t i = 0; i < N; ++i) {
         YoloPrepareParams p{};
-        p.source = sources[i]->layout(0, C);
-        p.labels = labels[i]->labelsImage()->layout(0, C);
+        p.source = sources32[i]->layout(0, C);
+        p.labels = labels32[i]->layout(0, C);
         ImageLayout l[4];
         layouts(i, l);
         p.xy = l[0];
@@ -235,7 +244,7 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
         p.weightClass = d.scaleClass * d.classesLossDescriptor.weight;
         p.minIOUForObjectPresence = d.minIOUForObjectPresence;
         p.maxIOUForObjectAbsence = d.maxIOUForObjectAbsence;
-        backend.yoloPrepare(cb, p, sources[i]->storage(0), labels[i]->labelsImage()->storage(0),
+        backend.yoloPrepare(cb, p, sources32[i]->storage(0), labels32[i]->storage(0),
                             BufferSlice{anchors_, 0}, slices(i, &PartImages::prediction),
                             slices(i, &PartImages::label), slices(i, &PartImages::weight));
     }
@@ -256,9 +265,9 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
     // Step 3: the gradient of the raw predictions and the loss.
     for (size_t i = 0; i < N; ++i) {
         YoloFinishParams p{};
-        p.source = sources[i]->layout(0, C);
-        p.destination = destinations[i]->layout(0, C);
-        p.loss = perElement ? labels[i]->lossImage()->layout(0, C) : p.destination;
+        p.source = sources32[i]->layout(0, C);
+        p.destination = destinations32[i]->layout(0, C);
+        p.loss = perElement ? losses32[i]->layout(0, C) : p.destination;
         ImageLayout l[4];
         layouts(i, l);
         p.xy = l[0];
@@ -273,9 +282,10 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
                                       parts[1][i].labels->lossImage()->storage(0),
                                       parts[2][i].labels->lossImage()->storage(0),
                                       parts[3][i].labels->lossImage()->storage(0)};
-        backend.yoloFinish(cb, p, sources[i]->storage(0), slices(i, &PartImages::gradient), partLosses,
-                           destinations[i]->storage(0), labels[i]->lossImage()->storage(0));
+        backend.yoloFinish(cb, p, sources32[i]->storage(0), slices(i, &PartImages::gradient), partLosses,
+                           destinations32[i]->storage(0), losses32[i]->storage(0));
     }
+    shadows.finish();
     for (size_t i = 0; i < N; ++i) {
         sources[i]->noteRead();
         labels[i]->noteRead();
