@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "core/multiary.h"
 
 namespace mpsgrad::python {
 namespace {
@@ -107,6 +108,150 @@ public:
     }
 };
 
+
+// The per-index accessors of MPSCNNMultiaryKernel: `<name>_at_index(index)` and `set_<name>(value, index)`.
+template <class T>
+void bindPerIndex(py::class_<CNNMultiaryKernel, Kernel, std::shared_ptr<CNNMultiaryKernel>>& c, const char* name,
+                  T (CNNMultiaryKernel::*get)(size_t) const, void (CNNMultiaryKernel::*set)(T, size_t),
+                  const char* mps) {
+    const std::string getName = std::string(name) + "_at_index", setName = std::string("set_") + name;
+    c.def(getName.c_str(), [get](const CNNMultiaryKernel& k, py::handle index) {
+        return (k.*get)(size_t(toUInt64(index, "index")));
+    }, py::arg("index"), (std::string("-") + mps + "AtIndex:").c_str());
+    c.def(setName.c_str(), [set, name](CNNMultiaryKernel& k, py::handle value, py::handle index) {
+        (k.*set)(fromPython<T>(value, name), size_t(toUInt64(index, "index")));
+    }, py::arg("value"), py::arg("index"), (std::string("-set") + mps + ":atIndex:").c_str());
+}
+
+std::vector<ImageBatch> toSourceBatches(py::handle value, const char* what) {
+    if (value.is_none() || !py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value))
+        throwTypeError(what, ": expected a list with one list of Images per source index, got ", typeName(value));
+    std::vector<ImageBatch> batches;
+    for (auto item : value.cast<py::sequence>()) batches.push_back(toImageBatch(item, what));
+    return batches;
+}
+
+void bindMultiaryKernel(py::module_& m) {
+    py::class_<NNMultiaryGradientState, State, std::shared_ptr<NNMultiaryGradientState>>(
+        m, "NNMultiaryGradientState",
+        "MPSNNMultiaryGradientState: what a multiary forward kernel recorded about each of its sources for the "
+        "gradient kernels; read count as any temporary state (one per gradient kernel that reads it).")
+        .def_property_readonly("source_count", &NNMultiaryGradientState::sourceCount);
+    py::class_<CNNMultiaryKernel, Kernel, std::shared_ptr<CNNMultiaryKernel>> c(
+        m, "CNNMultiaryKernel",
+        "MPSCNNMultiaryKernel (macOS 10.15): a kernel with source_count sources and per-index properties.");
+    c.def_property_readonly("source_count", &CNNMultiaryKernel::sourceCount)
+        .def("offset_at_index", [](const CNNMultiaryKernel& k, py::handle index) {
+            return k.offsetAtIndex(size_t(toUInt64(index, "index")));
+        }, py::arg("index"), "-offsetAtIndex:")
+        .def("set_offset", [](CNNMultiaryKernel& k, py::handle offset, py::handle index) {
+            k.setOffset(toOffset(offset, "offset"), size_t(toUInt64(index, "index")));
+        }, py::arg("offset"), py::arg("index"), "-setOffset:atIndex:");
+    bindPerIndex<int64_t>(c, "source_feature_channel_offset", &CNNMultiaryKernel::sourceFeatureChannelOffsetAtIndex,
+                          &CNNMultiaryKernel::setSourceFeatureChannelOffset, "sourceFeatureChannelOffset");
+    bindPerIndex<uint64_t>(c, "source_feature_channel_max_count",
+                           &CNNMultiaryKernel::sourceFeatureChannelMaxCountAtIndex,
+                           &CNNMultiaryKernel::setSourceFeatureChannelMaxCount, "sourceFeatureChannelMaxCount");
+    bindPerIndex<ImageEdgeMode>(c, "edge_mode", &CNNMultiaryKernel::edgeModeAtIndex, &CNNMultiaryKernel::setEdgeMode,
+                                "edgeMode");
+    bindPerIndex<int64_t>(c, "kernel_width", &CNNMultiaryKernel::kernelWidthAtIndex,
+                          &CNNMultiaryKernel::setKernelWidth, "kernelWidth");
+    bindPerIndex<int64_t>(c, "kernel_height", &CNNMultiaryKernel::kernelHeightAtIndex,
+                          &CNNMultiaryKernel::setKernelHeight, "kernelHeight");
+    bindPerIndex<int64_t>(c, "stride_in_pixels_x", &CNNMultiaryKernel::strideInPixelsXAtIndex,
+                          &CNNMultiaryKernel::setStrideInPixelsX, "strideInPixelsX");
+    bindPerIndex<int64_t>(c, "stride_in_pixels_y", &CNNMultiaryKernel::strideInPixelsYAtIndex,
+                          &CNNMultiaryKernel::setStrideInPixelsY, "strideInPixelsY");
+    bindPerIndex<int64_t>(c, "dilation_rate_x", &CNNMultiaryKernel::dilationRateXAtIndex,
+                          &CNNMultiaryKernel::setDilationRateX, "dilationRateX");
+    bindPerIndex<int64_t>(c, "dilation_rate_y", &CNNMultiaryKernel::dilationRateYAtIndex,
+                          &CNNMultiaryKernel::setDilationRateY, "dilationRateY");
+    c.def_property("clip_rect", [](const CNNMultiaryKernel& k) { return k.clipRect; },
+                   [](CNNMultiaryKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); })
+        .def_property("destination_feature_channel_offset",
+                      getter(&CNNMultiaryKernel::destinationFeatureChannelOffset),
+                      setter(&CNNMultiaryKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
+        .def_property("padding", paddingGetter<CNNMultiaryKernel>(), paddingSetter<CNNMultiaryKernel>())
+        .def_property("destination_image_allocator", allocatorGetter<CNNMultiaryKernel>(),
+                      allocatorSetter<CNNMultiaryKernel>())
+        .def_property_readonly("is_backwards", &CNNMultiaryKernel::isBackwards)
+        .def_property_readonly("is_state_modified", &CNNMultiaryKernel::isStateModified)
+        .def("is_result_state_reused_across_batch", &CNNMultiaryKernel::isResultStateReusedAcrossBatch)
+        .def("append_batch_barrier", &CNNMultiaryKernel::appendBatchBarrier)
+        .def("destination_image_descriptor", [](CNNMultiaryKernel& k, py::handle sources, py::handle states) {
+            return k.destinationImageDescriptor(toImageBatch(sources, "source_images"),
+                                                toStateBatch(states, "source_states"));
+        }, py::arg("source_images"), py::arg("source_states") = py::none(),
+             "-destinationImageDescriptorForSourceImages:sourceStates: (one image per source index)")
+        .def(
+            "encode",
+            [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources, py::handle destinationState,
+               py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
+                ImageBatch x = toImageBatch(sources, "source_images");
+                StatePtr state = optionalState(destinationState, "destination_state");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImage.is_none());
+                if (!destinationImage.is_none()) {
+                    ImagePtr dst = requireImage(destinationImage, "destination_image");
+                    k.encode(cb, x, state, dst);
+                    return py::cast(dst);
+                }
+                if (state) throwValueError("destination_state: pass destination_image with it");
+                if (temporary) {
+                    StatePtr produced;
+                    ImagePtr dst = k.encode(cb, x, &produced, *temporary);
+                    return py::make_tuple(dst, produced);
+                }
+                return py::cast(k.encode(cb, x));
+            },
+            py::arg("command_buffer"), py::arg("source_images"), py::arg("destination_state") = py::none(),
+            py::arg("destination_image") = py::none(), py::kw_only(),
+            py::arg("destination_state_is_temporary") = py::none(),
+            "Encode forms of MPSCNNMultiaryKernel (source_images: one Image per source index):\n"
+            "- destination_image given: -encodeToCommandBuffer:sourceImages:[destinationState:]destinationImage:; "
+            "returns destination_image.\n"
+            "- otherwise -encodeToCommandBuffer:sourceImages: (result allocated); with "
+            "destination_state_is_temporary=True/False it is "
+            "-encodeToCommandBuffer:sourceImages:destinationState:destinationStateIsTemporary: and returns "
+            "(image, state).")
+        .def(
+            "encode_batch",
+            [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources, py::handle destinationStates,
+               py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
+                std::vector<ImageBatch> x = toSourceBatches(sources, "source_images");
+                StateBatch states = toStateBatch(destinationStates, "destination_states");
+                auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImages.is_none());
+                if (!destinationImages.is_none()) {
+                    ImageBatch dst = toImageBatch(destinationImages, "destination_images");
+                    k.encodeBatch(cb, x, states, dst);
+                    return py::cast(dst);
+                }
+                if (!states.empty()) throwValueError("destination_states: pass destination_images with them");
+                if (temporary) {
+                    StateBatch produced;
+                    ImageBatch dst = k.encodeBatch(cb, x, &produced, *temporary);
+                    return py::make_tuple(dst, produced);
+                }
+                return py::cast(k.encodeBatch(cb, x));
+            },
+            py::arg("command_buffer"), py::arg("source_images"), py::arg("destination_states") = py::none(),
+            py::arg("destination_images") = py::none(), py::kw_only(),
+            py::arg("destination_state_is_temporary") = py::none(),
+            "-encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning "
+            "forms; source_images[i] is the batch (list of Images) of source index i.")
+        .def("result_state", [](CNNMultiaryKernel& k, py::handle sources, py::handle states, py::handle dst) {
+            return k.resultState(toImageBatch(sources, "source_images"), toStateBatch(states, "source_states"),
+                                 dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
+        }, py::arg("source_images"), py::arg("source_states") = py::none(), py::arg("destination_image") = py::none(),
+             "-resultStateForSourceImages:sourceStates:destinationImage:")
+        .def("temporary_result_state", [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources,
+                                          py::handle states, py::handle dst) {
+            return k.temporaryResultState(cb, toImageBatch(sources, "source_images"),
+                                          toStateBatch(states, "source_states"),
+                                          dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
+        }, py::arg("command_buffer"), py::arg("source_images"), py::arg("source_states") = py::none(),
+             py::arg("destination_image") = py::none(),
+             "-temporaryResultStateForCommandBuffer:sourceImages:sourceStates:destinationImage:");
+}
 }  // namespace
 
 void bindKernel(py::module_& m) {
@@ -415,6 +560,7 @@ void bindKernel(py::module_& m) {
             py::arg("command_buffer"), py::arg("source_gradients"), py::arg("source_images"),
             py::arg("gradient_states"), py::arg("destination_gradients") = py::none(),
             "-encodeBatchToCommandBuffer:sourceGradients:sourceImages:gradientStates:[destinationGradients:]");
+    bindMultiaryKernel(m);  // core/multiary.h
 }
 
 }  // namespace mpsgrad::python

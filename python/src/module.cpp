@@ -3,6 +3,8 @@
 
 namespace mpsgrad::python {
 
+void bindConcatenation(py::module_& m);  // concatenation.cpp
+
 PYBIND11_MODULE(_mpsgrad, m) {
     m.doc() = "mpsgrad: an open implementation of Apple's MetalPerformanceShaders CNN training API";
     py::register_exception_translator([](std::exception_ptr p) {
@@ -36,6 +38,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindReduction(m);   // issue 13: Gram matrix, spatial mean
     bindLocalNormalization(m);  // cross-channel, spatial, local contrast normalization (issue 12)
     bindGraph(m);  // issue 15: after every family whose kernels and data sources it uses
+    bindConcatenation(m);  // concatenation kernels and nodes (after the kernel and graph base classes)
     bindThreads(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));

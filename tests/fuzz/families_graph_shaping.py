@@ -1,4 +1,4 @@
-"""Fuzz families: the graph API, reshape / pad, Gram matrix and spatial mean.
+"""Fuzz families: the graph API, reshape / pad, concatenation, Gram matrix and spatial mean.
 """
 from __future__ import annotations
 
@@ -233,6 +233,40 @@ def gram_and_spatial_mean_ops(r: random.Random, ctx: Context):
     dx_ref = np.zeros(x_arr.shape, np.float64)
     dx_ref[cy0:cy0 + ch, cx0:cx0 + cw] = g_arr[0, 0] / (cw * ch)
     check_close(dx.to_numpy()[0], dx_ref, "spatial mean gradient")
+
+
+@family("concatenation")
+def concatenation_ops(r: random.Random, ctx: Context):
+    """CNNConcatenation of 1 to 4 random images (channel counts not multiples of 4 included) and one
+    source's CNNConcatenationGradient against NumPy; sometimes a source of another size or a bad index."""
+    m = ctx.m
+    h, w = r.randint(1, 5), r.randint(1, 5)
+    channels = [r.randint(1, 9) for _ in range(r.randint(1, 4))]
+    arrays = [random_array(r, h, w, c) for c in channels]
+    ctx.start_call()
+    kernel = m.CNNConcatenation(ctx.device, ctx.bad(r, len(channels), [0, -1, "2", 2**40], what="source_count"))
+    ctx.expect_rejected_if_invalid("CNNConcatenation")
+    images = [m.Image.from_numpy(a, ctx.device) for a in arrays]
+    if r.random() < 0.1:
+        images[-1] = m.Image.from_numpy(random_array(r, h + 1, w, channels[-1]), ctx.device)
+        ctx.invalid.append("a source of another size")
+    index = r.randrange(len(channels))
+    cb = ctx.queue.command_buffer()
+    y, state = kernel.encode(cb, images, destination_state_is_temporary=r.random() < 0.5)
+    ctx.expect_rejected_if_invalid("CNNConcatenation encode")
+    starts = m.CNNConcatenation.range_starts(channels)
+    total = starts[-1] + channels[-1]
+    g_arr = random_array(r, h, w, total)
+    bad_index = ctx.bad(r, index, [len(channels), 4096], what="source_index")
+    dx = m.CNNConcatenationGradient(ctx.device, bad_index).encode(cb, m.Image.from_numpy(g_arr, ctx.device),
+                                                                  images[index], state)
+    ctx.expect_rejected_if_invalid("CNNConcatenationGradient encode")
+    run(ctx, cb)
+    expected = np.zeros((h, w, total), np.float64)
+    for a, s0, c in zip(arrays, starts, channels):
+        expected[..., s0:s0 + c] = a
+    check_close(y.to_numpy()[0], expected, "concatenation")
+    check_close(dx.to_numpy()[0], g_arr[..., starts[index]:starts[index] + channels[index]], "concatenation gradient")
 
 
 # The guard comes last: worker subprocesses run this file as a script, so every family above must be

@@ -195,6 +195,19 @@ def reshape_pad_kernels():
     }
 
 
+def concatenation_kernels():
+    """The concatenation kernels (docs/concatenation.md), per-index properties off their defaults."""
+    def concatenation(dev):
+        k = m.CNNConcatenation(dev, 3)
+        k.set_edge_mode(m.ImageEdgeMode.CLAMP, 1)
+        k.set_source_feature_channel_max_count(5, 2)
+        return k
+    return {
+        "CNNConcatenation": concatenation,
+        "CNNConcatenationGradient": lambda dev: m.CNNConcatenationGradient(dev, 1),
+    }
+
+
 def reduction_kernels():
     """The Gram matrix and spatial-mean family, properties off their defaults."""
     def spatial_mean(dev):
@@ -296,6 +309,7 @@ FACTORIES = {
     **batch_normalization_kernels(),
     **instance_group_kernels(),
     **reshape_pad_kernels(),
+    **concatenation_kernels(),
     **reduction_kernels(),
     **local_normalization_kernels(),
     "NNOptimizerStochasticGradientDescent": lambda dev: m.NNOptimizerStochasticGradientDescent(

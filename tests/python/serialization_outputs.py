@@ -23,6 +23,15 @@ def run_unary(q, k, x):
     return y.to_numpy()
 
 
+def run_multiary(q, k, xs):
+    k.destination_image_allocator = m.ImageAllocator.persistent()
+    cb = q.command_buffer()
+    y = k.encode(cb, xs)
+    cb.commit()
+    cb.wait_until_completed()
+    return y.to_numpy()
+
+
 def forward_and_gradient(q, fwd, grad, inputs, g, source_for_gradient):
     """Runs fwd with a persistent state, then grad; returns (dX, extra buffers of the state)."""
     fwd.destination_image_allocator = m.ImageAllocator.persistent()
@@ -102,6 +111,13 @@ def output_cases():
             q, f(dev), k, [image(rng("x"), dev, 7, 9, c=6)],
             lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
             lambda inputs, y: inputs[0]))(forward)
+    concatenation_inputs = lambda dev: [[image(rng("x"), dev, 5, 6, c=3), image(rng("y"), dev, 5, 6, c=6),
+                                         image(rng("z"), dev, 5, 6, c=7)]]
+    cases["CNNConcatenation"] = lambda q, dev, k: [run_multiary(q, k, concatenation_inputs(dev)[0])]
+    cases["CNNConcatenationGradient"] = lambda q, dev, k: forward_and_gradient(
+        q, m.CNNConcatenation(dev, 3), k, concatenation_inputs(dev),
+        lambda y: m.Image.from_numpy(randn(rng("g"), y.height, y.width, y.feature_channels), dev),
+        lambda inputs, y: inputs[0][1])
     for name in ("NNGramMatrixCalculation", "NNReductionSpatialMean"):
         cases[name] = lambda q, dev, k: [run_unary(q, k, image(rng("x"), dev, 7, 9, c=6))]
     for grad_name, forward in (("NNGramMatrixCalculationGradient", lambda dev: m.NNGramMatrixCalculation(dev, 0.375)),

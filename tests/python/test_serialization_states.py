@@ -122,6 +122,9 @@ def gradient_states(device):
                                        destination_state_is_temporary=False)
     out.append(state)
     out.append(m.CNNBatchNormalization(device, bn_source()).result_state(image(rng("x"), device)))
+    _, state = m.CNNConcatenation(device, 2).encode(cb, [image(rng("x"), device), image(rng("y"), device)],
+                                                    destination_state_is_temporary=False)
+    out.append(state)
     cb.commit()
     cb.wait_until_completed()
     return out
@@ -138,7 +141,7 @@ def test_every_state_class_has_a_rule(device):
         with pytest.raises(TypeError, match="not serializable"):
             state.to_bytes()
     for state in gradient_states(device):
-        assert isinstance(state, (m.NNGradientState, m.NNBinaryGradientState))
+        assert isinstance(state, (m.NNGradientState, m.NNBinaryGradientState, m.NNMultiaryGradientState))
         with pytest.raises(TypeError, match="gradient state"):
             state.to_bytes()
         for protocol in PROTOCOLS:

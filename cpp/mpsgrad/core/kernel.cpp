@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/float16_shadow.h"
+#include "core/kernel_support.h"
 
 namespace mpsgrad {
 
@@ -32,71 +33,7 @@ Region clipToImage(const Region& clip, const Image& destination) {
     return r;
 }
 
-namespace {
-
-template <class T>
-void requireObject(const std::shared_ptr<T>& object, const char* what, const char* expected) {
-    if (!object) throwTypeError(what, ": expected ", expected, ", got None");
-}
-
-void requireSameLength(size_t a, size_t b, const char* whatA, const char* whatB) {
-    if (a != b) throwValueError(whatB, ": has ", b, " entries but ", whatA, " has ", a);
-}
-
-template <class T>
-void noteReadsOfUnique(const std::vector<std::shared_ptr<T>>& objects) {
-    std::set<T*> seen;
-    for (const auto& o : objects)
-        if (o && seen.insert(o.get()).second) o->noteRead();
-}
-
-int64_t availableChannels(const Image& image, int64_t offset, uint64_t maxCount, const char* offsetName,
-                          const char* imageName) {
-    checkChannelOffset(offset, offsetName);
-    if (offset >= image.featureChannels())
-        throwValueError(offsetName, ": ", offset, " is not below the ", imageName, "'s ", image.featureChannels(),
-                        " feature channels");
-    return int64_t(std::min<uint64_t>(maxCount, uint64_t(image.featureChannels() - offset)));
-}
-
-std::shared_ptr<ImageAllocator> allocatorOr(const std::shared_ptr<ImageAllocator>& allocator) {
-    return allocator ? allocator : ImageAllocator::temporaryAllocator();
-}
-
-// True when a kernel that writes every destination pixel inside its clip rect writes every
-// float of a destination of `d`: no padding lanes, no channel offset, a clip covering it all.
-bool writesWholeDestination(const ImageDescriptor& d, int64_t destinationChannelOffset, const Region& clip) {
-    auto covers = [](int64_t origin, uint64_t size, int64_t extent) {
-        return origin <= 0 && (size == kNoClipSize || int64_t(size) + origin >= extent);
-    };
-    return d.featureChannels % 4 == 0 && destinationChannelOffset == 0 && covers(clip.origin.x, clip.size.width, d.width) &&
-           covers(clip.origin.y, clip.size.height, d.height) && covers(clip.origin.z, clip.size.depth, d.numberOfImages);
-}
-
-// The destinations of a returning encode. Storage the kernel overwrites completely skips the
-// zero fill (a whole extra pass over memory), but only from the built-in allocators: a custom
-// allocator may create other images while it runs, and those must keep the zero fill.
-ImageBatch allocateDestinations(CommandBuffer& cb, const std::shared_ptr<ImageAllocator>& allocator,
-                                const ImageDescriptor& descriptor, const Kernel* kernel, size_t count,
-                                bool overwritten) {
-    auto chosen = allocatorOr(allocator);
-    const bool builtIn =
-        chosen == ImageAllocator::temporaryAllocator() || chosen == ImageAllocator::persistentAllocator();
-    UnspecifiedImageStorageScope scope(overwritten && builtIn);
-    return chosen->imageBatchForCommandBuffer(cb, descriptor, kernel, count);
-}
-
-
-// Size and offset along one axis under `method`.
-void paddedAxis(int64_t sourceSize, int64_t stride, int64_t kernelSize, uint32_t method, padding::Axis axis,
-                bool reverse, int64_t& size, int64_t& offset) {
-    int style = padding::sizeStyle(method);
-    size = reverse ? padding::destinationSizeReverse(sourceSize, stride, kernelSize, style)
-                   : padding::destinationSize(sourceSize, stride, kernelSize, style);
-    offset = padding::offset(sourceSize, stride, kernelSize, method, axis, reverse);
-}
-
-}  // namespace
+using namespace kernel_support;  // core/kernel_support.h
 
 uint32_t defaultPaddingMethod() {
     return PaddingMethod::AlignCentered | PaddingMethod::AddRemainderToTopLeft | PaddingMethod::SizeSame;

@@ -10,6 +10,7 @@
 
 #include "core/image.h"
 #include "core/kernel.h"
+#include "core/multiary.h"
 #include "core/padding.h"
 #include "core/state.h"
 
@@ -490,10 +491,53 @@ void CNNGradientKernel::decodeGradientKernelProperties(serial::Reader& r) {
     kernelOffsetY = r.i64("kernel_offset_y");
 }
 
+// CNNMultiaryKernel (core/multiary.h): the kernel properties, source_count, then per source index
+// offset, channel offset and max count, edge mode, kernel size, strides and dilation rates.
+void CNNMultiaryKernel::encodeMultiaryKernelProperties(serial::Writer& w) const {
+    encodeKernelProperties(w);
+    w.u64(sourceCount());
+    for (size_t i = 0; i < sourceCount(); ++i) {
+        w.offset(offsets_[i]);
+        w.i64(channelOffsets_[i]);
+        w.u64(channelMaxCounts_[i]);
+        w.u32(static_cast<uint32_t>(edgeModes_[i]));
+        for (const auto* v : {&kernelWidths_, &kernelHeights_, &strideXs_, &strideYs_, &dilationXs_, &dilationYs_})
+            w.i64((*v)[i]);
+    }
+    w.region(clipRect);
+    w.i64(destinationFeatureChannelOffset);
+    encodePadding(w, padding, className());
+    encodeAllocator(w, destinationImageAllocator, className());
+}
+
+void CNNMultiaryKernel::decodeMultiaryKernelProperties(serial::Reader& r) {
+    decodeKernelProperties(r);
+    const uint64_t count = r.u64("source_count");
+    if (count != sourceCount())
+        r.fail("source_count", detail::concat("is ", count, " but the kernel was built with ", sourceCount()));
+    for (size_t i = 0; i < sourceCount(); ++i) {
+        offsets_[i] = r.offset("offset");
+        channelOffsets_[i] = r.i64("source_feature_channel_offset");
+        if (channelOffsets_[i] < 0 || channelOffsets_[i] % 4 != 0)
+            r.fail("source_feature_channel_offset", "must be a non-negative multiple of 4");
+        channelMaxCounts_[i] = r.u64("source_feature_channel_max_count");
+        edgeModes_[i] = decodeEdgeMode(r, "edge_mode");
+        for (auto* v : {&kernelWidths_, &kernelHeights_, &strideXs_, &strideYs_, &dilationXs_, &dilationYs_}) {
+            (*v)[i] = r.i64("kernel size, stride or dilation rate");
+            if ((*v)[i] < 1) r.fail("kernel size, stride or dilation rate", "must be >= 1");
+        }
+    }
+    clipRect = r.region("clip_rect");
+    destinationFeatureChannelOffset = r.i64("destination_feature_channel_offset");
+    padding = decodePadding(r);
+    destinationImageAllocator = decodeAllocator(r);
+}
+
 // ---- State --------------------------------------------------------------------------------------------
 
 void State::encodeWithCoder(serial::Writer& w) const {
-    if (dynamic_cast<const NNGradientState*>(this) || dynamic_cast<const NNBinaryGradientState*>(this))
+    if (dynamic_cast<const NNGradientState*>(this) || dynamic_cast<const NNBinaryGradientState*>(this) ||
+        dynamic_cast<const NNMultiaryGradientState*>(this))
         throwTypeError(className(), " is not serializable: a gradient state belongs to one forward pass (it records "
                        "which images that pass read and wrote); read its buffers as arrays instead "
                        "(docs/serialization.md)");

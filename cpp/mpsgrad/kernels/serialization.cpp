@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/serialization.h"
+#include "kernels/concatenation.h"
 #include "kernels/arithmetic.h"
 #include "kernels/convolution.h"
 #include "kernels/convolution_transpose.h"
@@ -763,6 +764,8 @@ void registerBuiltinClasses() {
     addKernel("NNReshapeGradient", &NNReshapeGradient::initWithCoder);
     addKernel("NNPad", &NNPad::initWithCoder);
     addKernel("NNPadGradient", &NNPadGradient::initWithCoder);
+    addKernel("CNNConcatenation", &CNNConcatenation::initWithCoder);
+    addKernel("CNNConcatenationGradient", &CNNConcatenationGradient::initWithCoder);
     addKernel("NNGramMatrixCalculation", &NNGramMatrixCalculation::initWithCoder);
     addKernel("NNGramMatrixCalculationGradient", &NNGramMatrixCalculationGradient::initWithCoder);
     addKernel("NNReductionSpatialMean", &NNReductionSpatialMean::initWithCoder);

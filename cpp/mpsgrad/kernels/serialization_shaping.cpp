@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "kernels/concatenation.h"
 #include "kernels/reduction.h"
 #include "kernels/reshape_pad.h"
 #include "kernels/serialization_support.h"
@@ -122,6 +123,36 @@ void NNReductionSpatialMeanGradient::encodeWithCoder(serial::Writer& w) const { 
 std::shared_ptr<NNReductionSpatialMeanGradient> NNReductionSpatialMeanGradient::initWithCoder(serial::Reader& r,
                                                                                               const Device& device) {
     auto kernel = std::make_shared<NNReductionSpatialMeanGradient>(device);
+    kernel->decodeGradientKernelProperties(r);
+    return kernel;
+}
+
+// ---- concatenation (kernels/concatenation.h) --------------------------------------------------------
+
+void CNNConcatenation::encodeWithCoder(serial::Writer& w) const { encodeMultiaryKernelProperties(w); }
+
+std::shared_ptr<CNNConcatenation> CNNConcatenation::initWithCoder(serial::Reader& r, const Device& device) {
+    // source_count leads the multiary payload (after the kernel properties): peek it to build the kernel.
+    serial::Reader peek = r;
+    auto probe = std::make_shared<CNNConcatenation>(device, 1);
+    probe->decodeKernelProperties(peek);
+    const uint64_t count = peek.u64("source_count");
+    if (count < 1 || count > 4096) peek.fail("source_count", "must lie in [1, 4096]");
+    auto kernel = std::make_shared<CNNConcatenation>(device, size_t(count));
+    kernel->decodeMultiaryKernelProperties(r);
+    return kernel;
+}
+
+void CNNConcatenationGradient::encodeWithCoder(serial::Writer& w) const {
+    w.u64(sourceIndex_);
+    encodeGradientKernelProperties(w);
+}
+
+std::shared_ptr<CNNConcatenationGradient> CNNConcatenationGradient::initWithCoder(serial::Reader& r,
+                                                                                 const Device& device) {
+    const uint64_t index = r.u64("source_index");
+    if (index > 4095) r.fail("source_index", "must be below 4096");
+    auto kernel = std::make_shared<CNNConcatenationGradient>(device, size_t(index));
     kernel->decodeGradientKernelProperties(r);
     return kernel;
 }
