@@ -113,6 +113,28 @@ def set_binary_properties(k):
     return k
 
 
+MULTIARY_PER_INDEX = ("offset", "source_feature_channel_offset", "source_feature_channel_max_count", "edge_mode",
+                      "kernel_width", "kernel_height", "stride_in_pixels_x", "stride_in_pixels_y", "dilation_rate_x",
+                      "dilation_rate_y")
+
+
+def set_multiary_properties(k):
+    """Every CNNMultiaryKernel property and per-index value off its default."""
+    k.options = 1
+    k.label = "multiary"
+    k.clip_rect = ((1, 0, 0), (5, 4, 1))
+    k.destination_feature_channel_offset = 4
+    for i in range(k.source_count):
+        k.set_offset((i, -1, 0), i)
+        k.set_source_feature_channel_offset(4 * i, i)
+        k.set_source_feature_channel_max_count(7 + i, i)
+        k.set_edge_mode(m.ImageEdgeMode.CLAMP if i % 2 else m.ImageEdgeMode.ZERO, i)
+        for j, name in enumerate(MULTIARY_PER_INDEX[4:]):
+            getattr(k, "set_" + name)(1 + (i + j) % 3, i)
+    k.padding = m.NNDefaultPadding(int(m.PaddingMethod.SIZE_VALID_ONLY))
+    k.destination_image_allocator = m.ImageAllocator.persistent()
+
+
 def arithmetic_kernels():
     out = {}
     for name in ("CNNAdd", "CNNSubtract", "CNNMultiply", "CNNDivide", "NNCompare"):
@@ -369,6 +391,8 @@ def configured(name, dev):
         return k
     if isinstance(k, m.CNNKernel):
         set_cnn_properties(k)
+    elif isinstance(k, m.CNNMultiaryKernel):
+        set_multiary_properties(k)
     else:
         set_binary_properties(k)
     if isinstance(k, m.CNNConvolution):
@@ -424,6 +448,12 @@ def assert_same_properties(a, b):
     assert pa.keys() == pb.keys()
     for name in pa:
         assert same(pa[name], pb[name]), f"{type(a).__name__}.{name}: {pa[name]!r} != {pb[name]!r}"
+    if isinstance(a, m.CNNMultiaryKernel):  # the per-index values are methods, not properties
+        assert a.source_count == b.source_count
+        for name in MULTIARY_PER_INDEX:
+            for i in range(a.source_count):
+                x, y = getattr(a, name + "_at_index")(i), getattr(b, name + "_at_index")(i)
+                assert same(x, y), f"{type(a).__name__}.{name}_at_index({i}): {x!r} != {y!r}"
     for name in ("padding", "destination_image_allocator"):
         if hasattr(a, name):
             x, y = getattr(a, name), getattr(b, name)
