@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConcatenation', 'CNNConcatenationGradient', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiaryKernel', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConcatenationGradientNode', 'NNConcatenationNode', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiaryGradientState', 'NNMultiaryGradientStateNode', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -1198,6 +1198,156 @@ class CNNGradientKernel(CNNBinaryKernel):
         """
     @kernel_offset_y.setter
     def kernel_offset_y(self, arg1: typing.SupportsInt) -> None:
+        ...
+class NNMultiaryGradientState(State):
+    """
+    MPSNNMultiaryGradientState: what a multiary forward kernel recorded about each of its sources for the gradient kernels; read count as any temporary state (one per gradient kernel that reads it).
+    """
+    @property
+    def source_count(self) -> int:
+        ...
+class CNNMultiaryKernel(Kernel):
+    """
+    MPSCNNMultiaryKernel (macOS 10.15): a kernel with source_count sources and per-index properties.
+    """
+    def append_batch_barrier(self) -> bool:
+        ...
+    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+        """
+        -destinationImageDescriptorForSourceImages:sourceStates: (one image per source index)
+        """
+    def dilation_rate_x_at_index(self, index: typing.Any) -> int:
+        """
+        -dilationRateXAtIndex:
+        """
+    def dilation_rate_y_at_index(self, index: typing.Any) -> int:
+        """
+        -dilationRateYAtIndex:
+        """
+    def edge_mode_at_index(self, index: typing.Any) -> ImageEdgeMode:
+        """
+        -edgeModeAtIndex:
+        """
+    def encode(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        Encode forms of MPSCNNMultiaryKernel (source_images: one Image per source index):
+        - destination_image given: -encodeToCommandBuffer:sourceImages:[destinationState:]destinationImage:; returns destination_image.
+        - otherwise -encodeToCommandBuffer:sourceImages: (result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:sourceImages:destinationState:destinationStateIsTemporary: and returns (image, state).
+        """
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+        """
+        -encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning forms; source_images[i] is the batch (list of Images) of source index i.
+        """
+    def is_result_state_reused_across_batch(self) -> bool:
+        ...
+    def kernel_height_at_index(self, index: typing.Any) -> int:
+        """
+        -kernelHeightAtIndex:
+        """
+    def kernel_width_at_index(self, index: typing.Any) -> int:
+        """
+        -kernelWidthAtIndex:
+        """
+    def offset_at_index(self, index: typing.Any) -> Offset:
+        """
+        -offsetAtIndex:
+        """
+    def result_state(self, source_images: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -resultStateForSourceImages:sourceStates:destinationImage:
+        """
+    def set_dilation_rate_x(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setdilationRateX:atIndex:
+        """
+    def set_dilation_rate_y(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setdilationRateY:atIndex:
+        """
+    def set_edge_mode(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setedgeMode:atIndex:
+        """
+    def set_kernel_height(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setkernelHeight:atIndex:
+        """
+    def set_kernel_width(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setkernelWidth:atIndex:
+        """
+    def set_offset(self, offset: typing.Any, index: typing.Any) -> None:
+        """
+        -setOffset:atIndex:
+        """
+    def set_source_feature_channel_max_count(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setsourceFeatureChannelMaxCount:atIndex:
+        """
+    def set_source_feature_channel_offset(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setsourceFeatureChannelOffset:atIndex:
+        """
+    def set_stride_in_pixels_x(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setstrideInPixelsX:atIndex:
+        """
+    def set_stride_in_pixels_y(self, value: typing.Any, index: typing.Any) -> None:
+        """
+        -setstrideInPixelsY:atIndex:
+        """
+    def source_feature_channel_max_count_at_index(self, index: typing.Any) -> int:
+        """
+        -sourceFeatureChannelMaxCountAtIndex:
+        """
+    def source_feature_channel_offset_at_index(self, index: typing.Any) -> int:
+        """
+        -sourceFeatureChannelOffsetAtIndex:
+        """
+    def stride_in_pixels_x_at_index(self, index: typing.Any) -> int:
+        """
+        -strideInPixelsXAtIndex:
+        """
+    def stride_in_pixels_y_at_index(self, index: typing.Any) -> int:
+        """
+        -strideInPixelsYAtIndex:
+        """
+    def temporary_result_state(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+        """
+        -temporaryResultStateForCommandBuffer:sourceImages:sourceStates:destinationImage:
+        """
+    @property
+    def clip_rect(self) -> Region:
+        ...
+    @clip_rect.setter
+    def clip_rect(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def destination_feature_channel_offset(self) -> int:
+        ...
+    @destination_feature_channel_offset.setter
+    def destination_feature_channel_offset(self, arg1: typing.SupportsInt) -> None:
+        ...
+    @property
+    def destination_image_allocator(self) -> ImageAllocator:
+        ...
+    @destination_image_allocator.setter
+    def destination_image_allocator(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def is_backwards(self) -> bool:
+        ...
+    @property
+    def is_state_modified(self) -> bool:
+        ...
+    @property
+    def padding(self) -> NNPadding:
+        ...
+    @padding.setter
+    def padding(self, arg1: typing.Any) -> None:
+        ...
+    @property
+    def source_count(self) -> int:
         ...
 class CNNNeuronType:
     """
@@ -6047,6 +6197,56 @@ class NNGraph:
         ...
     @property
     def source_state_handles(self) -> list:
+        ...
+class CNNConcatenation(CNNMultiaryKernel):
+    """
+    mpsgrad extension (MPS has no concatenation kernel; its graph node writes at channel offsets): concatenates source_count images along feature channels. Source i's channels land at destination_feature_channel_offset + start_i with start_0 = 0, start_{i+1} = start_i + round_up_4(channels_i) (each range starts at a multiple of 4; gap channels are 0). Destination pixel clip_rect.origin + p of source i reads its pixel offset_at_index(i) + p (edge_mode ZERO or CLAMP). Every source has the same width and height. result_state gives an NNMultiaryGradientState for CNNConcatenationGradient.
+    """
+    @staticmethod
+    def range_starts(channels: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> list[int]:
+        """
+        The first destination channel of each source that delivers channels[i] channels.
+        """
+    def __init__(self, device: Device | str, source_count: typing.Any) -> None:
+        """
+        (device, source_count), like -initWithDevice:sourceCount:
+        """
+class CNNConcatenationGradient(CNNGradientKernel):
+    """
+    mpsgrad extension: the gradient of CNNConcatenation with respect to source source_index: the slice of source_gradient holding that source's channel range, written where the forward pass read the source (pixels it did not read are 0). gradient_state: the forward NNMultiaryGradientState; source_image: the forward source (only its size is read).
+    """
+    def __init__(self, device: Device | str, source_index: typing.Any) -> None:
+        ...
+    @property
+    def source_index(self) -> int:
+        ...
+class NNMultiaryGradientStateNode(NNStateNode):
+    """
+    MPSNNMultiaryGradientStateNode
+    """
+class NNConcatenationNode(NNFilterNode):
+    """
+    MPSNNConcatenationNode: concatenates its sources along feature channels, each source's range rounded up to a multiple of 4 (spec §2.11). gradient_filters_with_sources gives one NNConcatenationGradientNode per source; gradient_filter_with_source(s) is unavailable (TypeError) for several sources.
+    """
+    @staticmethod
+    def node_with_sources(sources: collections.abc.Sequence[NNImageNode]) -> NNConcatenationNode:
+        """
+        +nodeWithSources:
+        """
+    def __init__(self, sources: collections.abc.Sequence[NNImageNode]) -> None:
+        """
+        -initWithSources:
+        """
+class NNConcatenationGradientNode(NNGradientFilterNode):
+    """
+    MPSNNConcatenationGradientNode: the slice of source_gradient for source_image's channel range
+    """
+    def __init__(self, source_gradient: NNImageNode, source_image: NNImageNode, gradient_state: NNStateNode) -> None:
+        """
+        -initWithSourceGradient:sourceImage:gradientState: (gradient_state: the NNConcatenationNode's result state; source_image: one of its sources)
+        """
+    @property
+    def source_index(self) -> int:
         ...
 class SerializationError(ValueError):
     pass

@@ -247,7 +247,7 @@ def concatenation_ops(r: random.Random, ctx: Context):
     kernel = m.CNNConcatenation(ctx.device, ctx.bad(r, len(channels), [0, -1, "2", 2**40], what="source_count"))
     ctx.expect_rejected_if_invalid("CNNConcatenation")
     images = [m.Image.from_numpy(a, ctx.device) for a in arrays]
-    if r.random() < 0.1:
+    if len(channels) > 1 and r.random() < 0.1:
         images[-1] = m.Image.from_numpy(random_array(r, h + 1, w, channels[-1]), ctx.device)
         ctx.invalid.append("a source of another size")
     index = r.randrange(len(channels))
