@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import FLOAT16, FLOAT16_TOLERANCE, randn, rng
 
 
 def run(device, fn):
@@ -219,6 +219,8 @@ def nhwc(t):
 
 
 def close(actual, expected, rel=1e-4):
+    if FLOAT16:  # FLOAT16 images (MPSGRAD_TEST_IMAGE_FORMAT=float16): conftest.FLOAT16_TOLERANCE
+        rel = max(rel, FLOAT16_TOLERANCE)
     scale = max(1.0, float(np.max(np.abs(expected))))
     np.testing.assert_allclose(actual, expected, atol=rel * scale, rtol=0)
 
@@ -331,7 +333,7 @@ def test_training_graph_with_concatenation_matches_torch_sgd(device, shared):
                 for p in P:
                     p -= lr * p.grad
         ref_params = [p.detach().numpy() for p in P]
-    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
+    np.testing.assert_allclose(losses, ref_losses, rtol=FLOAT16_TOLERANCE if FLOAT16 else 1e-4)
     close(ds1.w, ref_params[0])
     close(ds1.b, ref_params[1])
     close(ds2.w, ref_params[2])
