@@ -110,6 +110,30 @@ def test_offsets_clip_rect_and_destination_channel_offset(device):
     np.testing.assert_array_equal(dxa.to_numpy(), want)
 
 
+def test_multi_image_sources(device):
+    """Images holding several images (number_of_images 2) with explicit destinations: every image is
+    concatenated, and the gradient slices every image of the incoming gradient."""
+    gen = rng("concat-multi-image")
+    a, b = randn(gen, 2, 3, 4, 5), randn(gen, 2, 3, 4, 2)
+    g = randn(gen, 2, 3, 4, 10)
+    ia, ib = m.Image.from_numpy(a, device), m.Image.from_numpy(b, device)
+    dst = m.Image.from_numpy(np.full((2, 3, 4, 10), 7.0, np.float32), device)
+    dxb = m.Image.from_numpy(np.full((2, 3, 4, 2), 7.0, np.float32), device)
+    kernel = m.CNNConcatenation(device, 2)
+
+    def go(cb):
+        state = kernel.result_state([ia, ib])
+        kernel.encode(cb, [ia, ib], state, dst)
+        m.CNNConcatenationGradient(device, 1).encode(cb, m.Image.from_numpy(g, device), ib, state, dxb)
+
+    run(device, go)
+    X = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (a, b)]
+    Y = torch_concat(X)
+    (Y * torch.tensor(g, dtype=torch.float64)).sum().backward()
+    np.testing.assert_array_equal(dst.to_numpy(), Y.detach().numpy().astype(np.float32))
+    np.testing.assert_array_equal(dxb.to_numpy(), X[1].grad.numpy().astype(np.float32))
+
+
 def test_per_index_properties_and_errors(device):
     kernel = m.CNNConcatenation(device, 3)
     kernel.set_kernel_width(3, 2)
