@@ -401,13 +401,13 @@ void bindConvolution(py::module_& m) {
              "-[MPSCNNFullyConnectedGradient initWithDevice:weights:] (pass the forward layer's data source)");
 
     // Transposed convolution (docs/convolution_transpose.md).
+    // The state class first (the kernel's encodes return it); its property naming the kernel class
+    // is added once that class is registered, so that the stubs know the property's type.
     py::class_<CNNConvolutionTransposeGradientState, CNNConvolutionGradientState,
-               std::shared_ptr<CNNConvolutionTransposeGradientState>>(
-        m, "CNNConvolutionTransposeGradientState",
-        "MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state "
-        "sized the result (or None)")
-        .def_property_readonly("convolution_transpose", &CNNConvolutionTransposeGradientState::convolutionTranspose,
-                               "MPSCNNConvolutionTransposeGradientState.convolutionTranspose");
+               std::shared_ptr<CNNConvolutionTransposeGradientState>>
+        transposeState(m, "CNNConvolutionTransposeGradientState",
+                       "MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose "
+                       "gradient state sized the result (or None)");
     py::class_<CNNConvolutionTranspose, CNNKernel, std::shared_ptr<CNNConvolutionTranspose>>(
         m, "CNNConvolutionTranspose",
         "MPSCNNConvolutionTranspose: zero-insert the source (stride - 1 zeros between pixels), then a stride-1 "
@@ -458,6 +458,9 @@ void bindConvolution(py::module_& m) {
              &CNNConvolutionTranspose::exportWeightsAndBiasesWithCommandBuffer, py::arg("command_buffer"),
              py::arg("result_state_can_be_temporary") = false,
              "-exportWeightsAndBiasesWithCommandBuffer:resultStateCanBeTemporary:");
+    transposeState.def_property_readonly("convolution_transpose",
+                                         &CNNConvolutionTransposeGradientState::convolutionTranspose,
+                                         "MPSCNNConvolutionTransposeGradientState.convolutionTranspose");
     py::class_<CNNConvolutionTransposeGradient, CNNGradientKernel, std::shared_ptr<CNNConvolutionTransposeGradient>>(
         m, "CNNConvolutionTransposeGradient", "MPSCNNConvolutionTransposeGradient")
         .def(py::init([](const DeviceArg& device, py::object weights) {

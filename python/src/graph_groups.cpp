@@ -1,6 +1,8 @@
 // Bindings of the instance and group normalization nodes of the graph API (MPSNNGraphNodes.h;
 // cpp/mpsgrad/graph/filter_nodes_groups.h, docs/graph.md).
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "bindings.h"
 #include "graph/filter_nodes_groups.h"
@@ -56,13 +58,12 @@ private:
     bool gpu_, cpu_;
 };
 
-// The family's data source protocol forwarded to the converted object, plus the update methods.
-class UpdatableInstanceNormalizationDataSource final : public CNNInstanceNormalizationDataSource,
-                                                       public NormalizationStateBatchUpdatable {
+// A family's data source protocol forwarded to the converted object, plus the update methods.
+template <class Protocol>
+class UpdatableNormalizationDataSource : public Protocol, public NormalizationStateBatchUpdatable {
 public:
-    explicit UpdatableInstanceNormalizationDataSource(py::object object)
-        : inner_(toInstanceNormalizationDataSource(object)),
-          updates_(object, "update_gamma_and_beta_with_instance_normalization_state_batch") {}
+    UpdatableNormalizationDataSource(std::shared_ptr<Protocol> inner, py::object object, const char* cpuMethod)
+        : inner_(std::move(inner)), updates_(object, cpuMethod) {}
     int64_t numberOfFeatureChannels() override { return inner_->numberOfFeatureChannels(); }
     const float* gamma() override { return inner_->gamma(); }
     const float* beta() override { return inner_->beta(); }
@@ -78,36 +79,28 @@ public:
     }
     bool updateGammaAndBetaWithStateBatch(const StateBatch& states) override { return updates_.withStateBatch(states); }
 
+protected:
+    std::shared_ptr<Protocol> inner_;
+
 private:
-    std::shared_ptr<CNNInstanceNormalizationDataSource> inner_;
     PythonStateBatchUpdates updates_;
 };
 
-class UpdatableGroupNormalizationDataSource final : public CNNGroupNormalizationDataSource,
-                                                    public NormalizationStateBatchUpdatable {
+class UpdatableInstanceNormalizationDataSource final
+    : public UpdatableNormalizationDataSource<CNNInstanceNormalizationDataSource> {
+public:
+    explicit UpdatableInstanceNormalizationDataSource(py::object object)
+        : UpdatableNormalizationDataSource(toInstanceNormalizationDataSource(object), object,
+                                           "update_gamma_and_beta_with_instance_normalization_state_batch") {}
+};
+
+class UpdatableGroupNormalizationDataSource final
+    : public UpdatableNormalizationDataSource<CNNGroupNormalizationDataSource> {
 public:
     explicit UpdatableGroupNormalizationDataSource(py::object object)
-        : inner_(toGroupNormalizationDataSource(object)),
-          updates_(object, "update_gamma_and_beta_with_group_normalization_state_batch") {}
-    int64_t numberOfFeatureChannels() override { return inner_->numberOfFeatureChannels(); }
+        : UpdatableNormalizationDataSource(toGroupNormalizationDataSource(object), object,
+                                           "update_gamma_and_beta_with_group_normalization_state_batch") {}
     int64_t numberOfGroups() override { return inner_->numberOfGroups(); }
-    const float* gamma() override { return inner_->gamma(); }
-    const float* beta() override { return inner_->beta(); }
-    std::string label() override { return inner_->label(); }
-    std::optional<float> epsilon() override { return inner_->epsilon(); }
-    bool load() override { return inner_->load(); }
-    void purge() override { inner_->purge(); }
-    bool supportsGPUUpdate() const override { return updates_.gpu(); }
-    bool supportsCPUUpdate() const override { return updates_.cpu(); }
-    std::shared_ptr<CNNNormalizationGammaAndBetaState> updateGammaAndBetaWithCommandBuffer(
-        CommandBuffer& cb, const StateBatch& states) override {
-        return updates_.withCommandBuffer(cb, states);
-    }
-    bool updateGammaAndBetaWithStateBatch(const StateBatch& states) override { return updates_.withStateBatch(states); }
-
-private:
-    std::shared_ptr<CNNGroupNormalizationDataSource> inner_;
-    PythonStateBatchUpdates updates_;
 };
 
 template <class Node, class GradientNode, class Updatable>

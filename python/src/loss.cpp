@@ -1,19 +1,11 @@
 // Bindings of the loss family (MPSCNNLoss.h): CNNLossType, CNNReductionType, CNNLossDataDescriptor,
 // CNNLossLabels, CNNLossDescriptor, CNNLoss, and the 10.15 split loss: NNForwardLoss, NNLossGradient,
 // NNInitialGradient.
-#include "bindings.h"
+#include "loss_bindings.h"
 #include "kernels/loss.h"
 
 namespace mpsgrad::python {
 namespace {
-
-Device lossDevice(const DeviceArg& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    if (!py::isinstance<Device>(device))
-        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
-    return device.cast<Device>();
-}
 
 LossSize toLossSize(py::handle value, const char* what) {
     if (!py::isinstance<py::sequence>(value) || py::len(value) != 3)
@@ -49,8 +41,9 @@ ImagePtr optionalImage(py::handle value, const char* what) {
         throwTypeError(what, ": expected an Image or None, got ", std::string(py::repr(py::type::of(value))));
     return value.cast<ImagePtr>();
 }
+}  // namespace
 
-std::vector<LossLabelsPtr> labelsList(py::handle value) {
+std::vector<LossLabelsPtr> toLossLabelsList(py::handle value) {
     if (!py::isinstance<py::sequence>(value)) throwTypeError("labels: expected a list of CNNLossLabels");
     std::vector<LossLabelsPtr> out;
     for (py::handle item : value) {
@@ -61,8 +54,6 @@ std::vector<LossLabelsPtr> labelsList(py::handle value) {
     }
     return out;
 }
-
-}  // namespace
 
 namespace {
 
@@ -99,7 +90,7 @@ void bindSplitLoss(py::module_& m) {
         "MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, "
         "else 1x1x1 per image)")
         .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
-                 return std::make_shared<NNForwardLoss>(lossDevice(device), d);
+                 return std::make_shared<NNForwardLoss>(toDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNForwardLoss initWithDevice:lossDescriptor:]")
         .def("encode_batch", [](NNForwardLoss& k, CommandBuffer& cb, py::handle sources, py::handle labels,
@@ -152,7 +143,7 @@ void bindSplitLoss(py::module_& m) {
         "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: "
         "d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).")
         .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
-                 return std::make_shared<NNLossGradient>(lossDevice(device), d);
+                 return std::make_shared<NNLossGradient>(toDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSNNLossGradient initWithDevice:lossDescriptor:]")
         .def_property("compute_label_gradients", &NNLossGradient::computeLabelGradients,
@@ -183,7 +174,7 @@ void bindSplitLoss(py::module_& m) {
 
     py::class_<NNInitialGradient, Kernel, std::shared_ptr<NNInitialGradient>>(
         m, "NNInitialGradient", "MPSNNInitialGradient: an image of the source's size filled with 1.0")
-        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNInitialGradient>(lossDevice(device)); }),
+        .def(py::init([](const DeviceArg& device) { return std::make_shared<NNInitialGradient>(toDevice(device)); }),
              py::arg("device"), "-[MPSNNInitialGradient initWithDevice:]")
         .def("encode", [](NNInitialGradient& k, CommandBuffer& cb, const ImagePtr& source, py::object destination) {
                  if (destination.is_none()) return k.encodeBatch(cb, {source}).at(0);
@@ -244,7 +235,7 @@ void bindLoss(py::module_& m) {
         m, "CNNLossLabels",
         "MPSCNNLossLabels: the labels (and optional weights) of one image, and the loss image the loss writes")
         .def(py::init([](const DeviceArg& device, py::object labels, py::object lossImageSize, py::object weights) {
-                 const Device dev = lossDevice(device);
+                 const Device dev = toDevice(device);
                  const LossSize size = lossImageSize.is_none() ? LossSize{1, 1, 1}
                                                                 : toLossSize(lossImageSize, "loss_image_size");
                  if (py::isinstance<Image>(labels))
@@ -287,11 +278,11 @@ void bindLoss(py::module_& m) {
         .def_readwrite("scale_gradient_by_reduction", &CNNLossDescriptor::scaleGradientByReduction,
                        "the gradient is that of the reduced loss (MEAN / SUM_BY_NON_ZERO_WEIGHTS divide it) [True]");
 
-    py::class_<CNNLoss, Kernel, std::shared_ptr<CNNLoss>>(
+    py::class_<CNNLoss, Kernel, std::shared_ptr<CNNLoss>> loss(
         m, "CNNLoss",
-        "MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss")
-        .def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
-                 return std::make_shared<CNNLoss>(lossDevice(device), d);
+        "MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss");
+    loss.def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {
+                 return std::make_shared<CNNLoss>(toDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSCNNLoss initWithDevice:lossDescriptor:]")
         .def_property_readonly("loss_type", [](const CNNLoss& k) { return k.descriptor().lossType; })
@@ -301,28 +292,8 @@ void bindLoss(py::module_& m) {
         .def_property_readonly("number_of_classes", [](const CNNLoss& k) { return k.descriptor().numberOfClasses; })
         .def_property_readonly("epsilon", [](const CNNLoss& k) { return k.descriptor().epsilon; })
         .def_property_readonly("delta", [](const CNNLoss& k) { return k.descriptor().delta; })
-        .def_property_readonly("reduce_across_batch", [](const CNNLoss& k) { return k.descriptor().reduceAcrossBatch; })
-        .def("encode", [](CNNLoss& k, CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels,
-                          py::object destination) -> ImagePtr {
-                 if (destination.is_none()) return k.encode(cb, source, labels);
-                 ImagePtr dst = optionalImage(destination, "destination_image");
-                 k.encode(cb, source, labels, dst);
-                 return dst;
-             },
-             py::arg("command_buffer"), py::arg("source_image"), py::arg("labels"),
-             py::arg("destination_image") = py::none(),
-             "-encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image")
-        .def("encode_batch", [](CNNLoss& k, CommandBuffer& cb, py::handle sources, py::handle labels,
-                                py::handle destinations) {
-                 ImageBatch src = toImageBatch(sources, "source_images");
-                 if (destinations.is_none()) return k.encodeBatch(cb, src, labelsList(labels));
-                 ImageBatch dst = toImageBatch(destinations, "destination_images");
-                 k.encodeBatch(cb, src, labelsList(labels), dst);
-                 return dst;
-             },
-             py::arg("command_buffer"), py::arg("source_images"), py::arg("labels"),
-             py::arg("destination_images") = py::none(),
-             "-encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images");
+        .def_property_readonly("reduce_across_batch", [](const CNNLoss& k) { return k.descriptor().reduceAcrossBatch; });
+    defLabelledLossEncodes<CNNLoss>(loss);
 
     bindSplitLoss(m);
 }

@@ -1,19 +1,11 @@
 // Bindings of the YOLO loss (MPSCNNLoss.h, macOS 10.14): CNNYOLOLossDescriptor and CNNYOLOLoss.
 #include <cstring>
 
-#include "bindings.h"
+#include "loss_bindings.h"
 #include "kernels/yolo_loss.h"
 
 namespace mpsgrad::python {
 namespace {
-
-Device yoloDevice(const py::object& device) {
-    if (device.is_none()) return Device::defaultDevice();
-    if (py::isinstance<py::str>(device)) return Device(device.cast<std::string>());
-    if (!py::isinstance<Device>(device))
-        throwTypeError("device: expected a Device or a device name, got ", std::string(py::repr(py::type::of(device))));
-    return device.cast<Device>();
-}
 
 // anchor_boxes: bytes-like float32 (width, height) pairs, as MPS's NSData, or a sequence / array
 // of floats.
@@ -34,18 +26,6 @@ std::vector<float> toAnchorBoxes(py::handle value) {
 
 py::bytes anchorBytes(const std::vector<float>& values) {
     return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-}
-
-std::vector<LossLabelsPtr> yoloLabels(py::handle value) {
-    if (!py::isinstance<py::sequence>(value)) throwTypeError("labels: expected a list of CNNLossLabels");
-    std::vector<LossLabelsPtr> out;
-    for (py::handle item : value) {
-        if (!py::isinstance<CNNLossLabels>(item))
-            throwTypeError("labels: expected a list of CNNLossLabels, got an item of type ",
-                           std::string(py::repr(py::type::of(item))));
-        out.push_back(item.cast<LossLabelsPtr>());
-    }
-    return out;
 }
 
 CNNYOLOLossDescriptor makeDescriptor(CNNLossType xy, CNNLossType wh, CNNLossType confidence, CNNLossType classes,
@@ -93,12 +73,12 @@ void bindYOLOLoss(py::module_& m) {
                       "float32 (width, height) pairs in grid-cell units, as bytes (MPS NSData); set from bytes or "
                       "a sequence of floats");
 
-    py::class_<CNNYOLOLoss, Kernel, std::shared_ptr<CNNYOLOLoss>>(
+    py::class_<CNNYOLOLoss, Kernel, std::shared_ptr<CNNYOLOLoss>> yolo(
         m, "CNNYOLOLoss",
         "MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), "
-        "labels.loss_image the loss (the sum of the four internal losses)")
-        .def(py::init([](py::object device, const CNNYOLOLossDescriptor& d) {
-                 return std::make_shared<CNNYOLOLoss>(yoloDevice(device), d);
+        "labels.loss_image the loss (the sum of the four internal losses)");
+    yolo.def(py::init([](const DeviceArg& device, const CNNYOLOLossDescriptor& d) {
+                 return std::make_shared<CNNYOLOLoss>(toDevice(device), d);
              }),
              py::arg("device"), py::arg("loss_descriptor"), "-[MPSCNNYOLOLoss initWithDevice:lossDescriptor:]")
         .def_property_readonly("loss_xy", &CNNYOLOLoss::lossXY, "MPSCNNYOLOLoss.lossXY (internal CNNLoss)")
@@ -122,30 +102,8 @@ void bindYOLOLoss(py::module_& m) {
                                [](const CNNYOLOLoss& k) { return k.descriptor().numberOfAnchorBoxes; })
         .def_property_readonly("anchor_boxes", [](const CNNYOLOLoss& k) { return anchorBytes(k.descriptor().anchorBoxes); })
         .def_property_readonly("number_of_classes", &CNNYOLOLoss::numberOfClasses,
-                               "K, from classes_loss_descriptor.number_of_classes")
-        .def("encode", [](CNNYOLOLoss& k, CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels,
-                          py::object destination) -> ImagePtr {
-                 if (destination.is_none()) return k.encode(cb, source, labels);
-                 if (!py::isinstance<Image>(destination))
-                     throwTypeError("destination_image: expected an Image or None");
-                 ImagePtr dst = destination.cast<ImagePtr>();
-                 k.encode(cb, source, labels, dst);
-                 return dst;
-             },
-             py::arg("command_buffer"), py::arg("source_image"), py::arg("labels"),
-             py::arg("destination_image") = py::none(),
-             "-encodeToCommandBuffer:sourceImage:labels:[destinationImage:]; returns the gradient image")
-        .def("encode_batch", [](CNNYOLOLoss& k, CommandBuffer& cb, py::handle sources, py::handle labels,
-                                py::handle destinations) {
-                 ImageBatch src = toImageBatch(sources, "source_images");
-                 if (destinations.is_none()) return k.encodeBatch(cb, src, yoloLabels(labels));
-                 ImageBatch dst = toImageBatch(destinations, "destination_images");
-                 k.encodeBatch(cb, src, yoloLabels(labels), dst);
-                 return dst;
-             },
-             py::arg("command_buffer"), py::arg("source_images"), py::arg("labels"),
-             py::arg("destination_images") = py::none(),
-             "-encodeBatchToCommandBuffer:sourceImages:labels:[destinationImages:]; returns the gradient images");
+                               "K, from classes_loss_descriptor.number_of_classes");
+    defLabelledLossEncodes<CNNYOLOLoss>(yolo);
 }
 
 }  // namespace mpsgrad::python

@@ -7,7 +7,6 @@
 
 #include "core/checked.h"
 #include "core/errors.h"
-#include "kernels/fully_connected.h"
 #include "kernels/convolution_sub_pixel.h"
 
 namespace mpsgrad {
@@ -635,7 +634,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
 
     Backend& backend = device_.backend();
     std::map<const State*, int64_t> imageIndexInState;
-    const bool imageRuns = dynamic_cast<const CNNFullyConnectedGradient*>(this) != nullptr;
+    const bool imageRuns = encodesImageRuns();
     for (size_t i = 0; i < states.size();) {
         // Images [i, run) are encoded together: one image, or for a fully connected gradient every
         // following image stored right after the previous one and sharing its state (its data and

@@ -178,8 +178,6 @@ protected:
     // The sourceStates / destinationStates argument as loss gradient states (empty or one per source).
     static std::vector<std::shared_ptr<NNLossGradientState>> lossStates(const StateBatch& states, size_t count,
                                                                         const char* what);
-    void encodeLossProperties(serial::Writer& writer) const;
-    static CNNLossDescriptor decodeLossProperties(serial::Reader& reader);
     CNNLossDescriptor descriptor_;
 };
 

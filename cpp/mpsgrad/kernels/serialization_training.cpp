@@ -330,8 +330,10 @@ std::shared_ptr<NNOptimizerAdam> NNOptimizerAdam::initWithCoder(serial::Reader& 
 
 // ---- loss -----------------------------------------------------------------------------------------
 
-void CNNLoss::encodeWithCoder(serial::Writer& w) const {
-    const CNNLossDescriptor& d = descriptor_;
+namespace {
+
+// The descriptor of every loss kernel (CNNLoss, NNForwardLoss, NNLossGradient), in one order.
+void writeLossDescriptor(serial::Writer& w, const CNNLossDescriptor& d) {
     w.u32(static_cast<uint32_t>(d.lossType));
     w.i32(static_cast<int32_t>(d.reductionType));
     w.f32(d.weight);
@@ -341,10 +343,10 @@ void CNNLoss::encodeWithCoder(serial::Writer& w) const {
     w.f32(d.delta);
     w.boolean(d.reduceAcrossBatch);
     w.boolean(d.scaleGradientByReduction);
-    encodeKernelProperties(w);
 }
 
-std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device& device) {
+// The constructors validate what this reads (loss and reduction types included).
+CNNLossDescriptor readLossDescriptor(serial::Reader& r) {
     CNNLossDescriptor d;
     d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
     d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
@@ -355,7 +357,18 @@ std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device&
     d.delta = r.f32("delta");
     d.reduceAcrossBatch = r.boolean("reduce_across_batch");
     d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
-    // The constructor validates the descriptor (loss and reduction types included).
+    return d;
+}
+
+}  // namespace
+
+void CNNLoss::encodeWithCoder(serial::Writer& w) const {
+    writeLossDescriptor(w, descriptor_);
+    encodeKernelProperties(w);
+}
+
+std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device& device) {
+    const CNNLossDescriptor d = readLossDescriptor(r);
     auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<CNNLoss>(device, d); });
     k->decodeKernelProperties(r);
     return k;
@@ -429,53 +442,26 @@ std::shared_ptr<CNNYOLOLoss> CNNYOLOLoss::initWithCoder(serial::Reader& r, const
     return k;
 }
 
-void NNLossKernel::encodeLossProperties(serial::Writer& w) const {
-    const CNNLossDescriptor& d = descriptor_;
-    w.u32(static_cast<uint32_t>(d.lossType));
-    w.i32(static_cast<int32_t>(d.reductionType));
-    w.f32(d.weight);
-    w.f32(d.labelSmoothing);
-    w.i64(d.numberOfClasses);
-    w.f32(d.epsilon);
-    w.f32(d.delta);
-    w.boolean(d.reduceAcrossBatch);
-    w.boolean(d.scaleGradientByReduction);
-}
-
-CNNLossDescriptor NNLossKernel::decodeLossProperties(serial::Reader& r) {
-    CNNLossDescriptor d;
-    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
-    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
-    d.weight = r.f32("weight");
-    d.labelSmoothing = r.f32("label_smoothing");
-    d.numberOfClasses = r.i64("number_of_classes");
-    d.epsilon = r.f32("epsilon");
-    d.delta = r.f32("delta");
-    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
-    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
-    return d;
-}
-
 void NNForwardLoss::encodeWithCoder(serial::Writer& w) const {
-    encodeLossProperties(w);
+    writeLossDescriptor(w, descriptor_);
     encodeKernelProperties(w);
 }
 
 std::shared_ptr<NNForwardLoss> NNForwardLoss::initWithCoder(serial::Reader& r, const Device& device) {
-    const CNNLossDescriptor d = decodeLossProperties(r);
+    const CNNLossDescriptor d = readLossDescriptor(r);
     auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<NNForwardLoss>(device, d); });
     k->decodeKernelProperties(r);
     return k;
 }
 
 void NNLossGradient::encodeWithCoder(serial::Writer& w) const {
-    encodeLossProperties(w);
+    writeLossDescriptor(w, descriptor_);
     w.boolean(computeLabelGradients_);
     encodeKernelProperties(w);
 }
 
 std::shared_ptr<NNLossGradient> NNLossGradient::initWithCoder(serial::Reader& r, const Device& device) {
-    const CNNLossDescriptor d = decodeLossProperties(r);
+    const CNNLossDescriptor d = readLossDescriptor(r);
     const bool labelGradients = r.boolean("compute_label_gradients");
     auto k = asSerializationError(r, "loss_descriptor", [&] { return std::make_shared<NNLossGradient>(device, d); });
     k->setComputeLabelGradients(labelGradients);

@@ -55,187 +55,151 @@ public:
 
     void copyBuffer(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination,
                     size_t bytes) override {
-        bindings::checkCopyBuffer(source, destination, bytes);
-        AutoreleaseScope pool;
-        encodeCopyBuffer(ctx_, cb, source, destination, bytes);
+        dispatchOp(bindings::checkCopyBuffer, encodeCopyBuffer, cb, source, destination, bytes);
     }
 
     void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
                             const BufferSlice& destination) override {
-        bindings::checkConvertImageFormat(p, source, destination);
-        AutoreleaseScope pool;
-        encodeConvertImageFormat(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkConvertImageFormat, encodeConvertImageFormat, cb, p, source, destination);
     }
 
     void convolutionForward(CommandBuffer& cb, const ConvolutionParams& p, const BufferSlice& source,
                             const BufferSlice& weights, const BufferSlice& biases, const BufferSlice& neuronData,
                             const BufferSlice& destination, const BufferSlice& preactivation) override {
-        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation);
-        AutoreleaseScope pool;
-        encodeConvolutionForward(ctx_, cb, p, source, weights, biases, neuronData, destination, preactivation);
+        dispatchOp(bindings::checkConvolutionForward, encodeConvolutionForward, cb,
+                   p, source, weights, biases, neuronData, destination, preactivation);
     }
 
     void convolutionDataGradient(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
                                  const BufferSlice& gradient, const BufferSlice& weights,
                                  const BufferSlice& biases, const BufferSlice& destination) override {
-        bindings::checkConvolutionDataGradient(p, gradient, weights, biases, destination);
-        AutoreleaseScope pool;
-        encodeConvolutionDataGradient(ctx_, cb, p, gradient, weights, biases, destination);
+        dispatchOp(bindings::checkConvolutionDataGradient, encodeConvolutionDataGradient, cb,
+                   p, gradient, weights, biases, destination);
     }
 
     void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                    const BufferSlice& gradient, const BufferSlice& source,
                                    const BufferSlice& weightGradient, const BufferSlice& biasGradient) override {
-        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient);
-        AutoreleaseScope pool;
-        encodeConvolutionWeightGradient(ctx_, cb, p, gradient, source, weightGradient, biasGradient);
+        dispatchOp(bindings::checkConvolutionWeightGradient, encodeConvolutionWeightGradient, cb,
+                   p, gradient, source, weightGradient, biasGradient);
     }
 
     void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
                                      const BufferSlice& source, const BufferSlice& destination) override {
-        bindings::checkConvolutionTransposeWeights(p, source, destination);
-        AutoreleaseScope pool;
-        encodeConvolutionTransposeWeights(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkConvolutionTransposeWeights, encodeConvolutionTransposeWeights, cb,
+                   p, source, destination);
     }
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
                        const BufferSlice& neuronData, const BufferSlice& destination) override {
-        bindings::checkNeuronForward(p, source, neuronData, destination);
-        AutoreleaseScope pool;
-        encodeNeuronForward(ctx_, cb, p, source, neuronData, destination);
+        dispatchOp(bindings::checkNeuronForward, encodeNeuronForward, cb, p, source, neuronData, destination);
     }
 
     void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                         const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination) override {
-        bindings::checkNeuronGradient(p, gradient, source, neuronData, destination);
-        AutoreleaseScope pool;
-        encodeNeuronGradient(ctx_, cb, p, gradient, source, neuronData, destination);
+        dispatchOp(bindings::checkNeuronGradient, encodeNeuronGradient, cb,
+                   p, gradient, source, neuronData, destination);
     }
 
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                    const BufferSlice& source, const BufferSlice& aGradient) override {
-        bindings::checkNeuronPReLUWeightGradient(p, gradient, source, aGradient);
-        AutoreleaseScope pool;
-        encodeNeuronPReLUWeightGradient(ctx_, cb, p, gradient, source, aGradient);
+        dispatchOp(bindings::checkNeuronPReLUWeightGradient, encodeNeuronPReLUWeightGradient, cb,
+                   p, gradient, source, aGradient);
     }
 
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {
-        bindings::checkArithmeticForward(p, primary, secondary, destination, clampState);
-        AutoreleaseScope pool;
-        encodeArithmeticForward(ctx_, cb, p, primary, secondary, destination, clampState);
+        dispatchOp(bindings::checkArithmeticForward, encodeArithmeticForward, cb,
+                   p, primary, secondary, destination, clampState);
     }
     void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
                         const BufferSlice& secondary, const BufferSlice& destination) override {
-        bindings::checkCompareForward(p, primary, secondary, destination);
-        AutoreleaseScope pool;
-        encodeCompareForward(ctx_, cb, p, primary, secondary, destination);
+        dispatchOp(bindings::checkCompareForward, encodeCompareForward, cb, p, primary, secondary, destination);
     }
     void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
                             const BufferSlice& destination) override {
-        bindings::checkArithmeticGradient(p, gradient, primary, secondary, clampState, destination);
-        AutoreleaseScope pool;
-        encodeArithmeticGradient(ctx_, cb, p, gradient, primary, secondary, clampState, destination);
+        dispatchOp(bindings::checkArithmeticGradient, encodeArithmeticGradient, cb,
+                   p, gradient, primary, secondary, clampState, destination);
     }
     void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
-        bindings::checkSoftmaxForward(p, source, destination);
-        AutoreleaseScope pool;
-        encodeSoftmaxForward(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkSoftmaxForward, encodeSoftmaxForward, cb, p, source, destination);
     }
     void softmaxGradient(CommandBuffer& cb, const SoftmaxGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& output, const BufferSlice& destination) override {
-        bindings::checkSoftmaxGradient(p, gradient, output, destination);
-        AutoreleaseScope pool;
-        encodeSoftmaxGradient(ctx_, cb, p, gradient, output, destination);
+        dispatchOp(bindings::checkSoftmaxGradient, encodeSoftmaxGradient, cb, p, gradient, output, destination);
     }
     // ---- optimizers (issue 14)
     void optimizerUpdate(CommandBuffer& cb, const OptimizerParams& p, const BufferSlice& gradient,
                          const BufferSlice& values, const BufferSlice& state0, const BufferSlice& state1,
                          const BufferSlice& state2, const BufferSlice& result) override {
-        bindings::checkOptimizerUpdate(p, gradient, values, state0, state1, state2, result);
-        AutoreleaseScope pool;
-        encodeOptimizerUpdate(ctx_, cb, p, gradient, values, state0, state1, state2, result);
+        dispatchOp(bindings::checkOptimizerUpdate, encodeOptimizerUpdate, cb,
+                   p, gradient, values, state0, state1, state2, result);
     }
     // ---- losses (issue 14)
     void lossElements(CommandBuffer& cb, const LossElementsParams& p, const BufferSlice& source,
                       const BufferSlice& labels, const BufferSlice& weights, const BufferSlice& destination,
                       const BufferSlice& loss, const BufferSlice& partials) override {
-        bindings::checkLossElements(p, source, labels, weights, destination, loss, partials);
-        AutoreleaseScope pool;
-        encodeLossElements(ctx_, cb, p, source, labels, weights, destination, loss, partials);
+        dispatchOp(bindings::checkLossElements, encodeLossElements, cb,
+                   p, source, labels, weights, destination, loss, partials);
     }
     void lossReduce(CommandBuffer& cb, const LossReduceParams& p, const BufferSlice& partials,
                     const BufferSlice& results) override {
-        bindings::checkLossReduce(p, partials, results);
-        AutoreleaseScope pool;
-        encodeLossReduce(ctx_, cb, p, partials, results);
+        dispatchOp(bindings::checkLossReduce, encodeLossReduce, cb, p, partials, results);
     }
     void lossScaleGradient(CommandBuffer& cb, const LossScaleParams& p, const BufferSlice& results,
                            const BufferSlice& destination) override {
-        bindings::checkLossScaleGradient(p, results, destination);
-        AutoreleaseScope pool;
-        encodeLossScaleGradient(ctx_, cb, p, results, destination);
+        dispatchOp(bindings::checkLossScaleGradient, encodeLossScaleGradient, cb, p, results, destination);
     }
     void yoloPrepare(CommandBuffer& cb, const YoloPrepareParams& p, const BufferSlice& source,
                      const BufferSlice& labels, const BufferSlice& anchors, const YoloParts& predictions,
                      const YoloParts& partLabels, const YoloParts& weights) override {
-        bindings::checkYoloPrepare(p, source, labels, anchors, predictions, partLabels, weights);
-        AutoreleaseScope pool;
-        encodeYoloPrepare(ctx_, cb, p, source, labels, anchors, predictions, partLabels, weights);
+        dispatchOp(bindings::checkYoloPrepare, encodeYoloPrepare, cb,
+                   p, source, labels, anchors, predictions, partLabels, weights);
     }
     void yoloFinish(CommandBuffer& cb, const YoloFinishParams& p, const BufferSlice& source,
                     const YoloParts& gradients, const YoloParts& losses, const BufferSlice& destination,
                     const BufferSlice& loss) override {
-        bindings::checkYoloFinish(p, source, gradients, losses, destination, loss);
-        AutoreleaseScope pool;
-        encodeYoloFinish(ctx_, cb, p, source, gradients, losses, destination, loss);
+        dispatchOp(bindings::checkYoloFinish, encodeYoloFinish, cb, p, source, gradients, losses, destination, loss);
     }
 
     // ---- batch normalization family
     void batchNormalizationStatistics(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
                                       const BatchNormalizationVectors& v) override {
-        bindings::checkBatchNormalizationStatistics(p, source, v);
-        AutoreleaseScope pool;
-        encodeBatchNormalizationStatistics(ctx_, cb, p, source, v);
+        dispatchOp(bindings::checkBatchNormalizationStatistics, encodeBatchNormalizationStatistics, cb, p, source, v);
     }
     void batchNormalizationForward(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& source,
                                    const BatchNormalizationVectors& v, const BufferSlice& destination) override {
-        bindings::checkBatchNormalizationForward(p, source, v, destination);
-        AutoreleaseScope pool;
-        encodeBatchNormalizationForward(ctx_, cb, p, source, v, destination);
+        dispatchOp(bindings::checkBatchNormalizationForward, encodeBatchNormalizationForward, cb,
+                   p, source, v, destination);
     }
     void batchNormalizationStatisticsGradient(CommandBuffer& cb, const BatchNormalizationParams& p,
                                               const BufferSlice& gradient, const BufferSlice& source,
                                               const BatchNormalizationVectors& v) override {
-        bindings::checkBatchNormalizationStatisticsGradient(p, gradient, source, v);
-        AutoreleaseScope pool;
-        encodeBatchNormalizationStatisticsGradient(ctx_, cb, p, gradient, source, v);
+        dispatchOp(bindings::checkBatchNormalizationStatisticsGradient, encodeBatchNormalizationStatisticsGradient, cb,
+                   p, gradient, source, v);
     }
     void batchNormalizationGradient(CommandBuffer& cb, const BatchNormalizationParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BatchNormalizationVectors& v,
                                     const BufferSlice& destination) override {
-        bindings::checkBatchNormalizationGradient(p, gradient, source, v, destination);
-        AutoreleaseScope pool;
-        encodeBatchNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
+        dispatchOp(bindings::checkBatchNormalizationGradient, encodeBatchNormalizationGradient, cb,
+                   p, gradient, source, v, destination);
     }
     // ---- end batch normalization family
     // ---- instance and group normalization
     void groupNormalizationForward(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& source,
                                    const GroupNormalizationVectors& v, const BufferSlice& destination) override {
-        bindings::checkGroupNormalizationForward(p, source, v, destination);
-        AutoreleaseScope pool;
-        encodeGroupNormalizationForward(ctx_, cb, p, source, v, destination);
+        dispatchOp(bindings::checkGroupNormalizationForward, encodeGroupNormalizationForward, cb,
+                   p, source, v, destination);
     }
     void groupNormalizationGradient(CommandBuffer& cb, const GroupNormalizationParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const GroupNormalizationVectors& v,
                                     const BufferSlice& destination) override {
-        bindings::checkGroupNormalizationGradient(p, gradient, source, v, destination);
-        AutoreleaseScope pool;
-        encodeGroupNormalizationGradient(ctx_, cb, p, gradient, source, v, destination);
+        dispatchOp(bindings::checkGroupNormalizationGradient, encodeGroupNormalizationGradient, cb,
+                   p, gradient, source, v, destination);
     }
     // ---- pooling family
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
@@ -252,15 +216,12 @@ public:
     // ---- cross-channel / spatial / local contrast normalization
     void normalizationForward(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& source,
                               const BufferSlice& destination) override {
-        bindings::checkNormalizationForward(p, source, destination);
-        AutoreleaseScope pool;
-        encodeNormalizationForward(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkNormalizationForward, encodeNormalizationForward, cb, p, source, destination);
     }
     void normalizationGradient(CommandBuffer& cb, const NormalizationParams& p, const BufferSlice& gradient,
                                const BufferSlice& source, const BufferSlice& destination) override {
-        bindings::checkNormalizationGradient(p, gradient, source, destination);
-        AutoreleaseScope pool;
-        encodeNormalizationGradient(ctx_, cb, p, gradient, source, destination);
+        dispatchOp(bindings::checkNormalizationGradient, encodeNormalizationGradient, cb,
+                   p, gradient, source, destination);
     }
 
     // ---- upsampling and dropout families
@@ -283,9 +244,7 @@ public:
     // ---- sub-pixel convolution
     void subPixelShuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& low,
                          const BufferSlice& high) override {
-        bindings::checkSubPixelShuffle(p, low, high);
-        AutoreleaseScope pool;
-        encodeSubPixelShuffle(ctx_, cb, p, low, high);
+        dispatchOp(bindings::checkSubPixelShuffle, encodeSubPixelShuffle, cb, p, low, high);
     }
     void subPixelUnshuffle(CommandBuffer& cb, const SubPixelShuffleParams& p, const BufferSlice& high,
                            const BufferSlice& low) override {
@@ -297,50 +256,45 @@ public:
     // ---- reshape and pad family
     void reshapeCopy(CommandBuffer& cb, const ReshapeParams& p, const BufferSlice& source,
                      const BufferSlice& destination) override {
-        bindings::checkReshapeCopy(p, source, destination);
-        AutoreleaseScope pool;
-        encodeReshapeCopy(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkReshapeCopy, encodeReshapeCopy, cb, p, source, destination);
     }
     void padForward(CommandBuffer& cb, const PadParams& p, const BufferSlice& source, const BufferSlice& destination,
                     const BufferSlice& maps, const BufferSlice& fill) override {
-        bindings::checkPadForward(p, source, destination, maps, fill);
-        AutoreleaseScope pool;
-        encodePadForward(ctx_, cb, p, source, destination, maps, fill);
+        dispatchOp(bindings::checkPadForward, encodePadForward, cb, p, source, destination, maps, fill);
     }
     void padGradient(CommandBuffer& cb, const PadGradientParams& p, const BufferSlice& gradient,
                      const BufferSlice& destination, const BufferSlice& maps) override {
-        bindings::checkPadGradient(p, gradient, destination, maps);
-        AutoreleaseScope pool;
-        encodePadGradient(ctx_, cb, p, gradient, destination, maps);
+        dispatchOp(bindings::checkPadGradient, encodePadGradient, cb, p, gradient, destination, maps);
     }
 
     // ---- Gram matrix and spatial mean
     void gramMatrix(CommandBuffer& cb, const GramMatrixParams& p, const BufferSlice& source,
                     const BufferSlice& destination) override {
-        bindings::checkGramMatrix(p, source, destination);
-        AutoreleaseScope pool;
-        encodeGramMatrix(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkGramMatrix, encodeGramMatrix, cb, p, source, destination);
     }
     void gramMatrixGradient(CommandBuffer& cb, const GramMatrixGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& source, const BufferSlice& destination) override {
-        bindings::checkGramMatrixGradient(p, gradient, source, destination);
-        AutoreleaseScope pool;
-        encodeGramMatrixGradient(ctx_, cb, p, gradient, source, destination);
+        dispatchOp(bindings::checkGramMatrixGradient, encodeGramMatrixGradient, cb, p, gradient, source, destination);
     }
     void spatialMean(CommandBuffer& cb, const SpatialMeanParams& p, const BufferSlice& source,
                      const BufferSlice& destination) override {
-        bindings::checkSpatialMean(p, source, destination);
-        AutoreleaseScope pool;
-        encodeSpatialMean(ctx_, cb, p, source, destination);
+        dispatchOp(bindings::checkSpatialMean, encodeSpatialMean, cb, p, source, destination);
     }
     void spatialMeanGradient(CommandBuffer& cb, const SpatialMeanGradientParams& p, const BufferSlice& gradient,
                              const BufferSlice& destination) override {
-        bindings::checkSpatialMeanGradient(p, gradient, destination);
-        AutoreleaseScope pool;
-        encodeSpatialMeanGradient(ctx_, cb, p, gradient, destination);
+        dispatchOp(bindings::checkSpatialMeanGradient, encodeSpatialMeanGradient, cb, p, gradient, destination);
     }
 
 private:
+    // Every op: its binding check, then the family's encoder inside an autorelease scope (the
+    // metal-cpp objects the encoder creates are released when the op returns).
+    template <class Check, class Encode, class... Args>
+    void dispatchOp(Check check, Encode encode, CommandBuffer& cb, const Args&... args) {
+        check(args...);
+        AutoreleaseScope pool;
+        encode(ctx_, cb, args...);
+    }
+
     MetalContext ctx_;
 };
 
