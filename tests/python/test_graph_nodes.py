@@ -41,17 +41,37 @@ def train(device, result_image, xs, target):
         gradient.result_image.handle = source.handle
 
     terminal = mse_loss_node(result_image).training_graph(node_handler=handler)
-    graph = exact_graph(device, [t.result_image for t in terminal], [True] * len(terminal))
-    labels = labels_for(device, target)
-    sources = [images(device, xs[h.label()]) for h in graph.source_image_handles]
-    queue = m.CommandQueue(device)
-    cb = queue.command_buffer()
-    first, others, _ = graph.encode_batch(cb, sources, [labels], return_intermediates=True)
-    cb.commit()
-    cb.wait_until_completed()
-    grads = {t.result_image.handle.label(): to_numpy(out) for t, out in zip(terminal, [first] + list(others))}
-    losses = np.array([float(la.loss_image.to_numpy().ravel()[0]) for la in labels])
+
+    def run_graph(graph):
+        labels = labels_for(device, target)
+        sources = [images(device, xs[h.label()]) for h in graph.source_image_handles]
+        queue = m.CommandQueue(device)
+        cb = queue.command_buffer()
+        first, others, _ = graph.encode_batch(cb, sources, [labels], return_intermediates=True)
+        cb.commit()
+        cb.wait_until_completed()
+        grads = {t.result_image.handle.label(): to_numpy(out) for t, out in zip(terminal, [first] + list(others))}
+        return np.array([float(la.loss_image.to_numpy().ravel()[0]) for la in labels]), grads
+
+    results = [t.result_image for t in terminal]
+    losses, grads = run_graph(exact_graph(device, results, [True] * len(terminal)))
+    # The default FLOAT16 intermediates give the same up to half roundings: each is at most 2^-11 of
+    # its value, and the MSE gradient 2(y - t) and the node's derivative amplify a handful of them;
+    # HALF_GRAPH_TOLERANCE (16 half ulps, conftest's FLOAT16_TOLERANCE) of the largest value bounds
+    # that for these small networks (the largest seen is 4.6e-4).
+    half_losses, half_grads = run_graph(m.NNGraph(device, results, [True] * len(terminal)))
+    half_close(half_losses, losses)
+    for label, grad in grads.items():
+        half_close(half_grads[label], grad)
     return losses, grads, seen
+
+
+HALF_GRAPH_TOLERANCE = 8e-3
+
+
+def half_close(actual, expected):
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    np.testing.assert_allclose(actual, expected, atol=HALF_GRAPH_TOLERANCE * scale, rtol=0)
 
 
 class Handle:
