@@ -6049,6 +6049,14 @@ class NNForwardLossNode(NNFilterNode):
     def number_of_classes(self) -> int:
         ...
     @property
+    def property_call_back(self) -> typing.Any:
+        """
+        propertyCallBack (MPSNNLossCallback): None, an object with scalar_weight_for_source_image(source_image, destination_image) -> float, or such a callable; asked once per encode for the loss weight
+        """
+    @property_call_back.setter
+    def property_call_back(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def reduce_across_batch(self) -> bool:
         ...
     @property
@@ -6070,6 +6078,14 @@ class NNLossGradientNode(NNGradientFilterNode):
         ...
     @property
     def loss_type(self) -> CNNLossType:
+        ...
+    @property
+    def property_call_back(self) -> typing.Any:
+        """
+        propertyCallBack (MPSNNLossCallback): None, an object with scalar_weight_for_source_image(source_image, destination_image) -> float, or such a callable; asked once per encode for the loss weight
+        """
+    @property_call_back.setter
+    def property_call_back(self, arg1: typing.Any) -> None:
         ...
     @property
     def reduction_type(self) -> CNNReductionType:
@@ -6143,7 +6159,6 @@ class NNGraph:
     MPSNNGraph
     """
     destination_image_allocator: ImageAllocator
-    format: ImageFeatureChannelFormat
     label: str
     output_state_is_temporary: bool
     def __init__(self, device: Device | str, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
@@ -6176,8 +6191,21 @@ class NNGraph:
     def device(self) -> Device:
         ...
     @property
+    def format(self) -> ImageFeatureChannelFormat:
+        """
+        Storage of the intermediates: FLOAT16 (default, as MPS) or FLOAT32. Results and exported images are FLOAT32 unless their image node's format is set
+        """
+    @format.setter
+    def format(self, arg0: ImageFeatureChannelFormat) -> None:
+        ...
+    @property
     def intermediate_image_handles(self) -> list:
         ...
+    @property
+    def last_encode_statistics(self) -> dict:
+        """
+        What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served by a released buffer), peak_live_buffers (most pooled buffers holding live images at once)
+        """
     @property
     def nodes(self) -> list[NNFilterNode]:
         """

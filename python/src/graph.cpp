@@ -635,7 +635,23 @@ void bindNNGraph(py::module_& m) {
         .def_property_readonly("result_image_is_needed", &NNGraph::resultImageIsNeeded)
         .def_readwrite("output_state_is_temporary", &NNGraph::outputStateIsTemporary)
         .def_readwrite("destination_image_allocator", &NNGraph::destinationImageAllocator)
-        .def_readwrite("format", &NNGraph::format)
+        .def_readwrite("format", &NNGraph::format,
+                       "Storage of the intermediates: FLOAT16 (default, as MPS) or FLOAT32. Results and exported "
+                       "images are FLOAT32 unless their image node's format is set")
+        .def_property_readonly(
+            "last_encode_statistics",
+            [](const NNGraph& g) {
+                const GraphEncodeStatistics& s = g.lastEncodeStatistics();
+                py::dict d;
+                d["encoded_nodes"] = s.encodedNodes;
+                d["intermediate_buffers"] = s.intermediateBuffers;
+                d["reused_buffers"] = s.reusedBuffers;
+                d["peak_live_buffers"] = s.peakLiveBuffers;
+                return d;
+            },
+            "What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), "
+            "intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served "
+            "by a released buffer), peak_live_buffers (most pooled buffers holding live images at once)")
         .def_property_readonly("nodes", &NNGraph::nodes, "The filter nodes in encode order")
         .def("reload_from_data_sources", &NNGraph::reloadFromDataSources)
         .def("read_count_for_source_image_at_index", &NNGraph::readCountForSourceImageAtIndex, py::arg("index"))

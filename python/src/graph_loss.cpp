@@ -6,6 +6,48 @@
 
 namespace mpsgrad::python {
 
+namespace {
+// A Python MPSNNLossCallback: an object with scalar_weight_for_source_image(source_image,
+// destination_image) -> float, or any callable taking those two images.
+class PythonLossCallback final : public NNLossCallback {
+public:
+    explicit PythonLossCallback(py::object object) : object_(std::make_shared<PythonReference>(std::move(object))) {}
+    float scalarWeight(const ImagePtr& source, const ImagePtr& destination) override {
+        py::gil_scoped_acquire gil;
+        py::object fn = py::hasattr(object_->object, "scalar_weight_for_source_image")
+                            ? object_->object.attr("scalar_weight_for_source_image")
+                            : object_->object;
+        py::object value = fn(source, destination);
+        if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
+            throwTypeError("property_call_back: must return a float (the loss weight), returned ", typeName(value));
+        return value.cast<float>();
+    }
+    py::object object() const { return object_->object; }
+
+private:
+    std::shared_ptr<PythonReference> object_;
+};
+
+py::object getCallback(const std::shared_ptr<NNLossCallback>& callback) {
+    if (auto* python = dynamic_cast<PythonLossCallback*>(callback.get())) return python->object();
+    return py::none();
+}
+
+std::shared_ptr<NNLossCallback> toCallback(py::object object) {
+    if (object.is_none()) return nullptr;
+    bool protocol = py::hasattr(object, "scalar_weight_for_source_image");
+    if (!protocol && !PyCallable_Check(object.ptr()))
+        throwTypeError("property_call_back: expected None, an object with scalar_weight_for_source_image("
+                       "source_image, destination_image) or a callable (source_image, destination_image) -> float, "
+                       "got ", typeName(object));
+    return std::make_shared<PythonLossCallback>(std::move(object));
+}
+
+constexpr const char* kCallbackDoc =
+    "propertyCallBack (MPSNNLossCallback): None, an object with scalar_weight_for_source_image(source_image, "
+    "destination_image) -> float, or such a callable; asked once per encode for the loss weight";
+}  // namespace
+
 void bindLossNodes(py::module_& m) {
     py::class_<NNForwardLossNode, NNFilterNode, std::shared_ptr<NNForwardLossNode>>(
         m, "NNForwardLossNode", "MPSNNForwardLossNode: the loss (labels and weights are images)")
@@ -32,7 +74,10 @@ void bindLossNodes(py::module_& m) {
         .def_property_readonly("epsilon", [](const NNForwardLossNode& n) { return n.descriptor().epsilon; })
         .def_property_readonly("delta", [](const NNForwardLossNode& n) { return n.descriptor().delta; })
         .def_property_readonly("reduce_across_batch",
-                               [](const NNForwardLossNode& n) { return n.descriptor().reduceAcrossBatch; });
+                               [](const NNForwardLossNode& n) { return n.descriptor().reduceAcrossBatch; })
+        .def_property(
+            "property_call_back", [](const NNForwardLossNode& n) { return getCallback(n.propertyCallBack); },
+            [](NNForwardLossNode& n, py::object o) { n.propertyCallBack = toCallback(std::move(o)); }, kCallbackDoc);
     py::class_<NNLossGradientNode, NNGradientFilterNode, std::shared_ptr<NNLossGradientNode>>(
         m, "NNLossGradientNode", "MPSNNLossGradientNode")
         .def(py::init<const ImageNodePtr&, const ImageNodePtr&, const ImageNodePtr&, const ImageNodePtr&,
@@ -43,7 +88,10 @@ void bindLossNodes(py::module_& m) {
              "isLabelsGradientFilter: (weights and gradient_state may be None)")
         .def_property_readonly("is_labels_gradient_filter", &NNLossGradientNode::isLabelsGradientFilter)
         .def_property_readonly("loss_type", [](const NNLossGradientNode& n) { return n.descriptor().lossType; })
-        .def_property_readonly("reduction_type", [](const NNLossGradientNode& n) { return n.descriptor().reductionType; });
+        .def_property_readonly("reduction_type", [](const NNLossGradientNode& n) { return n.descriptor().reductionType; })
+        .def_property(
+            "property_call_back", [](const NNLossGradientNode& n) { return getCallback(n.propertyCallBack); },
+            [](NNLossGradientNode& n, py::object o) { n.propertyCallBack = toCallback(std::move(o)); }, kCallbackDoc);
 }
 
 }  // namespace mpsgrad::python

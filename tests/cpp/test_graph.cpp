@@ -48,6 +48,8 @@ TEST(Graph, InferenceChainEqualsKernelsByHand) {
     auto tanh = std::make_shared<CNNNeuronNode>(source, NNNeuronDescriptor::withType(CNNNeuronType::TanH));
     auto pool = std::make_shared<CNNPoolingNode>(tanh->resultImage(), PoolingKind::Average, 2, 2, 2, 2);
     NNGraph graph(device, pool->resultImage());
+    EXPECT_EQ(graph.format, ImageFeatureChannelFormat::Float16);  // MPS's default
+    graph.format = ImageFeatureChannelFormat::Float32;  // bit for bit with the float32 kernels by hand
     ASSERT_EQ(graph.sourceImageHandles().size(), 1u);
     EXPECT_EQ(graph.sourceImageHandles()[0]->label(), "x");
 
@@ -82,16 +84,23 @@ TEST(Graph, TrainingGraphSumsGradientsOfAResidualBlock) {
     ASSERT_EQ(terminal.size(), 1u);
     NNGraph graph(device, terminal.front()->resultImage());
 
-    CommandQueue queue(device);
-    auto cb = queue.commandBuffer();
-    ImageBatch dxs = graph.encodeBatch(*cb, {xs});
-    cb->commit();
-    cb->waitUntilCompleted();
-    for (size_t n = 0; n < dxs.size(); ++n) {
-        std::vector<float> dx = read(dxs[n]);
-        for (size_t i = 0; i < dx.size(); ++i) {
-            double s = 1.0 / (1.0 + std::exp(-double(data[n][i])));
-            EXPECT_NEAR(dx[i], 1.0 + s * (1.0 - s), 1e-6);
+    // FLOAT32 intermediates: float32 precision. FLOAT16 (the default): the intermediates (the
+    // incoming gradient, the neuron's gradient) are rounded to 11 bits, dx = 1 + s(1 - s) <= 1.25
+    // within a few half ulps.
+    for (auto format : {ImageFeatureChannelFormat::Float32, ImageFeatureChannelFormat::Float16}) {
+        graph.format = format;
+        CommandQueue queue(device);
+        auto cb = queue.commandBuffer();
+        ImageBatch dxs = graph.encodeBatch(*cb, {xs});
+        cb->commit();
+        cb->waitUntilCompleted();
+        double tolerance = format == ImageFeatureChannelFormat::Float32 ? 1e-6 : 2e-3;
+        for (size_t n = 0; n < dxs.size(); ++n) {
+            std::vector<float> dx = read(dxs[n]);
+            for (size_t i = 0; i < dx.size(); ++i) {
+                double s = 1.0 / (1.0 + std::exp(-double(data[n][i])));
+                EXPECT_NEAR(dx[i], 1.0 + s * (1.0 - s), tolerance);
+            }
         }
     }
 }

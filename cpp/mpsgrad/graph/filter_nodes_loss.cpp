@@ -24,6 +24,12 @@ std::vector<StateNodePtr> optionalState(const StateNodePtr& state) {
     return {state};
 }
 
+// The weight of this encode: the callback's, else the descriptor's.
+void applyWeight(NNLossKernel& kernel, const CNNLossDescriptor& descriptor, NNLossCallback* callback,
+                 const ImagePtr& source, const ImagePtr& destination) {
+    kernel.setWeight(callback ? callback->scalarWeight(source, destination) : descriptor.weight);
+}
+
 // The destinations of a node whose results are `descriptor`-sized, from the graph's allocator.
 ImageBatch allocate(NodeEncodeContext& ctx, const ImageDescriptor& descriptor, const Kernel* kernel, size_t count) {
     return ctx.allocator->imageBatchForCommandBuffer(ctx.cb, descriptor, kernel, count);
@@ -52,6 +58,7 @@ NodeEncodeResult NNForwardLossNode::encode(NodeEncodeContext& ctx, const std::ve
     ImageBatch weights = images.size() > 2 ? images[2] : ImageBatch{};
     NodeEncodeResult result;
     result.images = allocate(ctx, kernel_->lossImageDescriptor(*sources.at(0)), kernel_.get(), sources.size());
+    applyWeight(*kernel_, descriptor_, propertyCallBack.get(), sources.at(0), result.images.at(0));
     StateBatch states;
     if (ctx.wantStates) states = kernel_->temporaryResultStateBatch(ctx.cb, sources);
     kernel_->encodeBatch(ctx.cb, sources, images.at(1), weights, states, result.images);
@@ -90,6 +97,7 @@ NodeEncodeResult NNLossGradientNode::encode(NodeEncodeContext& ctx, const std::v
     ImageDescriptor descriptor = sources.at(0)->descriptor();
     NodeEncodeResult result;
     result.images = allocate(ctx, descriptor, kernel_.get(), sources.size());
+    applyWeight(*kernel_, descriptor_, propertyCallBack.get(), sources.at(0), result.images.at(0));
     ImageBatch weights = images.size() > 3 ? images[3] : ImageBatch{};
     kernel_->encodeBatch(ctx.cb, images.at(0), sources, images.at(2), weights,
                          states.empty() ? StateBatch{} : states[0], result.images);

@@ -8,6 +8,15 @@
 
 namespace mpsgrad {
 
+// @protocol MPSNNLossCallback: -scalarWeightForSourceImage:destinationImage: supplies the loss's
+// scalar weight when the node is encoded (it replaces the descriptor's `weight` for that encode).
+class NNLossCallback {
+public:
+    virtual ~NNLossCallback() = default;
+    // Called once per encode with the first image of the batch: the predictions and the node's result.
+    virtual float scalarWeight(const ImagePtr& sourceImage, const ImagePtr& destinationImage) = 0;
+};
+
 // MPSNNForwardLossNode (+nodeWithSource:labels:[weights:]lossDescriptor:, +nodeWithSources:lossDescriptor:
 // with sources [predictions, labels(, weights)]).
 class NNForwardLossNode final : public NNFilterNode {
@@ -15,6 +24,9 @@ public:
     NNForwardLossNode(std::vector<ImageNodePtr> sources, const CNNLossDescriptor& descriptor);
     const char* className() const override { return "NNForwardLossNode"; }
     const CNNLossDescriptor& descriptor() const { return descriptor_; }
+    // propertyCallBack (null: the descriptor's weight). The gradient nodes the builder makes read
+    // the weight of the forward encode through the forward state.
+    std::shared_ptr<NNLossCallback> propertyCallBack;
 
     NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                             const std::vector<StateBatch>& states) override;
@@ -40,6 +52,9 @@ public:
     const char* className() const override { return "NNLossGradientNode"; }
     const CNNLossDescriptor& descriptor() const { return descriptor_; }
     bool isLabelsGradientFilter() const { return labelsFilter_; }
+    // propertyCallBack: the weight when the node has no forward state (a forward state carries the
+    // forward encode's weight, which the kernel uses instead).
+    std::shared_ptr<NNLossCallback> propertyCallBack;
 
     NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                             const std::vector<StateBatch>& states) override;

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "graph/graph_storage.h"
 
 namespace mpsgrad {
 
@@ -92,6 +93,32 @@ void NNGraph::build(const std::vector<ImageNodePtr>& results) {
     }
     for (size_t i = 1; i < results_.size(); ++i)
         if (!contains(exportedImages_, results_[i])) exportedImages_.push_back(results_[i]);
+    // Liveness: the position of the last node that reads each image.
+    for (size_t i = 0; i < order_.size(); ++i)
+        for (const auto& image : order_[i]->sourceImages()) lastUse_[image.get()] = i;
+}
+
+bool NNGraph::leavesGraph(const ImageNodePtr& image) const {
+    return image == results_.front() || contains(exportedImages_, image);
+}
+
+ImageFeatureChannelFormat NNGraph::storageFormat(const NNImageNode& image, bool leavesGraph) const {
+    if (image.format != ImageFeatureChannelFormat::None) return image.format;
+    return leavesGraph ? ImageFeatureChannelFormat::Float32 : format;
+}
+
+void NNGraph::checkFormats() const {
+    auto supported = [](ImageFeatureChannelFormat f) {
+        return f == ImageFeatureChannelFormat::Float32 || f == ImageFeatureChannelFormat::Float16;
+    };
+    if (!supported(format))
+        throwValueError("format: the graph's intermediates can be FLOAT16 or FLOAT32 (the storage mpsgrad images "
+                        "have), got format code ", int(format));
+    for (const auto& node : order_)
+        if (node->resultImage()->format != ImageFeatureChannelFormat::None && !supported(node->resultImage()->format))
+            throwValueError("format: the result image of ", node->className(),
+                            " asks for an unsupported storage format (code ", int(node->resultImage()->format),
+                            "); use NONE, FLOAT16 or FLOAT32");
 }
 
 std::vector<HandlePtr> NNGraph::sourceImageHandles() const {
@@ -192,6 +219,20 @@ void checkSourceBatches(const std::vector<ImageBatch>& images, size_t expectedIm
             throwValueError("source_states: state batch ", i, " has ", states[i].size(), " state(s); the image "
                             "batches have ", n);
 }
+// Records the pooled buffers the images of `node` live in (each buffer once per image node).
+void notePooled(const IntermediatePool& pool, const NNImageNode* node, const ImageBatch& images,
+                std::unordered_map<const Buffer*, std::pair<std::shared_ptr<Buffer>, size_t>>& live,
+                std::unordered_map<const NNImageNode*, std::vector<const Buffer*>>& pooledBuffers) {
+    auto& buffers = pooledBuffers[node];
+    for (const auto& image : images) {
+        std::shared_ptr<Buffer> buffer = image->storage(0).buffer;
+        if (!buffer || !pool.owns(buffer.get()) || contains(buffers, (const Buffer*)buffer.get())) continue;
+        buffers.push_back(buffer.get());
+        auto& entry = live[buffer.get()];
+        entry.first = buffer;
+        ++entry.second;
+    }
+}
 }  // namespace
 
 ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>& sourceImages,
@@ -199,6 +240,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
                                 std::vector<ImageBatch>* intermediateImages,
                                 std::vector<StateBatch>* destinationStates) {
     checkSourceBatches(sourceImages, sourceImages_.size(), sourceStates, sourceStates_.size());
+    checkFormats();
     if (cb.device() != device_)
         throwValueError("command_buffer: is on device '", cb.device().name(), "', the graph on '", device_.name(),
                         "'");
@@ -215,7 +257,25 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
     }
 
     std::vector<TemporaryImage*> intermediates;  // temporaries the graph made, released at the end
-    for (const auto& node : order_) {
+    lastEncode_ = GraphEncodeStatistics{};
+    auto pool = std::make_shared<IntermediatePool>(lastEncode_);
+    // Pooled buffers -> how many image nodes still to be read hold images in them.
+    std::unordered_map<const Buffer*, std::pair<std::shared_ptr<Buffer>, size_t>> live;
+    std::unordered_map<const NNImageNode*, std::vector<const Buffer*>> pooledBuffers;
+    auto retire = [&](const NNImageNode* image) {
+        auto found = pooledBuffers.find(image);
+        if (found == pooledBuffers.end()) return;
+        for (const Buffer* buffer : found->second) {
+            auto& entry = live.at(buffer);
+            if (--entry.second == 0) {
+                pool->release(std::move(entry.first));
+                live.erase(buffer);
+            }
+        }
+        pooledBuffers.erase(found);
+    };
+    for (size_t index = 0; index < order_.size(); ++index) {
+        const auto& node = order_[index];
         std::vector<ImageBatch> inputs;
         for (const auto& image : node->sourceImages()) inputs.push_back(images.at(image.get()));
         std::vector<StateBatch> inputStates;
@@ -227,12 +287,24 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
         bool wantStates = false;
         for (const auto& state : resultStates)
             wantStates |= state->exportFromGraph || contains(consumedStates_, (const NNStateNode*)state.get());
+        bool leaves = leavesGraph(result);
+        auto nodeAllocator = result->imageAllocator ? result->imageAllocator : ImageAllocator::temporaryAllocator();
+        // Intermediates nobody outside sees, on the default allocator, live in the pool.
+        bool pooled = !leaves && nodeAllocator == ImageAllocator::temporaryAllocator();
         std::shared_ptr<ImageAllocator> allocator =
-            isResult ? destinationImageAllocator
-                     : (result->imageAllocator ? result->imageAllocator : ImageAllocator::temporaryAllocator());
-        NodeEncodeContext ctx{cb, allocator, wantStates};
+            isResult ? destinationImageAllocator : pooled ? std::shared_ptr<ImageAllocator>(pool) : nodeAllocator;
+        NodeEncodeContext ctx{cb, std::make_shared<FormatAllocator>(allocator, storageFormat(*result, leaves)),
+                              wantStates};
         NodeEncodeResult encoded = node->encode(ctx, inputs, inputStates);
         node->afterEncode(cb, inputStates);
+        ++lastEncode_.encodedNodes;
+
+        if (pooled) notePooled(*pool, result.get(), encoded.images, live, pooledBuffers);
+        lastEncode_.peakLiveBuffers = std::max(lastEncode_.peakLiveBuffers, live.size());
+        // Inputs read for the last time, and a result nothing reads, are dead from here on.
+        for (const auto& image : node->sourceImages())
+            if (lastUse_.at(image.get()) == index) retire(image.get());
+        if (!lastUse_.count(result.get())) retire(result.get());
 
         for (const auto& image : encoded.images)
             if (auto* temporary = dynamic_cast<TemporaryImage*>(image.get())) {

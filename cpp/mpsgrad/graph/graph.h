@@ -7,8 +7,12 @@
 //
 // Read counts (§3.3): a temporary source image or state is decremented exactly once per encode
 // however often the graph reads it; exported intermediates come back with read count 1 when they
-// are temporary images. Intermediates that are not exported are released when the encode returns
-// (the encoded work keeps their storage until it has run).
+// are temporary images.
+//
+// Storage (docs/graph.md "Formats and storage"): intermediates are stored in `format` (FLOAT16 by
+// default, as in MPS); results and exported images are FLOAT32 unless their image node's `format`
+// says otherwise. Intermediates that are not exported live in a per-encode pool (graph_storage.h):
+// their storage is reused as soon as the last node reading them was encoded.
 #pragma once
 
 #include <functional>
@@ -17,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/graph_storage.h"
 #include "graph/node.h"
 
 namespace mpsgrad {
@@ -48,8 +53,11 @@ public:
     // MPSImage.defaultAllocator (persistent) by default, unlike the kernels. The result node's own
     // allocator is ignored.
     std::shared_ptr<ImageAllocator> destinationImageAllocator = ImageAllocator::persistentAllocator();
-    // Intermediates are float32 (the only image storage mpsgrad has).
-    ImageFeatureChannelFormat format = ImageFeatureChannelFormat::Float32;
+    // Storage of the intermediates (FLOAT16 or FLOAT32); results and exported images are FLOAT32
+    // unless their node's `format` is set.
+    ImageFeatureChannelFormat format = ImageFeatureChannelFormat::Float16;
+    // What the last encode did (nodes encoded, pooled intermediate buffers allocated and reused).
+    const GraphEncodeStatistics& lastEncodeStatistics() const { return lastEncode_; }
     bool resultImageIsNeeded() const { return resultsNeeded_.front(); }
 
     // -reloadFromDataSources (the GPU work must be idle).
@@ -85,6 +93,10 @@ private:
     void visit(const FilterNodePtr& node, std::unordered_map<const NNFilterNode*, int>& marks);
     void noteSourceImage(const ImageNodePtr& image);
     void noteSourceState(const StateNodePtr& state);
+    // True for the result and the exported images (they leave the graph).
+    bool leavesGraph(const ImageNodePtr& image) const;
+    ImageFeatureChannelFormat storageFormat(const NNImageNode& image, bool leavesGraph) const;
+    void checkFormats() const;
 
     Device device_;
     std::vector<ImageNodePtr> results_;
@@ -96,6 +108,8 @@ private:
     std::vector<StateNodePtr> exportedStates_;
     std::vector<const NNStateNode*> consumedStates_;
     std::shared_ptr<CommandQueue> queue_;  // executeAsync's private queue
+    std::unordered_map<const NNImageNode*, size_t> lastUse_;  // image -> index in order_ of its last reader
+    GraphEncodeStatistics lastEncode_;
 };
 
 }  // namespace mpsgrad

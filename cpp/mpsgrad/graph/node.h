@@ -53,7 +53,8 @@ public:
     virtual ~NNImageNode() = default;
 
     HandlePtr handle;
-    // Float32 is the only storage mpsgrad images have (None: the graph chooses, i.e. Float32).
+    // Storage of this image when a graph makes it (Float16 or Float32). None: the graph chooses,
+    // NNGraph.format for intermediates, Float32 for results and exported images.
     ImageFeatureChannelFormat format = ImageFeatureChannelFormat::None;
     // Allocator of the image when it is an intermediate (MPS: MPSTemporaryImage.defaultAllocator).
     std::shared_ptr<ImageAllocator> imageAllocator = ImageAllocator::temporaryAllocator();
