@@ -121,3 +121,31 @@ def test_spatial_mean_channel_blocks_across_threads(device, check):
     (mean * torch.tensor(g_arr[:, 0, 0], dtype=torch.float64)).sum().backward()
     check(y.reshape(n, c), mean.detach().numpy(), "spatial mean")
     check(dx, xt.grad.numpy(), "spatial mean gradient", tol=1e-6)
+
+
+@pytest.mark.parametrize("amsgrad", [False, True], ids=["adam", "amsgrad"])
+def test_adam_vector_and_scalar_elements_agree(device, amsgrad):
+    """The CPU updates Adam four elements at a time and the remainder one at a time: a vector whose
+    last 3 elements repeat elements of the vectorized part (including NaN, signed zeros and a
+    velocity maximum above and below the new velocity) must give those copies bitwise equal
+    values, on 1 and 2 threads (chunk boundaries move with the thread count)."""
+    gen = rng(f"stream-adam-{amsgrad}")
+    n = 40000 + 3                          # several parallel chunks, then a 3-element tail
+    w0, g0 = randn(gen, n), randn(gen, n)
+    m0, v0, vmax0 = randn(gen, n) * 0.1, np.abs(randn(gen, n)) * 0.01, np.abs(randn(gen, n)) * 0.01
+    g0[5], w0[6], v0[7], vmax0[7] = np.nan, -0.0, 0.0, -0.0
+    for tail, source in zip(range(n - 3, n), (5, 6, 7)):
+        for a in (w0, g0, m0, v0, vmax0):
+            a[tail] = a[source]
+
+    def once():
+        opt = m.NNOptimizerAdam(device, 1e-3)
+        vecs = [m.Vector.from_numpy(a.copy(), device) for a in (g0, w0, m0, v0, vmax0)]
+        run(device, lambda cb: opt.encode(cb, *vecs[:4], vecs[4] if amsgrad else None))
+        return [v.to_numpy() for v in vecs[1:]]
+
+    results = on_threads(once)
+    for a in results:
+        assert np.array_equal(a[n - 3:], a[[5, 6, 7]], equal_nan=True)
+        assert np.signbit(a[n - 2]) == np.signbit(a[6])
+    assert not np.array_equal(results[0], w0)
