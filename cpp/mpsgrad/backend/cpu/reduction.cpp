@@ -42,9 +42,13 @@ void gramMatrix(const GramMatrixParams& p, const BufferSlice& sourceSlice, const
                 continue;
             }
             const float* a = x + at(s, b, 0, 0);
-            // G = alpha * X^T X: X is pixels x n with row stride pixelStride.
-            blas::sgemm(true, false, n, n, pixels, p.alpha, a, s.pixelStride, a, s.pixelStride, 0.0f, out,
-                        p.destination.pixelStride);
+            // G = alpha * X^T X: X is pixels x n with row stride pixelStride. G is symmetric: the
+            // BLAS computes the upper triangle (half the work of a GEMM) and it is mirrored, so G
+            // is exactly symmetric.
+            const int64_t ld = p.destination.pixelStride;
+            blas::ssyrkUpper(true, n, pixels, p.alpha, a, s.pixelStride, 0.0f, out, int(ld));
+            for (int64_t f = 1; f < n; ++f)
+                for (int64_t c = 0; c < f; ++c) out[f * ld + c] = out[c * ld + f];
         }
     });
 }
