@@ -61,6 +61,8 @@ protected:
     // The returning forms without a shape keep the source's shape [mpsgrad].
     int64_t destinationFeatureChannels(const Image& source) const override;
     void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
+    // The whole destination image, every channel after the destination channel offset.
+    bool writesEveryDestinationPixel() const override { return true; }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 
@@ -130,6 +132,8 @@ protected:
     void encodeWithCoder(serial::Writer& writer) const override;
     int64_t destinationFeatureChannels(const Image& source) const override;
     void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
+    // Every pixel of the clip rect (the whole padded image), every channel written: fill or source.
+    bool writesEveryDestinationPixel() const override { return true; }
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 

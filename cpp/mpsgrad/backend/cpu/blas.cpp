@@ -42,6 +42,13 @@ void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const flo
                          C, ldc);
 }
 
+void ssyrkUpper(bool trans, int N, int K, float alpha, const float* A, int lda, float beta, float* C, int ldc) {
+    if (N <= 0) return;
+    singleThreadedHere();
+    MPSGRAD_CBLAS(ssyrk)(CblasRowMajor, CblasUpper, trans ? CblasTrans : CblasNoTrans, N, K, alpha, A, lda, beta, C,
+                         ldc);
+}
+
 const char* name() {
 #if defined(MPSGRAD_BLAS_SCIPY_OPENBLAS)
     static const std::string text = std::string(scipy_openblas_get_config()) + " (scipy-openblas32)";

@@ -14,6 +14,11 @@ namespace mpsgrad::cpu::blas {
 void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
 
+// The upper triangle (row-major) of C = alpha * op(A) * op(A)^T + beta * C, C N x N: op(A) is
+// N x K; trans: A is stored K x N (row stride lda), so C = alpha * A^T A. The strictly lower
+// triangle of C is not touched. Same threading as sgemm.
+void ssyrkUpper(bool trans, int N, int K, float alpha, const float* A, int lda, float beta, float* C, int ldc);
+
 // Which BLAS the build uses and its configuration, e.g. "OpenBLAS 0.3.34 ... (scipy-openblas32)".
 const char* name();
 

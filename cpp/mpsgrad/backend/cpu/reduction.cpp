@@ -4,7 +4,9 @@
 // stride, so both run on the images in place. The bindings were checked by bindings::check*
 // before the op was encoded; every output element is written by one loop iteration, so results
 // are reproducible run to run.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "../../../../metal/reduction_params.h"
@@ -14,6 +16,9 @@
 
 namespace mpsgrad::cpu {
 namespace {
+
+// Channels the spatial mean sums per work item (kept on the stack).
+constexpr int64_t kMeanBlock = 256;
 
 inline int64_t at(const ImageLayout& l, int64_t n, int64_t y, int64_t x) {
     return n * l.imageStride + (y * l.width + x) * int64_t(l.pixelStride) + l.channelOffset;
@@ -37,9 +42,13 @@ void gramMatrix(const GramMatrixParams& p, const BufferSlice& sourceSlice, const
                 continue;
             }
             const float* a = x + at(s, b, 0, 0);
-            // G = alpha * X^T X: X is pixels x n with row stride pixelStride.
-            blas::sgemm(true, false, n, n, pixels, p.alpha, a, s.pixelStride, a, s.pixelStride, 0.0f, out,
-                        p.destination.pixelStride);
+            // G = alpha * X^T X: X is pixels x n with row stride pixelStride. G is symmetric: the
+            // BLAS computes the upper triangle (half the work of a GEMM) and it is mirrored, so G
+            // is exactly symmetric.
+            const int64_t ld = p.destination.pixelStride;
+            blas::ssyrkUpper(true, n, pixels, p.alpha, a, s.pixelStride, 0.0f, out, int(ld));
+            for (int64_t f = 1; f < n; ++f)
+                for (int64_t c = 0; c < f; ++c) out[f * ld + c] = out[c * ld + f];
         }
     });
 }
@@ -77,16 +86,26 @@ void spatialMean(const SpatialMeanParams& p, const BufferSlice& sourceSlice, con
     const float* x = sourceSlice.floats();
     float* out = destinationSlice.floats();
     const float count = float(int64_t(p.regionWidth) * p.regionHeight);
-    parallelFor(int64_t(p.batch) * channels, 16, [&](int64_t begin, int64_t end) {
+    // Work items: (image, block of kMeanBlock channels). A block's row sums are accumulated
+    // pixel by pixel over contiguous channels (vectorizable, cache-friendly), and each channel's
+    // total still adds its row sums in row order: the order the Metal kernel uses.
+    const int64_t blocks = (channels + kMeanBlock - 1) / kMeanBlock;
+    parallelFor(int64_t(p.batch) * blocks, 1, [&](int64_t begin, int64_t end) {
+        float total[kMeanBlock], rowSum[kMeanBlock];
         for (int64_t i = begin; i < end; ++i) {
-            const int64_t b = i / channels, k = i % channels;
-            float total = 0.0f;  // row sums added up: the order the Metal kernel uses
+            const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
+            const int64_t width = std::min<int64_t>(kMeanBlock, channels - k0);
+            std::fill(total, total + width, 0.0f);
             for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
-                float rowSum = 0.0f;
-                for (int64_t xx = p.regionX; xx < p.regionX + p.regionWidth; ++xx) rowSum += x[at(p.source, b, y, xx) + k];
-                total += rowSum;
+                std::fill(rowSum, rowSum + width, 0.0f);
+                for (int64_t xx = p.regionX; xx < p.regionX + p.regionWidth; ++xx) {
+                    const float* in = x + at(p.source, b, y, xx) + k0;
+                    for (int64_t k = 0; k < width; ++k) rowSum[k] += in[k];
+                }
+                for (int64_t k = 0; k < width; ++k) total[k] += rowSum[k];
             }
-            out[at(p.destination, b, p.destinationY, p.destinationX) + k] = total / count;
+            float* o = out + at(p.destination, b, p.destinationY, p.destinationX) + k0;
+            for (int64_t k = 0; k < width; ++k) o[k] = total[k] / count;
         }
     });
 }
@@ -98,15 +117,26 @@ void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& 
     const float* g = gradientSlice.floats();
     float* dx = destinationSlice.floats();
     const float count = float(int64_t(p.regionWidth) * p.regionHeight);
+    // Every pixel inside the region takes the same values g / count: compute them once per image.
+    const int64_t C = d.channels;
+    std::vector<float> scaled(size_t(int64_t(p.batch) * C));
+    for (int64_t b = 0; b < p.batch; ++b) {
+        const float* gin = g + at(p.gradient, b, p.gradientY, p.gradientX);
+        for (int64_t k = 0; k < C; ++k) scaled[size_t(b * C + k)] = gin[k] / count;
+    }
+    const size_t pixelBytes = size_t(C) * sizeof(float);
     parallelFor(int64_t(p.batch) * d.height, 1, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
             const int64_t b = row / d.height, y = row % d.height;
-            const float* gin = g + at(p.gradient, b, p.gradientY, p.gradientX);
+            const float* value = scaled.data() + b * C;
             const bool rowInside = y >= p.regionY && y < p.regionY + p.regionHeight;
             for (int64_t x = 0; x < d.width; ++x) {
                 const bool inside = rowInside && x >= p.regionX && x < p.regionX + p.regionWidth;
                 float* o = dx + at(d, b, y, x);
-                for (int64_t k = 0; k < d.channels; ++k) o[k] = inside ? gin[k] / count : 0.0f;
+                if (inside)
+                    std::memcpy(o, value, pixelBytes);
+                else
+                    std::fill(o, o + C, 0.0f);
             }
         }
     });
