@@ -10,7 +10,9 @@
 #  5. planted kernel bugs (coverage/planted_bugs.py): each is translated into that build in turn
 #     and the C++ tests that must catch it have to fail (lane 31 dropped from a simd_sum, a max
 #     taken from one lane only).
-#  6. the MSL-subset check, the race detector with random thread order, and ASan with exact buffers.
+#  6. the MSL-subset check and the race detector with random thread order.
+# ASan + UBSan with exact buffers runs in .ci/sanitizers.sh (one clang build serves both the C++
+# tests and the Python suite there).
 
 emulation_harness_tests() {
     # libclang (PyPI) for the MSL-subset checker and its planted-violation tests.
@@ -22,9 +24,7 @@ emulation_harness_tests() {
 }
 
 emulation_build() {
-    # No link-time optimization (pybind11 would add it): this build is for testing, not speed.
     cmake -S . -B build/ci-metal -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-16 \
-        -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
         -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=ON -DMPSGRAD_METAL_COVERAGE=ON \
         -Dpybind11_DIR="$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')" >/dev/null
     cmake --build build/ci-metal
@@ -67,18 +67,6 @@ emulation_msl_subset_check() {
     python3 tests/metal_emulation/mslcheck/msl_subset_check.py --clang clang++-16 metal/*.metal metal/*.h
 }
 
-emulation_asan_exact_buffers() {
-    # The C++ tests (every backend op on the emulated Metal device) under ASan with exactly sized
-    # MTLBuffers: an overrun in a .metal kernel is reported at its .metal line.
-    cmake -S . -B build/ci-metal-asan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER=clang++-16 \
-        -DMPSGRAD_METAL_EMULATION=ON -DMPSGRAD_TESTS=ON -DMPSGRAD_PYTHON=OFF -DMPSGRAD_METAL_RACECHECK=OFF \
-        -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -fsanitize=address -fno-omit-frame-pointer" \
-        -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address" >/dev/null
-    cmake --build build/ci-metal-asan
-    MPSGRAD_METAL_EXACT_BUFFERS=1 ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer-16)" \
-        ctest --test-dir build/ci-metal-asan --output-on-failure -j2 | tail -n 3
-}
-
 stage "metal emulation: harness tests (ASan+UBSan)" emulation_harness_tests
 stage "metal emulation: MSL-subset check (libclang AST)" emulation_msl_subset_check
 stage "metal emulation: build" emulation_build
@@ -87,4 +75,3 @@ stage "metal emulation: pytest on metal and cpu (race check on)" emulation_pytes
 stage "metal emulation: .metal line coverage and kernel variants" emulation_coverage
 stage "metal emulation: planted kernel bugs are caught" \
     python3 tests/metal_emulation/coverage/planted_bugs.py --build build/ci-metal
-stage "metal emulation: ASan + exact buffers (ctest)" emulation_asan_exact_buffers
