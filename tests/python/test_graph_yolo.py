@@ -114,8 +114,9 @@ def test_yolo_detector_trains_like_torch(device, case, style):
 
 
 def test_training_graph_categories_are_reached():
-    """The first step's predictions hold labelled anchors and unlabelled ones on both sides of the
-    thresholds (the oracle exercises the confidence categories, not only the no-object case)."""
+    """The first step's predictions hold labelled anchors and confidently absent ones, so the
+    training exercises the xy, wh, class and both confidence weights (the present / ignored
+    categories are covered by test_yolo_loss.py's constructed inputs)."""
     for case in CASES:
         cfg, neuron, _, x, w, b, lab = problem(case)
         pred = F.conv2d(nchw(x), torch_weight(w).detach(), torch.tensor(b, dtype=torch.float64), padding=1)
