@@ -14,8 +14,8 @@ float32 SGEMM (2048 x 2048 matmul, best of NumPy's BLAS and PyTorch) and copy ba
 NumPy copy, bytes read + written). Results go to benchmarks/results/ as JSON and markdown.
 
 The rows: suite_convolution.py, suite_convolution_variants.py, suite_elementwise.py, suite_training.py,
-suite_normalization.py, suite_batch_normalization.py and suite_shaping.py (reshape, pad, Gram matrix,
-spatial mean) (each documents what it calls).
+suite_normalization.py, suite_batch_normalization.py, suite_shaping.py (reshape, pad, Gram matrix,
+spatial mean) and suite_yolo.py (YOLO loss) (each documents what it calls).
 
     python benchmarks/run.py                # everything, a few minutes on 2 cores
     python benchmarks/run.py --quick        # smaller batches, fewer repeats
@@ -84,9 +84,10 @@ import suite_elementwise  # noqa: E402
 import suite_normalization  # noqa: E402
 import suite_shaping  # noqa: E402
 import suite_training  # noqa: E402
+import suite_yolo  # noqa: E402
 
 SUITES = (suite_convolution, suite_convolution_variants, suite_elementwise, suite_training, suite_normalization,
-          suite_batch_normalization, suite_shaping)
+          suite_batch_normalization, suite_shaping, suite_yolo)
 
 
 def _time(fn):
