@@ -332,7 +332,8 @@ std::shared_ptr<NNOptimizerAdam> NNOptimizerAdam::initWithCoder(serial::Reader& 
 
 namespace {
 
-// The descriptor of every loss kernel (CNNLoss, NNForwardLoss, NNLossGradient), in one order.
+// The descriptor of every loss kernel (CNNLoss, NNForwardLoss, NNLossGradient, the YOLO loss's four
+// parts), in CNNLoss's payload order.
 void writeLossDescriptor(serial::Writer& w, const CNNLossDescriptor& d) {
     w.u32(static_cast<uint32_t>(d.lossType));
     w.i32(static_cast<int32_t>(d.reductionType));
@@ -375,37 +376,6 @@ std::shared_ptr<CNNLoss> CNNLoss::initWithCoder(serial::Reader& r, const Device&
 }
 
 // ---- YOLO loss --------------------------------------------------------------------------------------
-
-namespace {
-
-// A CNNLossDescriptor's fields, in CNNLoss's payload order.
-void writeLossDescriptor(serial::Writer& w, const CNNLossDescriptor& d) {
-    w.u32(static_cast<uint32_t>(d.lossType));
-    w.i32(static_cast<int32_t>(d.reductionType));
-    w.f32(d.weight);
-    w.f32(d.labelSmoothing);
-    w.i64(d.numberOfClasses);
-    w.f32(d.epsilon);
-    w.f32(d.delta);
-    w.boolean(d.reduceAcrossBatch);
-    w.boolean(d.scaleGradientByReduction);
-}
-
-CNNLossDescriptor readLossDescriptor(serial::Reader& r) {
-    CNNLossDescriptor d;
-    d.lossType = static_cast<CNNLossType>(r.u32("loss_type"));
-    d.reductionType = static_cast<CNNReductionType>(r.i32("reduction_type"));
-    d.weight = r.f32("weight");
-    d.labelSmoothing = r.f32("label_smoothing");
-    d.numberOfClasses = r.i64("number_of_classes");
-    d.epsilon = r.f32("epsilon");
-    d.delta = r.f32("delta");
-    d.reduceAcrossBatch = r.boolean("reduce_across_batch");
-    d.scaleGradientByReduction = r.boolean("scale_gradient_by_reduction");
-    return d;
-}
-
-}  // namespace
 
 void CNNYOLOLoss::encodeWithCoder(serial::Writer& w) const {
     const CNNYOLOLossDescriptor& d = descriptor_;
