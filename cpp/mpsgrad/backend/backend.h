@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "metal/arithmetic_params.h"
@@ -84,6 +85,17 @@ public:
     virtual std::unique_ptr<BackendCommandBuffer> newCommandBuffer() = 0;
 };
 
+// Families whose backend ops may take FLOAT16 bindings natively (Backend::readsHalfNatively).
+enum class HalfOp { Neuron };
+
+// Which bindings of an element-wise op hold IEEE half (FLOAT16) rather than float32 elements.
+struct HalfBindings {
+    bool source = false;       // the forward input X (or the gradient op's secondary)
+    bool gradient = false;     // the incoming gradient G (gradient ops)
+    bool destination = false;  // the written image
+    bool any() const { return source || gradient || destination; }
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -126,6 +138,20 @@ public:
     virtual void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p,
                                            const BufferSlice& gradient, const BufferSlice& source,
                                            const BufferSlice& aGradient) = 0;
+    // Native float16 storage (docs/float16.md): a backend whose readsHalfNatively(HalfOp::Neuron) is
+    // true takes FLOAT16 bindings directly in the two ops below, which are neuronForward /
+    // neuronGradient with each binding's storage format in `formats` (layouts count elements);
+    // the kernels then skip their float32 shadows. By default they are never called.
+    virtual bool readsHalfNatively(HalfOp) const { return false; }
+    virtual void neuronForwardHalf(CommandBuffer&, const NeuronForwardParams&, const HalfBindings&,
+                                   const BufferSlice&, const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("neuronForwardHalf: this backend does not read FLOAT16 natively");
+    }
+    virtual void neuronGradientHalf(CommandBuffer&, const NeuronGradientParams&, const HalfBindings&,
+                                    const BufferSlice&, const BufferSlice&, const BufferSlice&,
+                                    const BufferSlice&) {
+        throw std::logic_error("neuronGradientHalf: this backend does not read FLOAT16 natively");
+    }
 
     // ---- arithmetic family (metal/arithmetic_params.h) ---------------------------------
     // clampState may be empty when p.stateMode is kArithmeticClampNone.

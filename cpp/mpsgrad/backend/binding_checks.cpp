@@ -58,6 +58,23 @@ void requireImage(const char* op, const char* name, const ImageLayout& l, int64_
     requireFloats(op, name, slice, layoutExtent(op, name, l, images));
 }
 
+// requireImage for a binding that holds IEEE halves when `half` (native float16 storage).
+void requireImage(const char* op, const char* name, const ImageLayout& l, int64_t images, const BufferSlice& slice,
+                  bool half) {
+    if (!half) return requireImage(op, name, l, images, slice);
+    const int64_t halves = layoutExtent(op, name, l, images);
+    if (halves <= 0) return;
+    if (!slice) throwValueError(op, ": the ", name, " binding is missing but ", halves, " halves are accessed");
+    if (slice.offset % 2) throwValueError(op, ": the ", name, " binding's offset ", slice.offset, " is odd");
+    if (halves > kMaxFloats)
+        throwValueError(op, ": the ", name, " binding spans ", halves,
+                        " halves; the kernels address at most 2**31 - 1 elements per binding");
+    const size_t length = slice.buffer->length();
+    const uint64_t available = slice.offset > length ? 0 : (length - slice.offset) / 2;
+    if (uint64_t(halves) > available)
+        throwValueError(op, ": the ", name, " binding holds ", available, " halves but ", halves, " are accessed");
+}
+
 void requireBatch(const char* op, int32_t batch) {
     if (batch < 0) throwValueError(op, ": batch ", batch, " is negative");
 }
@@ -237,26 +254,26 @@ void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, co
 }
 
 void checkNeuronForward(const NeuronForwardParams& p, const BufferSlice& source, const BufferSlice& neuronData,
-                        const BufferSlice& destination) {
+                        const BufferSlice& destination, const HalfBindings& formats) {
     const char* op = "neuronForward";
     requireBatch(op, p.batch);
     if (p.source.channels < p.destination.channels)
         throwValueError(op, ": the source provides fewer channels than the destination writes");
-    requireImage(op, "source", p.source, p.batch, source);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireImage(op, "source", p.source, p.batch, source, formats.source);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
     requireNeuronData(op, p.neuron, p.neuronDataOffset, p.destination.channels, neuronData);
 }
 
 void checkNeuronGradient(const NeuronGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
-                         const BufferSlice& neuronData, const BufferSlice& destination) {
+                         const BufferSlice& neuronData, const BufferSlice& destination, const HalfBindings& formats) {
     const char* op = "neuronGradient";
     requireBatch(op, p.batch);
     if (p.gradient.channels < p.destination.channels || p.source.channels < p.destination.channels)
         throwValueError(op, ": an input provides fewer channels than the destination writes");
-    requireImage(op, "gradient", p.gradient, p.batch, gradient);
-    requireImage(op, "source", p.source, p.batch, source);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
+    requireImage(op, "source", p.source, p.batch, source, formats.source);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
     requireNeuronData(op, p.neuron, p.neuronDataOffset, p.destination.channels, neuronData);
 }

@@ -34,10 +34,13 @@ void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, co
 void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const BufferSlice& source,
                                       const BufferSlice& destination);
 
+// `formats` (native float16 bindings, Backend::readsHalfNatively) sizes each image binding in halves
+// or floats.
 void checkNeuronForward(const NeuronForwardParams& p, const BufferSlice& source, const BufferSlice& neuronData,
-                        const BufferSlice& destination);
+                        const BufferSlice& destination, const HalfBindings& formats = {});
 void checkNeuronGradient(const NeuronGradientParams& p, const BufferSlice& gradient, const BufferSlice& source,
-                         const BufferSlice& neuronData, const BufferSlice& destination);
+                         const BufferSlice& neuronData, const BufferSlice& destination,
+                         const HalfBindings& formats = {});
 void checkNeuronPReLUWeightGradient(const NeuronGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& aGradient);
 

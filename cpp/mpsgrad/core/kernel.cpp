@@ -112,9 +112,11 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
     // FLOAT16 images reach the kernel as float32 shadows (core/float16_shadow.h); the read counts
     // below stay with the originals.
     Float32Shadows shadows(cb);
-    for (auto& d : dispatches) {
-        d.source = shadows.read(d.source);
-        d.destination = shadows.write(d.destination);
+    if (!readsFloat16Natively()) {
+        for (auto& d : dispatches) {
+            d.source = shadows.read(d.source);
+            d.destination = shadows.write(d.destination);
+        }
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
@@ -318,10 +320,12 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
         }
     }
     Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
-    for (auto& d : dispatches) {
-        d.primary = shadows.read(d.primary);
-        d.secondary = shadows.read(d.secondary);
-        d.destination = shadows.write(d.destination);
+    if (!readsFloat16Natively()) {
+        for (auto& d : dispatches) {
+            d.primary = shadows.read(d.primary);
+            d.secondary = shadows.read(d.secondary);
+            d.destination = shadows.write(d.destination);
+        }
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
@@ -490,10 +494,14 @@ void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBat
         if (!snapshotOf(*states[i]).encoded)
             throwValueError("gradient_state: the forward kernel has not encoded with this state yet");
     }
-    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
-    ImageBatch gradients32 = shadows.read(sourceGradients), images32 = shadows.read(sourceImages);
-    encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));
-    shadows.finish();
+    if (readsFloat16Natively()) {
+        encodeGradientImpl(cb, sourceGradients, sourceImages, states, destinations);
+    } else {
+        Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+        ImageBatch gradients32 = shadows.read(sourceGradients), images32 = shadows.read(sourceImages);
+        encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));
+        shadows.finish();
+    }
     ImageBatch reads = sourceGradients;
     reads.insert(reads.end(), sourceImages.begin(), sourceImages.end());
     noteReadsOfUnique(reads);

@@ -111,6 +111,9 @@ public:
     // its channels after the destination channel offset). Returning encodes then allocate
     // destinations without the zero fill when nothing else is left unwritten (kernel.cpp).
     virtual bool writesEveryDestinationPixel() const { return false; }
+    // True when encodeImpl takes FLOAT16 images as they are (native half loads and stores,
+    // docs/float16.md); otherwise the funnel hands it float32 shadows (core/float16_shadow.h).
+    virtual bool readsFloat16Natively() const { return false; }
 
     // -encodeToCommandBuffer:sourceImage:destinationImage: (offset as set; padding ignored)
     void encode(CommandBuffer& cb, const ImagePtr& source, const ImagePtr& destination);
@@ -225,6 +228,9 @@ public:
     // its channels after the destination channel offset). Returning encodes then allocate
     // destinations without the zero fill when nothing else is left unwritten (kernel.cpp).
     virtual bool writesEveryDestinationPixel() const { return false; }
+    // True when the binary or gradient encode implementation takes FLOAT16 images as they are (native half loads and stores,
+    // docs/float16.md); otherwise the funnel hands it float32 shadows (core/float16_shadow.h).
+    virtual bool readsFloat16Natively() const { return false; }
 
     // -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]destinationImage:
     void encode(CommandBuffer& cb, const ImagePtr& primary, const ImagePtr& secondary, const StatePtr& state,

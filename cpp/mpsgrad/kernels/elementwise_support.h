@@ -132,7 +132,7 @@ struct StorageIdentity {
         BufferSlice slice = shadowedStorage(image.storage(imageIndex));
         id.buffer = slice.buffer;
         id.offset = slice.offset;
-        id.channelBase = image.layout(0, image.featureChannels()).channelOffset;
+        id.channelBase = image.storageLayout(0, image.featureChannels()).channelOffset;
         id.recorded = true;
         return id;
     }
@@ -142,7 +142,7 @@ struct StorageIdentity {
         if (!b) return false;
         BufferSlice slice = shadowedStorage(image.storage(imageIndex));
         return slice.buffer == b && slice.offset == offset &&
-               image.layout(0, image.featureChannels()).channelOffset == channelBase;
+               image.storageLayout(0, image.featureChannels()).channelOffset == channelBase;
     }
 };
 
@@ -184,9 +184,11 @@ inline std::vector<std::pair<size_t, size_t>> batchRuns(size_t count, const std:
     return runs;
 }
 
-// True when `a` is a single image directly followed in memory by the single image `b`.
+// True when `a` is a single image directly followed in memory by the single image `b`, both of one
+// storage format (kernels that read FLOAT16 natively pass one format per binding to a dispatch).
 inline bool singleImagesBackToBack(const Image& a, const Image& b) {
-    return a.numberOfImages() == 1 && b.numberOfImages() == 1 && a.isFollowedBy(b);
+    return a.numberOfImages() == 1 && b.numberOfImages() == 1 && a.isFloat16() == b.isFloat16() &&
+           a.isFollowedBy(b);
 }
 
 inline bool sameRegion(const Region& a, const Region& b) {

@@ -127,6 +127,8 @@ StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
     return state;
 }
 
+bool CNNNeuron::readsFloat16Natively() const { return device_.backend().readsHalfNatively(HalfOp::Neuron); }
+
 void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) {
     const int32_t edge = edgeModeCode(edgeMode, "edge_mode");
     // Validate everything before encoding anything.
@@ -139,8 +141,9 @@ void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& 
         const int64_t C = d.sourceChannels;
         checkDestinationChannels(*d.destination, C);
         NeuronForwardParams p{};
-        p.source = d.source->layout(d.sourceChannelOffset, C);
-        p.destination = d.destination->layout(destinationFeatureChannelOffset, C);
+        // storageLayout: FLOAT16 images arrive as they are when readsFloat16Natively().
+        p.source = d.source->storageLayout(d.sourceChannelOffset, C);
+        p.destination = d.destination->storageLayout(destinationFeatureChannelOffset, C);
         elementwise::setUnaryGeometry(p, *this, d, edge);
         p.neuronDataOffset = preluDataOffset(descriptor_, d.sourceChannelOffset, C, d.source->featureChannels(),
                                              "neuron_descriptor", "CNNNeuron");
@@ -159,8 +162,15 @@ void CNNNeuron::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& 
         NeuronForwardParams p = params[begin];
         p.batch = int32_t(end - begin) * params[begin].batch;
         const UnaryDispatch& d = dispatches[begin];
-        backend.neuronForward(cb, p, d.source->storage(d.sourceImageIndex), data_,
-                              d.destination->storage(d.destinationImageIndex));
+        HalfBindings formats;
+        formats.source = d.source->isFloat16();
+        formats.destination = d.destination->isFloat16();
+        if (formats.any())
+            backend.neuronForwardHalf(cb, p, formats, d.source->storage(d.sourceImageIndex), data_,
+                                      d.destination->storage(d.destinationImageIndex));
+        else
+            backend.neuronForward(cb, p, d.source->storage(d.sourceImageIndex), data_,
+                                  d.destination->storage(d.destinationImageIndex));
     }
 }
 
@@ -170,6 +180,10 @@ CNNNeuronGradient::CNNNeuronGradient(const Device& device, const NNNeuronDescrip
     : CNNGradientKernel(device), descriptor_(neuronDescriptor) {
     descriptor_.validate("neuron_descriptor");
     data_ = uploadNeuronData(device_, descriptor_);
+}
+
+bool CNNNeuronGradient::readsFloat16Natively() const {
+    return descriptor_.neuronType != CNNNeuronType::PReLU && device_.backend().readsHalfNatively(HalfOp::Neuron);
 }
 
 void CNNNeuronGradient::checkGradientStateType(const State& state) const {
@@ -227,9 +241,9 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, x, dst, nullptr, "CNNNeuronGradient");
         NeuronGradientParams p{};
-        p.gradient = g.layout(primarySourceFeatureChannelOffset, C);
-        p.source = x.layout(secondarySourceFeatureChannelOffset, C);
-        p.destination = dst.layout(destinationFeatureChannelOffset, C);
+        p.gradient = g.storageLayout(primarySourceFeatureChannelOffset, C);
+        p.source = x.storageLayout(secondarySourceFeatureChannelOffset, C);
+        p.destination = dst.storageLayout(destinationFeatureChannelOffset, C);
         elementwise::setGradientGeometry(p, geo);
         p.sourceX = checked::toInt32(geo.sourceX, "secondary_offset.x");
         p.sourceY = checked::toInt32(geo.sourceY, "secondary_offset.y");
@@ -252,9 +266,18 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
     for (auto [begin, end] : runs) {
         NeuronGradientParams p = params[begin];
         p.batch = int32_t(end - begin) * params[begin].batch;
-        backend.neuronGradient(cb, p, sourceGradients[begin]->storage(primaryOffset.z),
-                               sourceImages[begin]->storage(secondaryOffset.z), data_,
-                               destinations[begin]->storage(clips[begin].origin.z));
+        HalfBindings formats;
+        formats.gradient = sourceGradients[begin]->isFloat16();
+        formats.source = sourceImages[begin]->isFloat16();
+        formats.destination = destinations[begin]->isFloat16();
+        if (formats.any())
+            backend.neuronGradientHalf(cb, p, formats, sourceGradients[begin]->storage(primaryOffset.z),
+                                       sourceImages[begin]->storage(secondaryOffset.z), data_,
+                                       destinations[begin]->storage(clips[begin].origin.z));
+        else
+            backend.neuronGradient(cb, p, sourceGradients[begin]->storage(primaryOffset.z),
+                                   sourceImages[begin]->storage(secondaryOffset.z), data_,
+                                   destinations[begin]->storage(clips[begin].origin.z));
     }
     // PReLU's dL/da into each state (the extension), over the images of that state.
     if (descriptor_.neuronType == CNNNeuronType::PReLU) {

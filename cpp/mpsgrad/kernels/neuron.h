@@ -99,6 +99,8 @@ public:
     CNNNeuron(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
     const char* className() const override { return "CNNNeuron"; }
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can (the CPU backend, docs/float16.md).
+    bool readsFloat16Natively() const override;
 
     // Read-only MPSCNNNeuron properties.
     CNNNeuronType neuronType() const { return descriptor_.neuronType; }
@@ -234,6 +236,8 @@ public:
     CNNNeuronGradient(const Device& device, const NNNeuronDescriptor& neuronDescriptor);
     const char* className() const override { return "CNNNeuronGradient"; }
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can, except PReLU (its dL/da op reads float32).
+    bool readsFloat16Natively() const override;
 
     CNNNeuronType neuronType() const { return descriptor_.neuronType; }
     float a() const { return descriptor_.a; }

@@ -271,6 +271,25 @@ public:
         });
     }
 
+    bool readsHalfNatively(HalfOp op) const override { return op == HalfOp::Neuron; }
+
+    void neuronForwardHalf(CommandBuffer& cb, const NeuronForwardParams& p, const HalfBindings& formats,
+                           const BufferSlice& source, const BufferSlice& neuronData,
+                           const BufferSlice& destination) override {
+        bindings::checkNeuronForward(p, source, neuronData, destination, formats);
+        encode(cb, [=] { cpu::cnnNeuronForward(p, formats, source.floats(), neuronData.floats(), destination.floats()); });
+    }
+
+    void neuronGradientHalf(CommandBuffer& cb, const NeuronGradientParams& p, const HalfBindings& formats,
+                            const BufferSlice& gradient, const BufferSlice& source, const BufferSlice& neuronData,
+                            const BufferSlice& destination) override {
+        bindings::checkNeuronGradient(p, gradient, source, neuronData, destination, formats);
+        encode(cb, [=] {
+            cpu::cnnNeuronGradient(p, formats, gradient.floats(), source.floats(), neuronData.floats(),
+                                   destination.floats());
+        });
+    }
+
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                                    const BufferSlice& source, const BufferSlice& aGradient) override {
         bindings::checkNeuronPReLUWeightGradient(p, gradient, source, aGradient);

@@ -47,6 +47,12 @@ void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const f
                       float* destination);
 void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, const float* source,
                        const float* neuronData, float* destination);
+// The same with FLOAT16 bindings where `formats` says so (uint16_t IEEE half elements; layouts count
+// elements): rows go through float32 row buffers (half_streaming.h), the arithmetic is float32.
+void cnnNeuronForward(const NeuronForwardParams& p, const HalfBindings& formats, const void* source,
+                      const float* neuronData, void* destination);
+void cnnNeuronGradient(const NeuronGradientParams& p, const HalfBindings& formats, const void* gradient,
+                       const void* source, const float* neuronData, void* destination);
 // Extension: PReLU's gradient with respect to its per-channel a (overwrites
 // aGradient[neuronDataOffset + c] for c < destination.channels; destination itself is unused).
 void cnnNeuronPReLUWeightGradient(const NeuronGradientParams& p, const float* gradient,

@@ -5,13 +5,15 @@
 // formulas. The neuron type is dispatched once per call to a loop instantiated for that type,
 // so the per-element switch folds away and the loop over contiguous channels vectorizes.
 // Rows of the clip rectangle are split across threads; every element is written by one
-// thread from its own inputs only, so results are bitwise reproducible.
+// thread from its own inputs only, so results are bitwise reproducible. FLOAT16 bindings are read
+// and written natively, a row at a time through float32 row buffers (half_streaming.h).
 #include <cstdint>
 #include <vector>
 
 #include "../../../../metal/neuron_math.h"
 #include "cpu_ops.h"
 #include "elementwise.h"
+#include "half_streaming.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
@@ -83,10 +85,65 @@ PixelSpan flatten(PixelSpan s, int64_t pixelStride, bool perChannel) {
     return s;
 }
 
+// The forward op over rows of the clip, for X stored as XT and Y as DT (float, or uint16_t: IEEE
+// half through half_streaming.h's row buffers).
+template <class XT, class DT>
+void neuronForwardRows(const NeuronForwardParams& p, const void* source, const float* channelA, void* destination) {
+    const int32_t C = p.destination.channels;
+    const SpanFn fn = Tables::forward[p.neuron.type];
+    const bool perChannel = p.neuron.hasChannelData != 0;
+    const int64_t rows = int64_t(p.batch) * p.clipHeight;
+    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        RowReader<XT> x(source, p.source);
+        RowWriter<DT> d(destination, p.destination);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.clipHeight;
+            const int32_t y = int32_t(r % p.clipHeight);
+            RowRuns in[1] = {x.runs(n, p.sourceX, p.sourceY + y, p.clipWidth, p.edgeMode, zeros.data())};
+            float* dRow = d.row(n, p.clipX, p.clipY + y, p.clipWidth);
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                PixelSpan s{e - b, C, ptrs[0], strides[0], nullptr, 0,
+                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
+                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
+            });
+            d.commit();
+        }
+    });
+}
+
+template <class GT, class XT, class DT>
+void neuronGradientRows(const NeuronGradientParams& p, const void* gradient, const void* source,
+                        const float* channelA, void* destination) {
+    const int32_t C = p.destination.channels;
+    const SpanFn fn = Tables::gradient[p.neuron.type];
+    const bool perChannel = p.neuron.hasChannelData != 0;
+    const int64_t rows = int64_t(p.batch) * p.clipHeight;
+    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        RowReader<GT> g(gradient, p.gradient);
+        RowReader<XT> x(source, p.source);
+        RowWriter<DT> d(destination, p.destination);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.clipHeight;
+            const int32_t y = int32_t(r % p.clipHeight);
+            RowRuns in[2] = {g.runs(n, p.gradientX, p.gradientY + y, p.clipWidth, p.gradientEdgeMode, zeros.data()),
+                             x.runs(n, p.sourceX, p.sourceY + y, p.clipWidth, p.sourceEdgeMode, zeros.data())};
+            float* dRow = d.row(n, p.clipX, p.clipY + y, p.clipWidth);
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                PixelSpan s{e - b, C, ptrs[1], strides[1], ptrs[0], strides[0],
+                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
+                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
+            });
+            d.commit();
+        }
+    });
+}
+
 }  // namespace
 
-void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const float* neuronData,
-                      float* destination) {
+void cnnNeuronForward(const NeuronForwardParams& p, const HalfBindings& formats, const void* source,
+                      const float* neuronData, void* destination) {
     static const char* op = "cnnNeuronForward";
     checkLayout(op, "source", p.source);
     checkLayout(op, "destination", p.destination);
@@ -95,30 +152,22 @@ void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const f
     const int32_t C = p.destination.channels;
     if (p.source.channels != C) invalid(op, "source and destination channel counts differ");
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
-
-    const SpanFn fn = Tables::forward[p.neuron.type];
     const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
-    const bool perChannel = p.neuron.hasChannelData != 0;
-    const int64_t rows = int64_t(p.batch) * p.clipHeight;
-    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
-        std::vector<float> zeros(size_t(C), 0.0f);
-        for (int64_t r = r0; r < r1; ++r) {
-            const int64_t n = r / p.clipHeight;
-            const int32_t y = int32_t(r % p.clipHeight);
-            RowRuns in[1] = {rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
-                                     p.edgeMode, zeros.data())};
-            float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
-            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                PixelSpan s{e - b, C, ptrs[0], strides[0], nullptr, 0,
-                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
-                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
-            });
-        }
-    });
+    withFormats(
+        [&](auto x, auto d) {
+            neuronForwardRows<typename decltype(x)::type, typename decltype(d)::type>(p, source, channelA,
+                                                                                     destination);
+        },
+        formats.source, formats.destination);
 }
 
-void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, const float* source,
-                       const float* neuronData, float* destination) {
+void cnnNeuronForward(const NeuronForwardParams& p, const float* source, const float* neuronData,
+                      float* destination) {
+    cnnNeuronForward(p, HalfBindings{}, source, neuronData, destination);
+}
+
+void cnnNeuronGradient(const NeuronGradientParams& p, const HalfBindings& formats, const void* gradient,
+                       const void* source, const float* neuronData, void* destination) {
     static const char* op = "cnnNeuronGradient";
     checkLayout(op, "gradient", p.gradient);
     checkLayout(op, "source", p.source);
@@ -129,29 +178,18 @@ void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, con
     if (p.source.channels != C || p.gradient.channels != C)
         invalid(op, "gradient, source and destination channel counts differ");
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
-
-    const SpanFn fn = Tables::gradient[p.neuron.type];
     const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
-    const bool perChannel = p.neuron.hasChannelData != 0;
-    const int64_t rows = int64_t(p.batch) * p.clipHeight;
-    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * C), [&](int64_t r0, int64_t r1) {
-        std::vector<float> zeros(size_t(C), 0.0f);
-        for (int64_t r = r0; r < r1; ++r) {
-            const int64_t n = r / p.clipHeight;
-            const int32_t y = int32_t(r % p.clipHeight);
-            RowRuns in[2] = {
-                rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + y, 1, p.clipWidth,
-                        p.gradientEdgeMode, zeros.data()),
-                rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
-                        p.sourceEdgeMode, zeros.data())};
-            float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
-            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                PixelSpan s{e - b, C, ptrs[1], strides[1], ptrs[0], strides[0],
-                            dRow + int64_t(b) * p.destination.pixelStride, p.destination.pixelStride};
-                fn(flatten(s, p.destination.pixelStride, perChannel), p.neuron, channelA);
-            });
-        }
-    });
+    withFormats(
+        [&](auto g, auto x, auto d) {
+            neuronGradientRows<typename decltype(g)::type, typename decltype(x)::type, typename decltype(d)::type>(
+                p, gradient, source, channelA, destination);
+        },
+        formats.gradient, formats.source, formats.destination);
+}
+
+void cnnNeuronGradient(const NeuronGradientParams& p, const float* gradient, const float* source,
+                       const float* neuronData, float* destination) {
+    cnnNeuronGradient(p, HalfBindings{}, gradient, source, neuronData, destination);
 }
 
 void cnnNeuronPReLUWeightGradient(const NeuronGradientParams& p, const float* gradient,
