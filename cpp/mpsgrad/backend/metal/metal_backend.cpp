@@ -92,14 +92,16 @@ public:
 
     void neuronForward(CommandBuffer& cb, const NeuronForwardParams& p, const BufferSlice& source,
                        const BufferSlice& neuronData, const BufferSlice& destination) override {
-        dispatchOp(bindings::checkNeuronForward, encodeNeuronForward, cb, p, source, neuronData, destination);
+        // (a lambda: the check's trailing HalfBindings parameter has a default, a function pointer would not)
+        dispatchOp([](const auto&... a) { bindings::checkNeuronForward(a...); }, encodeNeuronForward, cb, p, source,
+                   neuronData, destination);
     }
 
     void neuronGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
                         const BufferSlice& source, const BufferSlice& neuronData,
                         const BufferSlice& destination) override {
-        dispatchOp(bindings::checkNeuronGradient, encodeNeuronGradient, cb,
-                   p, gradient, source, neuronData, destination);
+        dispatchOp([](const auto&... a) { bindings::checkNeuronGradient(a...); }, encodeNeuronGradient, cb, p,
+                   gradient, source, neuronData, destination);
     }
 
     void neuronPReLUWeightGradient(CommandBuffer& cb, const NeuronGradientParams& p, const BufferSlice& gradient,
