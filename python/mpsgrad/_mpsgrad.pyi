@@ -2149,7 +2149,7 @@ class CNNConvolutionTransposeGradientState(CNNConvolutionGradientState):
     MPSCNNConvolutionTransposeGradientState: `convolution` is the upstream convolution whose gradient state sized the result (or None)
     """
     @property
-    def convolution_transpose(self) -> ...:
+    def convolution_transpose(self) -> CNNConvolutionTranspose:
         """
         MPSCNNConvolutionTransposeGradientState.convolutionTranspose
         """
@@ -4006,7 +4006,7 @@ class CNNYOLOLoss(Kernel):
     """
     MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), labels.loss_image the loss (the sum of the four internal losses)
     """
-    def __init__(self, device: typing.Any, loss_descriptor: CNNYOLOLossDescriptor) -> None:
+    def __init__(self, device: Device | str, loss_descriptor: CNNYOLOLossDescriptor) -> None:
         """
         -[MPSCNNYOLOLoss initWithDevice:lossDescriptor:]
         """
