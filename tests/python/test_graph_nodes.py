@@ -17,19 +17,11 @@ import torch.nn.functional as F
 
 import mpsgrad as m
 from conftest import randn, rng
-from test_graph import close, images, labels_for, mse_loss_node, to_numpy
+from test_graph import close, exact_graph, images, labels_for, mse_loss_node, to_numpy
 from test_local_normalization import finite_difference_gradient, window_forward
 
 N = 2
 
-
-
-def exact_graph(device, *args, **kwargs):
-    """An NNGraph with FLOAT32 intermediates, for the tests that compare with torch at float32
-    tolerances (the default FLOAT16 intermediates round every intermediate to 11 bits)."""
-    graph = m.NNGraph(device, *args, **kwargs)
-    graph.format = m.ImageFeatureChannelFormat.FLOAT32
-    return graph
 
 def train(device, result_image, xs, target):
     """MSE(result, target) through training_graph(): (per-image losses, {input label: dL/dX}, gradient
