@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import mpsgrad as m
 from conftest import FLOAT16, FLOAT16_TOLERANCE, randn, rng
-from test_graph import exact_graph
+from test_graph import ConvSource, Handle, close, exact_graph, nchw, nhwc
 
 
 def run(device, fn):
@@ -195,59 +195,6 @@ def test_serialization_round_trip(device):
 
 
 # ---- graph --------------------------------------------------------------------------------------------
-
-
-class Handle:
-    def __init__(self, name):
-        self.name = name
-
-    def label(self):
-        return self.name
-
-
-class ConvSource:
-    """A convolution data source (OHWI weights) updated by SGD on the CPU."""
-
-    def __init__(self, w, b, lr):
-        self.w, self.b, self.lr = w.astype(np.float32), b.astype(np.float32), lr
-        self.updates = 0
-
-    def descriptor(self):
-        o, kh, kw, i = self.w.shape
-        return m.CNNConvolutionDescriptor(kw, kh, i, o)
-
-    def weights(self):
-        return self.w
-
-    def bias_terms(self):
-        return self.b
-
-    def load(self):
-        return True
-
-    def purge(self):
-        pass
-
-    def update_with_gradient_state(self, gradient_state, source_state):
-        self.updates += 1
-        self.w -= self.lr * np.asarray(gradient_state.gradient_for_weights).reshape(self.w.shape)
-        self.b -= self.lr * np.asarray(gradient_state.gradient_for_biases).reshape(self.b.shape)
-        return True
-
-
-def nchw(x):
-    return torch.tensor(x, dtype=torch.float64).permute(0, 3, 1, 2)
-
-
-def nhwc(t):
-    return t.detach().permute(0, 2, 3, 1).numpy()
-
-
-def close(actual, expected, rel=1e-4):
-    if FLOAT16:  # FLOAT16 images (MPSGRAD_TEST_IMAGE_FORMAT=float16): conftest.FLOAT16_TOLERANCE
-        rel = max(rel, FLOAT16_TOLERANCE)
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    np.testing.assert_allclose(actual, expected, atol=rel * scale, rtol=0)
 
 
 def test_graph_node_gradient_builders():
