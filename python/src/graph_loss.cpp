@@ -2,45 +2,28 @@
 // cpp/mpsgrad/graph/filter_nodes_loss.h, docs/graph.md).
 #include "bindings.h"
 #include "conversions.h"
+#include "graph_callbacks.h"
 #include "graph/filter_nodes_loss.h"
 
 namespace mpsgrad::python {
 
 namespace {
-// A Python MPSNNLossCallback: an object with scalar_weight_for_source_image(source_image,
-// destination_image) -> float, or any callable taking those two images.
-class PythonLossCallback final : public NNLossCallback {
+// A Python MPSNNLossCallback: scalar_weight_for_source_image(source_image, destination_image) -> float.
+class PythonLossCallback final : public NNLossCallback, public PythonImageCallback {
 public:
-    explicit PythonLossCallback(py::object object) : object_(std::make_shared<PythonReference>(std::move(object))) {}
+    explicit PythonLossCallback(py::object object)
+        : PythonImageCallback(std::move(object), "scalar_weight_for_source_image") {}
     float scalarWeight(const ImagePtr& source, const ImagePtr& destination) override {
-        py::gil_scoped_acquire gil;
-        py::object fn = py::hasattr(object_->object, "scalar_weight_for_source_image")
-                            ? object_->object.attr("scalar_weight_for_source_image")
-                            : object_->object;
-        py::object value = fn(source, destination);
-        if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
-            throwTypeError("property_call_back: must return a float (the loss weight), returned ", typeName(value));
-        return value.cast<float>();
+        return call(source, destination, "the loss weight");
     }
-    py::object object() const { return object_->object; }
-
-private:
-    std::shared_ptr<PythonReference> object_;
 };
 
 py::object getCallback(const std::shared_ptr<NNLossCallback>& callback) {
-    if (auto* python = dynamic_cast<PythonLossCallback*>(callback.get())) return python->object();
-    return py::none();
+    return callbackObject<PythonLossCallback>(callback);
 }
 
 std::shared_ptr<NNLossCallback> toCallback(py::object object) {
-    if (object.is_none()) return nullptr;
-    bool protocol = py::hasattr(object, "scalar_weight_for_source_image");
-    if (!protocol && !PyCallable_Check(object.ptr()))
-        throwTypeError("property_call_back: expected None, an object with scalar_weight_for_source_image("
-                       "source_image, destination_image) or a callable (source_image, destination_image) -> float, "
-                       "got ", typeName(object));
-    return std::make_shared<PythonLossCallback>(std::move(object));
+    return python::toCallback<PythonLossCallback, NNLossCallback>(std::move(object), "scalar_weight_for_source_image");
 }
 
 constexpr const char* kCallbackDoc =

@@ -4,12 +4,23 @@
 
 #include "bindings.h"
 #include "conversions.h"
+#include "graph_callbacks.h"
 #include "graph/filter_nodes_normalization.h"
 
 namespace mpsgrad::python {
 namespace {
 
 using FloatArg = Arg<FloatHint>;
+
+// A Python MPSNNGramMatrixCallback: alpha_for_source_image(source_image, destination_image) -> float.
+class PythonGramMatrixCallback final : public NNGramMatrixCallback, public PythonImageCallback {
+public:
+    explicit PythonGramMatrixCallback(py::object object)
+        : PythonImageCallback(std::move(object), "alpha_for_source_image") {}
+    float alpha(const ImagePtr& source, const ImagePtr& destination) override {
+        return call(source, destination, "alpha");
+    }
+};
 using GradientInit = py::detail::initimpl::constructor<const ImageNodePtr&, const ImageNodePtr&, const StateNodePtr&,
                                                         int64_t>;
 
@@ -118,7 +129,13 @@ void bindReductionNodes(py::module_& m) {
              py::arg("source"), py::arg("alpha") = 1.0, "+nodeWithSource:[alpha:]")
         .def_property(
             "alpha", [](const NNGramMatrixCalculationNode& n) { return n.alpha; },
-            [](NNGramMatrixCalculationNode& n, FloatArg v) { n.alpha = float(toDouble(v.value, "alpha")); });
+            [](NNGramMatrixCalculationNode& n, FloatArg v) { n.alpha = float(toDouble(v.value, "alpha")); })
+        .def_property(
+            "property_call_back", [](const NNGramMatrixCalculationNode& n) { return callbackObject<PythonGramMatrixCallback>(n.propertyCallBack); },
+            [](NNGramMatrixCalculationNode& n, py::object o) { n.propertyCallBack = toCallback<PythonGramMatrixCallback, NNGramMatrixCallback>(std::move(o), "alpha_for_source_image"); },
+            "propertyCallBack (MPSNNGramMatrixCallback): None (use alpha), an object with alpha_for_source_image("
+            "source_image, destination_image) -> float, or such a callable; asked once per encode, and the training "
+            "graph's gradient node uses the same alpha");
     py::class_<NNGramMatrixCalculationGradientNode, NNGradientFilterNode,
                std::shared_ptr<NNGramMatrixCalculationGradientNode>>(m, "NNGramMatrixCalculationGradientNode",
                                                                      "MPSNNGramMatrixCalculationGradientNode")

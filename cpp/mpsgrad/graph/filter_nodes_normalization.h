@@ -165,30 +165,51 @@ protected:
     std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
 };
 
-// MPSNNGramMatrixCalculationNode (+nodeWithSource:[alpha:]); alpha read/write.
+// @protocol MPSNNGramMatrixCallback: -alphaForSourceImage:destinationImage: supplies the Gram
+// node's alpha at every encode (the node's propertyCallBack).
+class NNGramMatrixCallback {
+public:
+    virtual ~NNGramMatrixCallback() = default;
+    virtual float alpha(const ImagePtr& source, const ImagePtr& destination) = 0;
+};
+
+// MPSNNGramMatrixCalculationNode (+nodeWithSource:[alpha:]); alpha read/write; propertyCallBack
+// (null: alpha). The alpha of each encode is shared with the gradient nodes the builder makes, so a
+// training graph's gradient always uses the alpha its forward pass used.
 class NNGramMatrixCalculationNode final : public UnaryKernelNode {
 public:
     explicit NNGramMatrixCalculationNode(const ImageNodePtr& source, float alpha = 1.0f);
     const char* className() const override { return "NNGramMatrixCalculationNode"; }
+    NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                            const std::vector<StateBatch>& states) override;
     float alpha;
+    std::shared_ptr<NNGramMatrixCallback> propertyCallBack;
 
 protected:
     std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
-    void configureKernel(CNNKernel& kernel) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
+
+private:
+    std::shared_ptr<float> encodedAlpha_ = std::make_shared<float>(1.0f);
 };
 
-// MPSNNGramMatrixCalculationGradientNode (...gradientState:[alpha:]); the builder copies the forward alpha.
+// MPSNNGramMatrixCalculationGradientNode (...gradientState:[alpha:]). A node made by the training
+// graph builder follows its forward node's alpha of the same encode (callback included); one made
+// by hand uses `alpha`.
 class NNGramMatrixCalculationGradientNode final : public GradientKernelNode {
 public:
     NNGramMatrixCalculationGradientNode(const ImageNodePtr& sourceGradient, const ImageNodePtr& sourceImage,
-                                        const StateNodePtr& gradientState, float alpha = 1.0f);
+                                        const StateNodePtr& gradientState, float alpha = 1.0f,
+                                        std::shared_ptr<const float> forwardAlpha = nullptr);
     const char* className() const override { return "NNGramMatrixCalculationGradientNode"; }
     float alpha;
 
 protected:
     std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;
     void configureKernel(CNNGradientKernel& kernel) override;
+
+private:
+    std::shared_ptr<const float> forwardAlpha_;
 };
 
 }  // namespace mpsgrad

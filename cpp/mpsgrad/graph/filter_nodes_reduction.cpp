@@ -28,8 +28,8 @@ std::shared_ptr<CNNGradientKernel> NNReductionSpatialMeanGradientNode::makeKerne
 // ---- Gram matrix -------------------------------------------------------------------------------------
 
 namespace {
-void checkAlpha(float alpha) {
-    if (!std::isfinite(alpha)) throwValueError("alpha: must be finite, got ", alpha);
+void checkAlpha(float alpha, const char* name = "alpha") {
+    if (!std::isfinite(alpha)) throwValueError(name, ": must be finite, got ", alpha);
 }
 }  // namespace
 
@@ -42,21 +42,38 @@ std::shared_ptr<CNNKernel> NNGramMatrixCalculationNode::makeKernel(const Device&
     return std::make_shared<NNGramMatrixCalculation>(device, alpha);
 }
 
-void NNGramMatrixCalculationNode::configureKernel(CNNKernel& kernel) {
-    checkAlpha(alpha);
-    static_cast<NNGramMatrixCalculation&>(kernel).alpha = alpha;
+NodeEncodeResult NNGramMatrixCalculationNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
+                                                     const std::vector<StateBatch>&) {
+    auto& kernel = static_cast<NNGramMatrixCalculation&>(*kernel_);
+    prepareKernel(kernel, ctx);
+    const ImageBatch& sources = images.at(0);
+    NodeEncodeResult result;
+    // The callback sees the destination it describes, so it is allocated before alpha is known.
+    result.images = kernel.allocateDestinationImages(ctx.cb, sources, sources.size());
+    float encodeAlpha = alpha;
+    if (propertyCallBack) encodeAlpha = propertyCallBack->alpha(sources.at(0), result.images.at(0));
+    checkAlpha(encodeAlpha, propertyCallBack ? "property_call_back: the returned alpha" : "alpha");
+    kernel.alpha = *encodedAlpha_ = encodeAlpha;
+    StateBatch states;
+    if (ctx.wantStates) states = kernel.resultStateBatch(sources, result.images);
+    kernel.encodeBatch(ctx.cb, sources, states, result.images);
+    if (ctx.wantStates) result.states.push_back(std::move(states));
+    return result;
 }
 
 std::vector<std::shared_ptr<NNGradientFilterNode>> NNGramMatrixCalculationNode::makeGradientNodes(
     const ImageNodePtr& g) {
-    return {std::make_shared<NNGramMatrixCalculationGradientNode>(g, sources_[0], resultState(), alpha)};
+    return {std::make_shared<NNGramMatrixCalculationGradientNode>(g, sources_[0], resultState(), alpha,
+                                                                  encodedAlpha_)};
 }
 
 NNGramMatrixCalculationGradientNode::NNGramMatrixCalculationGradientNode(const ImageNodePtr& sourceGradient,
                                                                          const ImageNodePtr& sourceImage,
                                                                          const StateNodePtr& gradientState,
-                                                                         float alpha)
-    : GradientKernelNode(sourceGradient, sourceImage, gradientState), alpha(alpha) {
+                                                                         float alpha,
+                                                                         std::shared_ptr<const float> forwardAlpha)
+    : GradientKernelNode(sourceGradient, sourceImage, gradientState), alpha(alpha),
+      forwardAlpha_(std::move(forwardAlpha)) {
     checkAlpha(alpha);
 }
 
@@ -65,6 +82,7 @@ std::shared_ptr<CNNGradientKernel> NNGramMatrixCalculationGradientNode::makeKern
 }
 
 void NNGramMatrixCalculationGradientNode::configureKernel(CNNGradientKernel& kernel) {
+    if (forwardAlpha_) alpha = *forwardAlpha_;
     checkAlpha(alpha);
     static_cast<NNGramMatrixCalculationGradient&>(kernel).alpha = alpha;
 }
