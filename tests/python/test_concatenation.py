@@ -94,9 +94,10 @@ def test_offsets_clip_rect_and_destination_channel_offset(device):
     def go(cb):
         state = kernel.result_state([ia, ib])
         kernel.encode(cb, [ia, ib], state, dst)
-        return grad.encode(cb, m.Image.from_numpy(init, device), ia, state)
+        g = m.Image.from_numpy(init, device)
+        return grad.encode(cb, g, ia, state), m.CNNConcatenationGradient(device, 1).encode(cb, g, ib, state)
 
-    dxa = run(device, go)
+    dxa, dxb = run(device, go)
     expected = init.copy()
     for yy in range(3):
         for xx in range(4):
@@ -109,6 +110,12 @@ def test_offsets_clip_rect_and_destination_channel_offset(device):
     want = np.zeros_like(a)
     want[0, 2:5, 1:5] = init[0, 1:4, 2:6, 4:7]
     np.testing.assert_array_equal(dxa.to_numpy(), want)
+    # Source 1 was read with CLAMP from column -1: its column 0 was read twice, and its gradient
+    # is the sum of both reads' gradients (autograd of the clamped gather).
+    B = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    columns = torch.tensor([min(max(-1 + xx, 0), 7) for xx in range(4)])
+    (B[0, 0:3][:, columns] * torch.tensor(init[0, 1:4, 2:6, 8:14], dtype=torch.float64)).sum().backward()
+    np.testing.assert_allclose(dxb.to_numpy(), B.grad.numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_multi_image_sources(device):

@@ -14,13 +14,6 @@ namespace {
 
 using elementwise::clipShift;
 
-// Host-visible int32 / float data for a backend op, uploaded when encoded.
-BufferSlice upload(const Device& device, const void* data, size_t bytes) {
-    BufferSlice slice{device.backend().newBuffer(std::max<size_t>(bytes, 4)), 0};
-    if (bytes) std::memcpy(slice.buffer->contents(), data, bytes);
-    return slice;
-}
-
 // Both kernels are one gather per image: the pad op (metal/reshape_pad_params.h) with index maps.
 // Destination column clipX + x reads source column mapX[x] (-1: 0), likewise rows and channels.
 struct Gather {
@@ -32,8 +25,62 @@ struct Gather {
 void encodeGather(const Device& device, CommandBuffer& cb, const Gather& g, const BufferSlice& source,
                   const BufferSlice& destination) {
     device.backend().padForward(cb, g.params, source, destination,
-                                upload(device, g.maps.data(), g.maps.size() * sizeof(int32_t)),
-                                upload(device, g.fill.data(), g.fill.size() * sizeof(float)));
+                                uploadHostData(device, g.maps.data(), g.maps.size() * sizeof(int32_t)),
+                                uploadHostData(device, g.fill.data(), g.fill.size() * sizeof(float)));
+}
+
+// The gradient of one forward read. A read inside the image (or any ZERO read) gave each gradient
+// pixel to at most one source pixel: a gather. A CLAMP read beyond the image read the edge pixels
+// several times: their gradients are sums, done by the pad gradient's op with its index tables.
+struct GradientWork {
+    bool sums = false;
+    Gather gather;
+    PadGradientParams sum{};
+    std::vector<int32_t> tables;
+};
+
+GradientWork gradientWork(const ForwardSnapshot& s, const Image& g, const Image& dx, int64_t dxChannelOffset,
+                          int32_t batch) {
+    const int64_t cw = int64_t(s.clipRect.size.width), ch = int64_t(s.clipRect.size.height);
+    const int64_t count = s.sourceFeatureChannelCount;
+    const bool inside = s.offset.x >= 0 && s.offset.y >= 0 && s.offset.x + cw <= s.sourceWidth &&
+                        s.offset.y + ch <= s.sourceHeight;
+    GradientWork w;
+    if (s.edgeMode == ImageEdgeMode::Clamp && !inside) {
+        // Gradient column clip.origin.x + p came from source column clamp(offset.x + p); rows alike.
+        auto clamped = [](int64_t v, int64_t size) { return int32_t(std::clamp<int64_t>(v, 0, size - 1)); };
+        std::vector<int32_t> mapX, mapY, mapC;
+        for (int64_t p = 0; p < cw; ++p) mapX.push_back(clamped(s.offset.x + p, s.sourceWidth));
+        for (int64_t p = 0; p < ch; ++p) mapY.push_back(clamped(s.offset.y + p, s.sourceHeight));
+        for (int64_t k = 0; k < count; ++k) mapC.push_back(int32_t(k));
+        w.sums = true;
+        w.tables = padGradientTables(mapX, mapY, mapC, s.sourceWidth, s.sourceHeight, count, s.clipRect.origin.x,
+                                     s.clipRect.origin.y, w.sum);
+        w.sum.gradient = g.layout(s.destinationFeatureChannelOffset, count);
+        w.sum.destination = dx.layout(dxChannelOffset, count);
+        w.sum.batch = batch;
+        return w;
+    }
+    // dX pixel q was read for destination pixel clip.origin + (q - offset): that G pixel, or 0.
+    Gather& gather = w.gather;
+    for (int64_t q = 0; q < s.sourceWidth; ++q) {
+        const int64_t p = q - s.offset.x;
+        gather.maps.push_back(p >= 0 && p < cw ? int32_t(s.clipRect.origin.x + p) : -1);
+    }
+    for (int64_t q = 0; q < s.sourceHeight; ++q) {
+        const int64_t p = q - s.offset.y;
+        gather.maps.push_back(p >= 0 && p < ch ? int32_t(s.clipRect.origin.y + p) : -1);
+    }
+    for (int64_t k = 0; k < count; ++k) gather.maps.push_back(int32_t(k));
+    gather.fill.assign(size_t(count), 0.0f);
+    PadParams& p = gather.params;
+    p.source = g.layout(s.destinationFeatureChannelOffset, count);
+    p.destination = dx.layout(dxChannelOffset, count);
+    p.batch = batch;
+    p.clipX = p.clipY = 0;
+    p.clipWidth = checked::toInt32(s.sourceWidth, "width");
+    p.clipHeight = checked::toInt32(s.sourceHeight, "height");
+    return w;
 }
 
 }  // namespace
@@ -163,7 +210,7 @@ const ForwardSnapshot& CNNConcatenationGradient::snapshotOf(const State& state) 
 void CNNConcatenationGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
                                                   const ImageBatch& sourceImages, const StateBatch& states,
                                                   const ImageBatch& destinations) {
-    std::vector<Gather> work;
+    std::vector<GradientWork> work;
     std::vector<int64_t> gradientImages, destinationImages;
     for (size_t e = 0; e < sourceGradients.size(); ++e) {
         const ForwardSnapshot& s = snapshotOf(*states[e]);
@@ -187,43 +234,23 @@ void CNNConcatenationGradient::encodeGradientImpl(CommandBuffer& cb, const Image
             throwValueError("destination_gradient: has ", dx.featureChannels(), " feature channels but ",
                             "CNNConcatenationGradient writes ", s.sourceFeatureChannelCount,
                             " at destination_feature_channel_offset ", destinationFeatureChannelOffset);
-        // A CLAMP read beyond the image reads an edge pixel several times; its gradient would be a
-        // sum, which this slice does not compute.
-        const int64_t cw = int64_t(s.clipRect.size.width), ch = int64_t(s.clipRect.size.height);
-        const bool inside = s.offset.x >= 0 && s.offset.y >= 0 && s.offset.x + cw <= s.sourceWidth &&
-                            s.offset.y + ch <= s.sourceHeight;
-        if (s.edgeMode == ImageEdgeMode::Clamp && !inside)
-            throwValueError("gradient_state: the forward concatenation read source ", sourceIndex_,
-                            " beyond its edge with ImageEdgeMode.CLAMP; CNNConcatenationGradient supports CLAMP only "
-                            "for reads inside the image");
-        // dX pixel q was read for destination pixel clip.origin + (q - offset): that G pixel, or 0.
-        Gather w;
-        for (int64_t q = 0; q < s.sourceWidth; ++q) {
-            const int64_t p = q - s.offset.x;
-            w.maps.push_back(p >= 0 && p < cw ? int32_t(s.clipRect.origin.x + p) : -1);
-        }
-        for (int64_t q = 0; q < s.sourceHeight; ++q) {
-            const int64_t p = q - s.offset.y;
-            w.maps.push_back(p >= 0 && p < ch ? int32_t(s.clipRect.origin.y + p) : -1);
-        }
-        for (int64_t k = 0; k < s.sourceFeatureChannelCount; ++k) w.maps.push_back(int32_t(k));
-        w.fill.assign(size_t(s.sourceFeatureChannelCount), 0.0f);
-        PadParams& p = w.params;
-        p.source = g.layout(s.destinationFeatureChannelOffset, s.sourceFeatureChannelCount);
-        p.destination = dx.layout(destinationFeatureChannelOffset, s.sourceFeatureChannelCount);
         const int64_t images = std::min<int64_t>(s.batchSize, dx.numberOfImages());
-        p.batch = checked::toInt32(std::min<int64_t>(images, g.numberOfImages() - s.clipRect.origin.z),
-                                   "number of images");
-        p.clipX = p.clipY = 0;
-        p.clipWidth = checked::toInt32(s.sourceWidth, "width");
-        p.clipHeight = checked::toInt32(s.sourceHeight, "height");
+        const int32_t batch = checked::toInt32(std::min<int64_t>(images, g.numberOfImages() - s.clipRect.origin.z),
+                                               "number of images");
+        work.push_back(gradientWork(s, g, dx, destinationFeatureChannelOffset, batch));
         gradientImages.push_back(s.clipRect.origin.z);
         destinationImages.push_back(0);  // dX image 0 is the first image the forward read
-        work.push_back(std::move(w));
     }
-    for (size_t e = 0; e < work.size(); ++e)
-        encodeGather(device_, cb, work[e], sourceGradients[e]->storage(gradientImages[e]),
-                     destinations[e]->storage(destinationImages[e]));
+    for (size_t e = 0; e < work.size(); ++e) {
+        const BufferSlice g = sourceGradients[e]->storage(gradientImages[e]);
+        const BufferSlice dx = destinations[e]->storage(destinationImages[e]);
+        if (work[e].sums)
+            device_.backend().padGradient(cb, work[e].sum, g, dx,
+                                          uploadHostData(device_, work[e].tables.data(),
+                                                         work[e].tables.size() * sizeof(int32_t)));
+        else
+            encodeGather(device_, cb, work[e].gather, g, dx);
+    }
 }
 
 }  // namespace mpsgrad

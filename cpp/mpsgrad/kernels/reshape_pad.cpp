@@ -6,19 +6,11 @@
 #include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/elementwise_support.h"
-#include "metal/reshape_pad_params.h"
 
 namespace mpsgrad {
 namespace {
 
 using elementwise::clipShift;
-
-// Host-visible int32 / float data for a backend op, uploaded when encoded.
-BufferSlice upload(const Device& device, const void* data, size_t bytes) {
-    BufferSlice slice{device.backend().newBuffer(std::max<size_t>(bytes, 4)), 0};
-    if (bytes) std::memcpy(slice.buffer->contents(), data, bytes);
-    return slice;
-}
 
 // The whole-image region a reshape reads and writes: offset.x/y 0 and no cut by clip_rect.
 void checkWholeImage(const CNNKernel& k, const UnaryDispatch& d) {
@@ -322,8 +314,8 @@ void NNPad::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& disp
         const Encoded& e = work[i];
         backend.padForward(cb, e.params, d.source->storage(d.sourceImageIndex),
                            d.destination->storage(d.destinationImageIndex),
-                           upload(device_, e.maps.data(), e.maps.size() * sizeof(int32_t)),
-                           upload(device_, e.fill.data(), e.fill.size() * sizeof(float)));
+                           uploadHostData(device_, e.maps.data(), e.maps.size() * sizeof(int32_t)),
+                           uploadHostData(device_, e.fill.data(), e.fill.size() * sizeof(float)));
     }
 }
 
@@ -368,6 +360,34 @@ void appendTranspose(const std::vector<int32_t>& map, int64_t size, int64_t orig
 
 }  // namespace
 
+BufferSlice uploadHostData(const Device& device, const void* data, size_t bytes) {
+    BufferSlice slice{device.backend().newBuffer(std::max<size_t>(bytes, 4)), 0};
+    if (bytes) std::memcpy(slice.buffer->contents(), data, bytes);
+    return slice;
+}
+
+std::vector<int32_t> padGradientTables(const std::vector<int32_t>& mapX, const std::vector<int32_t>& mapY,
+                                       const std::vector<int32_t>& mapC, int64_t width, int64_t height,
+                                       int64_t channels, int64_t gx, int64_t gy, PadGradientParams& p) {
+    std::vector<int32_t> starts, listX, listY, listC;
+    p.startX = 0;
+    appendTranspose(mapX, width, gx, starts, listX);
+    p.startY = int32_t(starts.size());
+    appendTranspose(mapY, height, gy, starts, listY);
+    p.startC = int32_t(starts.size());
+    appendTranspose(mapC, channels, 0, starts, listC);
+    // The lists follow the starts; the start values index each axis's own list.
+    p.listX = int32_t(starts.size());
+    p.listY = p.listX + int32_t(listX.size());
+    p.listC = p.listY + int32_t(listY.size());
+    std::vector<int32_t> tables = std::move(starts);
+    tables.insert(tables.end(), listX.begin(), listX.end());
+    tables.insert(tables.end(), listY.begin(), listY.end());
+    tables.insert(tables.end(), listC.begin(), listC.end());
+    p.listCount = checked::toInt32(int64_t(tables.size()), "index maps");
+    return tables;
+}
+
 void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
                                        const ImageBatch& sourceImages, const StateBatch& states,
                                        const ImageBatch& destinations) {
@@ -410,26 +430,10 @@ void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sour
         for (size_t k = 0; k < mapC.size(); ++k)
             mapC[k] = state.mapC[k] < 0 ? -1 : int32_t(state.mapC[k] + destinationFeatureChannelOffset);
         Encoded e;
-        std::vector<int32_t> starts, list;
         PadGradientParams& p = e.params;
         p = PadGradientParams{};
-        p.startX = 0;
-        appendTranspose(state.mapX, dst.width(), gx, starts, list);
-        p.startY = int32_t(starts.size());
-        std::vector<int32_t> listY;
-        appendTranspose(state.mapY, dst.height(), gy, starts, listY);
-        p.startC = int32_t(starts.size());
-        std::vector<int32_t> listC;
-        appendTranspose(mapC, dst.featureChannels(), 0, starts, listC);
-        // The lists follow the starts; the start values index each axis's own list.
-        p.listX = int32_t(starts.size());
-        p.listY = p.listX + int32_t(list.size());
-        p.listC = p.listY + int32_t(listY.size());
-        e.maps = starts;
-        e.maps.insert(e.maps.end(), list.begin(), list.end());
-        e.maps.insert(e.maps.end(), listY.begin(), listY.end());
-        e.maps.insert(e.maps.end(), listC.begin(), listC.end());
-        p.listCount = checked::toInt32(int64_t(e.maps.size()), "index maps");
+        e.maps = padGradientTables(state.mapX, state.mapY, mapC, dst.width(), dst.height(), dst.featureChannels(), gx,
+                                   gy, p);
         p.gradient = g.layout(primarySourceFeatureChannelOffset, written);
         p.destination = dst.layout(0, dst.featureChannels());
         p.batch = 1;
@@ -446,7 +450,7 @@ void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sour
     for (size_t i = 0; i < work.size(); ++i) {
         const Encoded& e = work[i];
         backend.padGradient(cb, e.params, sourceGradients[i]->storage(primaryOffset.z), destinations[i]->storage(dz),
-                            upload(device_, e.maps.data(), e.maps.size() * sizeof(int32_t)));
+                            uploadHostData(device_, e.maps.data(), e.maps.size() * sizeof(int32_t)));
     }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/kernel.h"
+#include "metal/reshape_pad_params.h"
 
 namespace mpsgrad {
 
@@ -164,5 +165,18 @@ protected:
 // The source index an edge mode reads for position `i` of an axis of `size` elements (-1: the
 // fill value). Exposed for the tests.
 int32_t padSourceIndex(int64_t i, int64_t size, ImageEdgeMode mode);
+
+// ---- shared with the concatenation kernels (kernels/concatenation.cpp) --------------------------------
+
+// Host-visible int32 / float data for a backend op, uploaded when encoded.
+BufferSlice uploadHostData(const Device& device, const void* data, size_t bytes);
+
+// The index tables of Backend::padGradient for a forward gather that read, for gradient column
+// gx + j, source column mapX[j] (likewise rows from gy, and channel j from mapC[j]; -1: nothing):
+// the CSR transposes (per destination column / row / channel, the gradient positions that read it,
+// in increasing order). Sets p's start/list fields and listCount and returns the packed tables.
+std::vector<int32_t> padGradientTables(const std::vector<int32_t>& mapX, const std::vector<int32_t>& mapY,
+                                       const std::vector<int32_t>& mapC, int64_t width, int64_t height,
+                                       int64_t channels, int64_t gx, int64_t gy, PadGradientParams& p);
 
 }  // namespace mpsgrad
