@@ -260,11 +260,24 @@ def concatenation_ops(r: random.Random, ctx: Context):
         images[-1] = m.Image.from_numpy(random_array(r, h + 1, w, channels[-1]), ctx.device)
         ctx.invalid.append("a source of another size")
     index = r.randrange(len(channels))
+    # Sometimes per-source offsets with ZERO or CLAMP edges (the CLAMP gradient sums repeated reads).
+    no_shift = (0, 0, False)
+    shifts = [no_shift] * len(channels)
+    if r.random() < 0.3 and not ctx.invalid:
+        shifts = [(r.randint(-2, 2), r.randint(-2, 2), r.random() < 0.5) for _ in channels]
+        for i, (ox, oy, clamp) in enumerate(shifts):
+            kernel.set_offset((ox, oy, 0), i)
+            kernel.set_edge_mode(m.ImageEdgeMode.CLAMP if clamp else m.ImageEdgeMode.ZERO, i)
     cb = ctx.queue.command_buffer()
-    y, state = kernel.encode(cb, images, destination_state_is_temporary=r.random() < 0.5)
-    ctx.expect_rejected_if_invalid("CNNConcatenation encode")
     starts = m.CNNConcatenation.range_starts(channels)
     total = starts[-1] + channels[-1]
+    if all(shift == no_shift for shift in shifts):
+        y, state = kernel.encode(cb, images, destination_state_is_temporary=r.random() < 0.5)
+    else:  # the returning encode would reset the offsets through the padding policy
+        y = m.Image.from_numpy(np.zeros((h, w, total), np.float32), ctx.device)
+        state = kernel.result_state(images)
+        kernel.encode(cb, images, state, y)
+    ctx.expect_rejected_if_invalid("CNNConcatenation encode")
     g_arr = random_array(r, h, w, total)
     bad_index = ctx.bad(r, index, [len(channels), 4096], what="source_index")
     dx = m.CNNConcatenationGradient(ctx.device, bad_index).encode(cb, m.Image.from_numpy(g_arr, ctx.device),
@@ -272,10 +285,19 @@ def concatenation_ops(r: random.Random, ctx: Context):
     ctx.expect_rejected_if_invalid("CNNConcatenationGradient encode")
     run(ctx, cb)
     expected = np.zeros((h, w, total), np.float64)
-    for a, s0, c in zip(arrays, starts, channels):
-        expected[..., s0:s0 + c] = a
+    expected_dx = np.zeros((h, w, channels[index]), np.float64)
+    for i, (a, s0, c, (ox, oy, clamp)) in enumerate(zip(arrays, starts, channels, shifts)):
+        # Destination pixel (y, x) reads source pixel (y + oy, x + ox): clamped, or 0 outside.
+        ys, xs = np.arange(h)[:, None] + oy, np.arange(w)[None, :] + ox
+        inside = (ys >= 0) & (ys < h) & (xs >= 0) & (xs < w)
+        ys, xs = np.clip(ys, 0, h - 1), np.clip(xs, 0, w - 1)
+        keep = np.ones_like(inside) if clamp else inside
+        expected[..., s0:s0 + c] = a[ys, xs] * keep[..., None]
+        if i == index:
+            rows, cols = np.broadcast_to(ys, (h, w)), np.broadcast_to(xs, (h, w))
+            np.add.at(expected_dx, (rows[keep], cols[keep]), g_arr[..., s0:s0 + c][keep])
     check_close(y.to_numpy()[0], expected, "concatenation")
-    check_close(dx.to_numpy()[0], g_arr[..., starts[index]:starts[index] + channels[index]], "concatenation gradient")
+    check_close(dx.to_numpy()[0], expected_dx, "concatenation gradient")
 
 
 # The guard comes last: worker subprocesses run this file as a script, so every family above must be
