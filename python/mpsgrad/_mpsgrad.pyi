@@ -907,35 +907,35 @@ class CNNKernel(Kernel):
     """
     def append_batch_barrier(self) -> bool:
         ...
-    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+    def destination_image_descriptor(self, source_images: list[Image], source_states: list[State] | None = None) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates: (runs the padding policy; sets `offset`)
         """
-    def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode(self, command_buffer: CommandBuffer, source_image: Image, destination_state: State | None = None, destination_image: Image | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         Encode forms of MPSCNNKernel:
         - destination_image given: -encodeToCommandBuffer:sourceImage:[destinationState:]destinationImage: (uses `offset` as set, ignores `padding`); returns destination_image.
         - otherwise -encodeToCommandBuffer:sourceImage: (padding policy applied, result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:sourceImage:destinationState:destinationStateIsTemporary: and returns (image, state).
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: list[Image], destination_states: list[State] | None = None, destination_images: list[Image] | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         -encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning forms (see encode).
         """
     def is_result_state_reused_across_batch(self) -> bool:
         ...
-    def result_state(self, source_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def result_state(self, source_image: Image, source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -resultStateForSourceImage:sourceStates:destinationImage:
         """
-    def result_state_batch(self, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list[State]:
+    def result_state_batch(self, source_images: list[Image], source_states: list[State] | None = None, destination_images: list[Image] | None = None) -> list[State]:
         """
         -resultStateBatchForSourceImage:sourceStates:destinationImage:
         """
-    def temporary_result_state(self, command_buffer: CommandBuffer, source_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def temporary_result_state(self, command_buffer: CommandBuffer, source_image: Image, source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -temporaryResultStateForCommandBuffer:sourceImage:sourceStates:destinationImage:
         """
-    def temporary_result_state_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_images: typing.Any = None) -> list[State]:
+    def temporary_result_state_batch(self, command_buffer: CommandBuffer, source_images: list[Image], source_states: list[State] | None = None, destination_images: list[Image] | None = None) -> list[State]:
         """
         -temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:
         """
@@ -945,7 +945,7 @@ class CNNKernel(Kernel):
         MPSCNNKernel.clipRect
         """
     @clip_rect.setter
-    def clip_rect(self, arg1: typing.Any) -> None:
+    def clip_rect(self, arg1: Region | tuple[tuple[int, ...], tuple[int, ...]]) -> None:
         ...
     @property
     def destination_feature_channel_offset(self) -> int:
@@ -957,7 +957,7 @@ class CNNKernel(Kernel):
     def destination_image_allocator(self) -> ImageAllocator:
         ...
     @destination_image_allocator.setter
-    def destination_image_allocator(self, arg1: typing.Any) -> None:
+    def destination_image_allocator(self, arg1: ImageAllocator | None) -> None:
         ...
     @property
     def dilation_rate_x(self) -> int:
@@ -989,13 +989,13 @@ class CNNKernel(Kernel):
         MPSCNNKernel.offset
         """
     @offset.setter
-    def offset(self, arg1: typing.Any) -> None:
+    def offset(self, arg1: Offset | tuple[int, int] | tuple[int, int, int]) -> None:
         ...
     @property
     def padding(self) -> NNPadding:
         ...
     @padding.setter
-    def padding(self, arg1: typing.Any) -> None:
+    def padding(self, arg1: NNPadding | None) -> None:
         ...
     @property
     def source_feature_channel_max_count(self) -> int:
@@ -1021,27 +1021,27 @@ class CNNBinaryKernel(Kernel):
     """
     def append_batch_barrier(self) -> bool:
         ...
-    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+    def destination_image_descriptor(self, source_images: list[Image], source_states: list[State] | None = None) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates:
         """
-    def encode(self, command_buffer: CommandBuffer, primary_image: typing.Any, secondary_image: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode(self, command_buffer: CommandBuffer, primary_image: Image, secondary_image: Image, destination_state: State | None = None, destination_image: Image | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         Encode forms of MPSCNNBinaryKernel:
         - destination_image given: -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]destinationImage: (uses primary_offset / secondary_offset as set, ignores `padding`); returns destination_image.
         - otherwise -encodeToCommandBuffer:primaryImage:secondaryImage: (padding policy applied, result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:primaryImage:secondaryImage:destinationState:destinationStateIsTemporary: and returns (image, state).
         """
-    def encode_batch(self, command_buffer: CommandBuffer, primary_images: typing.Any, secondary_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode_batch(self, command_buffer: CommandBuffer, primary_images: list[Image], secondary_images: list[Image], destination_states: list[State] | None = None, destination_images: list[Image] | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         -encodeBatchToCommandBuffer:primaryImages:secondaryImages:[destinationStates:]destinationImages: and the returning forms (see encode).
         """
     def is_result_state_reused_across_batch(self) -> bool:
         ...
-    def result_state(self, primary_image: typing.Any, secondary_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def result_state(self, primary_image: Image, secondary_image: Image, source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -resultStateForPrimaryImage:secondaryImage:sourceStates:destinationImage: (None when the kernel writes no state)
         """
-    def temporary_result_state(self, command_buffer: CommandBuffer, primary_image: typing.Any, secondary_image: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def temporary_result_state(self, command_buffer: CommandBuffer, primary_image: Image, secondary_image: Image, source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -temporaryResultStateForCommandBuffer:primaryImage:secondaryImage:sourceStates:destinationImage:
         """
@@ -1049,7 +1049,7 @@ class CNNBinaryKernel(Kernel):
     def clip_rect(self) -> Region:
         ...
     @clip_rect.setter
-    def clip_rect(self, arg1: typing.Any) -> None:
+    def clip_rect(self, arg1: Region | tuple[tuple[int, ...], tuple[int, ...]]) -> None:
         ...
     @property
     def destination_feature_channel_offset(self) -> int:
@@ -1061,7 +1061,7 @@ class CNNBinaryKernel(Kernel):
     def destination_image_allocator(self) -> ImageAllocator:
         ...
     @destination_image_allocator.setter
-    def destination_image_allocator(self, arg1: typing.Any) -> None:
+    def destination_image_allocator(self, arg1: ImageAllocator | None) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -1073,7 +1073,7 @@ class CNNBinaryKernel(Kernel):
     def padding(self) -> NNPadding:
         ...
     @padding.setter
-    def padding(self, arg1: typing.Any) -> None:
+    def padding(self, arg1: NNPadding | None) -> None:
         ...
     @property
     def primary_dilation_rate_x(self) -> int:
@@ -1097,7 +1097,7 @@ class CNNBinaryKernel(Kernel):
     def primary_offset(self) -> Offset:
         ...
     @primary_offset.setter
-    def primary_offset(self, arg1: typing.Any) -> None:
+    def primary_offset(self, arg1: Offset | tuple[int, int] | tuple[int, int, int]) -> None:
         ...
     @property
     def primary_source_feature_channel_max_count(self) -> int:
@@ -1145,7 +1145,7 @@ class CNNBinaryKernel(Kernel):
     def secondary_offset(self) -> Offset:
         ...
     @secondary_offset.setter
-    def secondary_offset(self, arg1: typing.Any) -> None:
+    def secondary_offset(self, arg1: Offset | tuple[int, int] | tuple[int, int, int]) -> None:
         ...
     @property
     def secondary_source_feature_channel_max_count(self) -> int:
@@ -1175,11 +1175,11 @@ class CNNGradientKernel(CNNBinaryKernel):
     """
     MPSCNNGradientKernel
     """
-    def encode(self, command_buffer: CommandBuffer, source_gradient: typing.Any, source_image: typing.Any, gradient_state: typing.Any, destination_gradient: typing.Any = None) -> Image:
+    def encode(self, command_buffer: CommandBuffer, source_gradient: Image, source_image: Image, gradient_state: State, destination_gradient: Image | None = None) -> Image:
         """
         -encodeToCommandBuffer:sourceGradient:sourceImage:gradientState:[destinationGradient:]. Without a destination the forward parameters are copied from the state and the result is allocated; with one, the kernel's properties are used as set (call destination_image_descriptor first).
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: typing.Any, source_images: typing.Any, gradient_states: typing.Any, destination_gradients: typing.Any = None) -> list[Image]:
+    def encode_batch(self, command_buffer: CommandBuffer, source_gradients: list[Image], source_images: list[Image], gradient_states: list[State], destination_gradients: list[Image] | None = None) -> list[Image]:
         """
         -encodeBatchToCommandBuffer:sourceGradients:sourceImages:gradientStates:[destinationGradients:]
         """
@@ -1212,107 +1212,107 @@ class CNNMultiaryKernel(Kernel):
     """
     def append_batch_barrier(self) -> bool:
         ...
-    def destination_image_descriptor(self, source_images: typing.Any, source_states: typing.Any = None) -> ImageDescriptor:
+    def destination_image_descriptor(self, source_images: list[Image], source_states: list[State] | None = None) -> ImageDescriptor:
         """
         -destinationImageDescriptorForSourceImages:sourceStates: (one image per source index)
         """
-    def dilation_rate_x_at_index(self, index: typing.Any) -> int:
+    def dilation_rate_x_at_index(self, index: typing.SupportsInt) -> int:
         """
         -dilationRateXAtIndex:
         """
-    def dilation_rate_y_at_index(self, index: typing.Any) -> int:
+    def dilation_rate_y_at_index(self, index: typing.SupportsInt) -> int:
         """
         -dilationRateYAtIndex:
         """
-    def edge_mode_at_index(self, index: typing.Any) -> ImageEdgeMode:
+    def edge_mode_at_index(self, index: typing.SupportsInt) -> ImageEdgeMode:
         """
         -edgeModeAtIndex:
         """
-    def encode(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_state: typing.Any = None, destination_image: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode(self, command_buffer: CommandBuffer, source_images: list[Image], destination_state: State | None = None, destination_image: Image | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         Encode forms of MPSCNNMultiaryKernel (source_images: one Image per source index):
         - destination_image given: -encodeToCommandBuffer:sourceImages:[destinationState:]destinationImage:; returns destination_image.
         - otherwise -encodeToCommandBuffer:sourceImages: (result allocated); with destination_state_is_temporary=True/False it is -encodeToCommandBuffer:sourceImages:destinationState:destinationStateIsTemporary: and returns (image, state).
         """
-    def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, destination_states: typing.Any = None, destination_images: typing.Any = None, *, destination_state_is_temporary: typing.Any = None) -> typing.Any:
+    def encode_batch(self, command_buffer: CommandBuffer, source_images: list[list[Image]], destination_states: list[State] | None = None, destination_images: list[Image] | None = None, *, destination_state_is_temporary: bool | None = None) -> typing.Any:
         """
         -encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning forms; source_images[i] is the batch (list of Images) of source index i.
         """
     def is_result_state_reused_across_batch(self) -> bool:
         ...
-    def kernel_height_at_index(self, index: typing.Any) -> int:
+    def kernel_height_at_index(self, index: typing.SupportsInt) -> int:
         """
         -kernelHeightAtIndex:
         """
-    def kernel_width_at_index(self, index: typing.Any) -> int:
+    def kernel_width_at_index(self, index: typing.SupportsInt) -> int:
         """
         -kernelWidthAtIndex:
         """
-    def offset_at_index(self, index: typing.Any) -> Offset:
+    def offset_at_index(self, index: typing.SupportsInt) -> Offset:
         """
         -offsetAtIndex:
         """
-    def result_state(self, source_images: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def result_state(self, source_images: list[Image], source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -resultStateForSourceImages:sourceStates:destinationImage:
         """
-    def set_dilation_rate_x(self, value: typing.Any, index: typing.Any) -> None:
+    def set_dilation_rate_x(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setdilationRateX:atIndex:
         """
-    def set_dilation_rate_y(self, value: typing.Any, index: typing.Any) -> None:
+    def set_dilation_rate_y(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setdilationRateY:atIndex:
         """
-    def set_edge_mode(self, value: typing.Any, index: typing.Any) -> None:
+    def set_edge_mode(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setedgeMode:atIndex:
         """
-    def set_kernel_height(self, value: typing.Any, index: typing.Any) -> None:
+    def set_kernel_height(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setkernelHeight:atIndex:
         """
-    def set_kernel_width(self, value: typing.Any, index: typing.Any) -> None:
+    def set_kernel_width(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setkernelWidth:atIndex:
         """
-    def set_offset(self, offset: typing.Any, index: typing.Any) -> None:
+    def set_offset(self, offset: Offset | tuple[int, int] | tuple[int, int, int], index: typing.SupportsInt) -> None:
         """
         -setOffset:atIndex:
         """
-    def set_source_feature_channel_max_count(self, value: typing.Any, index: typing.Any) -> None:
+    def set_source_feature_channel_max_count(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setsourceFeatureChannelMaxCount:atIndex:
         """
-    def set_source_feature_channel_offset(self, value: typing.Any, index: typing.Any) -> None:
+    def set_source_feature_channel_offset(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setsourceFeatureChannelOffset:atIndex:
         """
-    def set_stride_in_pixels_x(self, value: typing.Any, index: typing.Any) -> None:
+    def set_stride_in_pixels_x(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setstrideInPixelsX:atIndex:
         """
-    def set_stride_in_pixels_y(self, value: typing.Any, index: typing.Any) -> None:
+    def set_stride_in_pixels_y(self, value: typing.Any, index: typing.SupportsInt) -> None:
         """
         -setstrideInPixelsY:atIndex:
         """
-    def source_feature_channel_max_count_at_index(self, index: typing.Any) -> int:
+    def source_feature_channel_max_count_at_index(self, index: typing.SupportsInt) -> int:
         """
         -sourceFeatureChannelMaxCountAtIndex:
         """
-    def source_feature_channel_offset_at_index(self, index: typing.Any) -> int:
+    def source_feature_channel_offset_at_index(self, index: typing.SupportsInt) -> int:
         """
         -sourceFeatureChannelOffsetAtIndex:
         """
-    def stride_in_pixels_x_at_index(self, index: typing.Any) -> int:
+    def stride_in_pixels_x_at_index(self, index: typing.SupportsInt) -> int:
         """
         -strideInPixelsXAtIndex:
         """
-    def stride_in_pixels_y_at_index(self, index: typing.Any) -> int:
+    def stride_in_pixels_y_at_index(self, index: typing.SupportsInt) -> int:
         """
         -strideInPixelsYAtIndex:
         """
-    def temporary_result_state(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, destination_image: typing.Any = None) -> State:
+    def temporary_result_state(self, command_buffer: CommandBuffer, source_images: list[Image], source_states: list[State] | None = None, destination_image: Image | None = None) -> State:
         """
         -temporaryResultStateForCommandBuffer:sourceImages:sourceStates:destinationImage:
         """
@@ -1320,7 +1320,7 @@ class CNNMultiaryKernel(Kernel):
     def clip_rect(self) -> Region:
         ...
     @clip_rect.setter
-    def clip_rect(self, arg1: typing.Any) -> None:
+    def clip_rect(self, arg1: Region | tuple[tuple[int, ...], tuple[int, ...]]) -> None:
         ...
     @property
     def destination_feature_channel_offset(self) -> int:
@@ -1332,7 +1332,7 @@ class CNNMultiaryKernel(Kernel):
     def destination_image_allocator(self) -> ImageAllocator:
         ...
     @destination_image_allocator.setter
-    def destination_image_allocator(self, arg1: typing.Any) -> None:
+    def destination_image_allocator(self, arg1: ImageAllocator | None) -> None:
         ...
     @property
     def is_backwards(self) -> bool:
@@ -1344,7 +1344,7 @@ class CNNMultiaryKernel(Kernel):
     def padding(self) -> NNPadding:
         ...
     @padding.setter
-    def padding(self, arg1: typing.Any) -> None:
+    def padding(self, arg1: NNPadding | None) -> None:
         ...
     @property
     def source_count(self) -> int:
@@ -6005,6 +6005,14 @@ class NNGramMatrixCalculationNode(NNFilterNode):
         ...
     @alpha.setter
     def alpha(self, arg1: typing.SupportsFloat) -> None:
+        ...
+    @property
+    def property_call_back(self) -> typing.Any:
+        """
+        propertyCallBack (MPSNNGramMatrixCallback): None (use alpha), an object with alpha_for_source_image(source_image, destination_image) -> float, or such a callable; asked once per encode, and the training graph's gradient node uses the same alpha
+        """
+    @property_call_back.setter
+    def property_call_back(self, arg1: typing.Any) -> None:
         ...
 class NNGramMatrixCalculationGradientNode(NNGradientFilterNode):
     """

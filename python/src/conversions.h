@@ -129,6 +129,8 @@ T fromPython(py::handle value, const char* what) {
 template <class Hint>
 struct Arg {
     py::handle value;
+    operator py::handle() const { return value; }  // NOLINT: passes on to the converters
+    bool is_none() const { return value.is_none(); }
 };
 struct IntHint {
     static constexpr auto name = py::detail::const_name("typing.SupportsInt");
@@ -143,6 +145,28 @@ struct StrHint {
     static constexpr auto name = py::detail::const_name("str");
 };
 using IntArg = Arg<IntHint>;
+
+// Hints of the object arguments the kernels' encode methods convert themselves (names as in the
+// stubs; the conversions accept exactly these).
+#define MPSGRAD_HINT(Name, text)                                  \
+    struct Name {                                                 \
+        static constexpr auto name = py::detail::const_name(text); \
+    }
+MPSGRAD_HINT(ImageHint, "Image");
+MPSGRAD_HINT(OptionalImageHint, "Image | None");
+MPSGRAD_HINT(ImageListHint, "list[Image]");
+MPSGRAD_HINT(OptionalImageListHint, "list[Image] | None");
+MPSGRAD_HINT(ImageListsHint, "list[list[Image]]");
+MPSGRAD_HINT(StateHint, "State");
+MPSGRAD_HINT(OptionalStateHint, "State | None");
+MPSGRAD_HINT(StateListHint, "list[State]");
+MPSGRAD_HINT(OptionalStateListHint, "list[State] | None");
+MPSGRAD_HINT(OptionalBoolHint, "bool | None");
+MPSGRAD_HINT(OptionalPaddingHint, "NNPadding | None");
+MPSGRAD_HINT(OptionalAllocatorHint, "ImageAllocator | None");
+MPSGRAD_HINT(OffsetHint, "Offset | tuple[int, int] | tuple[int, int, int]");
+MPSGRAD_HINT(RegionHint, "Region | tuple[tuple[int, ...], tuple[int, ...]]");
+#undef MPSGRAD_HINT
 
 // The Arg type a setter of a member of type T takes (py::handle, shown as Any, for other types).
 template <class T>

@@ -48,7 +48,7 @@ auto paddingGetter() {
 }
 template <class K>
 auto paddingSetter() {
-    return [](K& k, py::handle value) {
+    return [](K& k, Arg<OptionalPaddingHint> value) {
         k.padding = value.is_none() ? nullptr : keepingPythonAlive<NNPadding>(value, "padding", "an NNPadding");
     };
 }
@@ -61,7 +61,7 @@ auto allocatorGetter() {
 }
 template <class K>
 auto allocatorSetter() {
-    return [](K& k, py::handle value) {
+    return [](K& k, Arg<OptionalAllocatorHint> value) {
         k.destinationImageAllocator =
             value.is_none() ? nullptr
                             : keepingPythonAlive<ImageAllocator>(value, "destination_image_allocator",
@@ -115,10 +115,10 @@ void bindPerIndex(py::class_<CNNMultiaryKernel, Kernel, std::shared_ptr<CNNMulti
                   T (CNNMultiaryKernel::*get)(size_t) const, void (CNNMultiaryKernel::*set)(T, size_t),
                   const char* mps) {
     const std::string getName = std::string(name) + "_at_index", setName = std::string("set_") + name;
-    c.def(getName.c_str(), [get](const CNNMultiaryKernel& k, py::handle index) {
+    c.def(getName.c_str(), [get](const CNNMultiaryKernel& k, Arg<IntHint> index) {
         return (k.*get)(size_t(toUInt64(index, "index")));
     }, py::arg("index"), (std::string("-") + mps + "AtIndex:").c_str());
-    c.def(setName.c_str(), [set, name](CNNMultiaryKernel& k, py::handle value, py::handle index) {
+    c.def(setName.c_str(), [set, name](CNNMultiaryKernel& k, py::handle value, Arg<IntHint> index) {
         (k.*set)(fromPython<T>(value, name), size_t(toUInt64(index, "index")));
     }, py::arg("value"), py::arg("index"), (std::string("-set") + mps + ":atIndex:").c_str());
 }
@@ -141,10 +141,10 @@ void bindMultiaryKernel(py::module_& m) {
         m, "CNNMultiaryKernel",
         "MPSCNNMultiaryKernel (macOS 10.15): a kernel with source_count sources and per-index properties.");
     c.def_property_readonly("source_count", &CNNMultiaryKernel::sourceCount)
-        .def("offset_at_index", [](const CNNMultiaryKernel& k, py::handle index) {
+        .def("offset_at_index", [](const CNNMultiaryKernel& k, Arg<IntHint> index) {
             return k.offsetAtIndex(size_t(toUInt64(index, "index")));
         }, py::arg("index"), "-offsetAtIndex:")
-        .def("set_offset", [](CNNMultiaryKernel& k, py::handle offset, py::handle index) {
+        .def("set_offset", [](CNNMultiaryKernel& k, Arg<OffsetHint> offset, Arg<IntHint> index) {
             k.setOffset(toOffset(offset, "offset"), size_t(toUInt64(index, "index")));
         }, py::arg("offset"), py::arg("index"), "-setOffset:atIndex:");
     bindPerIndex<int64_t>(c, "source_feature_channel_offset", &CNNMultiaryKernel::sourceFeatureChannelOffsetAtIndex,
@@ -167,7 +167,7 @@ void bindMultiaryKernel(py::module_& m) {
     bindPerIndex<int64_t>(c, "dilation_rate_y", &CNNMultiaryKernel::dilationRateYAtIndex,
                           &CNNMultiaryKernel::setDilationRateY, "dilationRateY");
     c.def_property("clip_rect", [](const CNNMultiaryKernel& k) { return k.clipRect; },
-                   [](CNNMultiaryKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); })
+                   [](CNNMultiaryKernel& k, Arg<RegionHint> v) { k.clipRect = toRegion(v, "clip_rect"); })
         .def_property("destination_feature_channel_offset",
                       getter(&CNNMultiaryKernel::destinationFeatureChannelOffset),
                       setter(&CNNMultiaryKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
@@ -178,15 +178,17 @@ void bindMultiaryKernel(py::module_& m) {
         .def_property_readonly("is_state_modified", &CNNMultiaryKernel::isStateModified)
         .def("is_result_state_reused_across_batch", &CNNMultiaryKernel::isResultStateReusedAcrossBatch)
         .def("append_batch_barrier", &CNNMultiaryKernel::appendBatchBarrier)
-        .def("destination_image_descriptor", [](CNNMultiaryKernel& k, py::handle sources, py::handle states) {
+        .def("destination_image_descriptor", [](CNNMultiaryKernel& k, Arg<ImageListHint> sources,
+                                                Arg<OptionalStateListHint> states) {
             return k.destinationImageDescriptor(toImageBatch(sources, "source_images"),
                                                 toStateBatch(states, "source_states"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(),
              "-destinationImageDescriptorForSourceImages:sourceStates: (one image per source index)")
         .def(
             "encode",
-            [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources, py::handle destinationState,
-               py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
+            [](CNNMultiaryKernel& k, CommandBuffer& cb, Arg<ImageListHint> sources,
+               Arg<OptionalStateHint> destinationState,
+               Arg<OptionalImageHint> destinationImage, Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 ImageBatch x = toImageBatch(sources, "source_images");
                 StatePtr state = optionalState(destinationState, "destination_state");
                 auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImage.is_none());
@@ -215,8 +217,9 @@ void bindMultiaryKernel(py::module_& m) {
             "(image, state).")
         .def(
             "encode_batch",
-            [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources, py::handle destinationStates,
-               py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
+            [](CNNMultiaryKernel& k, CommandBuffer& cb, Arg<ImageListsHint> sources,
+               Arg<OptionalStateListHint> destinationStates,
+               Arg<OptionalImageListHint> destinationImages, Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 std::vector<ImageBatch> x = toSourceBatches(sources, "source_images");
                 StateBatch states = toStateBatch(destinationStates, "destination_states");
                 auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImages.is_none());
@@ -238,13 +241,14 @@ void bindMultiaryKernel(py::module_& m) {
             py::arg("destination_state_is_temporary") = py::none(),
             "-encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning "
             "forms; source_images[i] is the batch (list of Images) of source index i.")
-        .def("result_state", [](CNNMultiaryKernel& k, py::handle sources, py::handle states, py::handle dst) {
+        .def("result_state", [](CNNMultiaryKernel& k, Arg<ImageListHint> sources, Arg<OptionalStateListHint> states,
+                                Arg<OptionalImageHint> dst) {
             return k.resultState(toImageBatch(sources, "source_images"), toStateBatch(states, "source_states"),
                                  dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(), py::arg("destination_image") = py::none(),
              "-resultStateForSourceImages:sourceStates:destinationImage:")
-        .def("temporary_result_state", [](CNNMultiaryKernel& k, CommandBuffer& cb, py::handle sources,
-                                          py::handle states, py::handle dst) {
+        .def("temporary_result_state", [](CNNMultiaryKernel& k, CommandBuffer& cb, Arg<ImageListHint> sources,
+                                          Arg<OptionalStateListHint> states, Arg<OptionalImageHint> dst) {
             return k.temporaryResultState(cb, toImageBatch(sources, "source_images"),
                                           toStateBatch(states, "source_states"),
                                           dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
@@ -292,9 +296,11 @@ void bindKernel(py::module_& m) {
 
     py::class_<CNNKernel, Kernel, std::shared_ptr<CNNKernel>>(m, "CNNKernel", "MPSCNNKernel")
         .def_property("offset", [](const CNNKernel& k) { return k.offset; },
-                      [](CNNKernel& k, py::handle v) { k.offset = toOffset(v, "offset"); }, "MPSCNNKernel.offset")
+                      [](CNNKernel& k, Arg<OffsetHint> v) { k.offset = toOffset(v, "offset"); },
+                      "MPSCNNKernel.offset")
         .def_property("clip_rect", [](const CNNKernel& k) { return k.clipRect; },
-                      [](CNNKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); }, "MPSCNNKernel.clipRect")
+                      [](CNNKernel& k, Arg<RegionHint> v) { k.clipRect = toRegion(v, "clip_rect"); },
+                      "MPSCNNKernel.clipRect")
         .def_property("destination_feature_channel_offset", getter(&CNNKernel::destinationFeatureChannelOffset), setter(&CNNKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
         .def_property("source_feature_channel_offset", getter(&CNNKernel::sourceFeatureChannelOffset), setter(&CNNKernel::sourceFeatureChannelOffset, "source_feature_channel_offset"))
         .def_property("source_feature_channel_max_count", getter(&CNNKernel::sourceFeatureChannelMaxCount), setter(&CNNKernel::sourceFeatureChannelMaxCount, "source_feature_channel_max_count"))
@@ -313,8 +319,8 @@ void bindKernel(py::module_& m) {
         .def("append_batch_barrier", &CNNKernel::appendBatchBarrier)
         .def(
             "encode",
-            [](CNNKernel& k, CommandBuffer& cb, py::handle source, py::handle destinationState,
-               py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
+            [](CNNKernel& k, CommandBuffer& cb, Arg<ImageHint> source, Arg<OptionalStateHint> destinationState,
+               Arg<OptionalImageHint> destinationImage, Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 ImagePtr src = requireImage(source, "source_image");
                 StatePtr state = optionalState(destinationState, "destination_state");
                 auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImage.is_none());
@@ -350,8 +356,9 @@ void bindKernel(py::module_& m) {
             "(image, state).")
         .def(
             "encode_batch",
-            [](CNNKernel& k, CommandBuffer& cb, py::handle sources, py::handle destinationStates,
-               py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
+            [](CNNKernel& k, CommandBuffer& cb, Arg<ImageListHint> sources,
+               Arg<OptionalStateListHint> destinationStates,
+               Arg<OptionalImageListHint> destinationImages, Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 ImageBatch src = toImageBatch(sources, "source_images");
                 StateBatch states = toStateBatch(destinationStates, "destination_states");
                 auto temporary = stateIsTemporaryArgument(stateIsTemporary, !destinationImages.is_none());
@@ -373,30 +380,35 @@ void bindKernel(py::module_& m) {
             py::arg("destination_state_is_temporary") = py::none(),
             "-encodeBatchToCommandBuffer:sourceImages:[destinationStates:]destinationImages: and the returning "
             "forms (see encode).")
-        .def("result_state", [](CNNKernel& k, py::handle source, py::handle states, py::handle dst) {
+        .def("result_state", [](CNNKernel& k, Arg<ImageHint> source, Arg<OptionalStateListHint> states,
+                                Arg<OptionalImageHint> dst) {
             return k.resultState(requireImage(source, "source_image"), toStateBatch(states, "source_states"),
                                  dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
         }, py::arg("source_image"), py::arg("source_states") = py::none(), py::arg("destination_image") = py::none(),
              "-resultStateForSourceImage:sourceStates:destinationImage:")
-        .def("temporary_result_state", [](CNNKernel& k, CommandBuffer& cb, py::handle source, py::handle states,
-                                          py::handle dst) {
+        .def("temporary_result_state", [](CNNKernel& k, CommandBuffer& cb, Arg<ImageHint> source,
+                                          Arg<OptionalStateListHint> states,
+                                          Arg<OptionalImageHint> dst) {
             return k.temporaryResultState(cb, requireImage(source, "source_image"), toStateBatch(states, "source_states"),
                                           dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
         }, py::arg("command_buffer"), py::arg("source_image"), py::arg("source_states") = py::none(),
              py::arg("destination_image") = py::none(),
              "-temporaryResultStateForCommandBuffer:sourceImage:sourceStates:destinationImage:")
-        .def("result_state_batch", [](CNNKernel& k, py::handle sources, py::handle, py::handle dsts) {
+        .def("result_state_batch", [](CNNKernel& k, Arg<ImageListHint> sources, Arg<OptionalStateListHint>,
+                                      Arg<OptionalImageListHint> dsts) {
             return k.resultStateBatch(toImageBatch(sources, "source_images"), toImageBatch(dsts, "destination_images"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(), py::arg("destination_images") = py::none(),
              "-resultStateBatchForSourceImage:sourceStates:destinationImage:")
-        .def("temporary_result_state_batch", [](CNNKernel& k, CommandBuffer& cb, py::handle sources, py::handle,
-                                                py::handle dsts) {
+        .def("temporary_result_state_batch", [](CNNKernel& k, CommandBuffer& cb, Arg<ImageListHint> sources,
+                                                Arg<OptionalStateListHint>,
+                                                Arg<OptionalImageListHint> dsts) {
             return k.temporaryResultStateBatch(cb, toImageBatch(sources, "source_images"),
                                                toImageBatch(dsts, "destination_images"));
         }, py::arg("command_buffer"), py::arg("source_images"), py::arg("source_states") = py::none(),
              py::arg("destination_images") = py::none(),
              "-temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:")
-        .def("destination_image_descriptor", [](CNNKernel& k, py::handle sources, py::handle states) {
+        .def("destination_image_descriptor", [](CNNKernel& k, Arg<ImageListHint> sources,
+                                                Arg<OptionalStateListHint> states) {
             return k.destinationImageDescriptor(toImageBatch(sources, "source_images"),
                                                 toStateBatch(states, "source_states"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(),
@@ -404,11 +416,12 @@ void bindKernel(py::module_& m) {
 
     py::class_<CNNBinaryKernel, Kernel, std::shared_ptr<CNNBinaryKernel>>(m, "CNNBinaryKernel", "MPSCNNBinaryKernel")
         .def_property("primary_offset", [](const CNNBinaryKernel& k) { return k.primaryOffset; },
-                      [](CNNBinaryKernel& k, py::handle v) { k.primaryOffset = toOffset(v, "primary_offset"); })
+                      [](CNNBinaryKernel& k, Arg<OffsetHint> v) { k.primaryOffset = toOffset(v, "primary_offset"); })
         .def_property("secondary_offset", [](const CNNBinaryKernel& k) { return k.secondaryOffset; },
-                      [](CNNBinaryKernel& k, py::handle v) { k.secondaryOffset = toOffset(v, "secondary_offset"); })
+                      [](CNNBinaryKernel& k, Arg<OffsetHint> v) { k.secondaryOffset = toOffset(v,
+                         "secondary_offset"); })
         .def_property("clip_rect", [](const CNNBinaryKernel& k) { return k.clipRect; },
-                      [](CNNBinaryKernel& k, py::handle v) { k.clipRect = toRegion(v, "clip_rect"); })
+                      [](CNNBinaryKernel& k, Arg<RegionHint> v) { k.clipRect = toRegion(v, "clip_rect"); })
         .def_property("destination_feature_channel_offset", getter(&CNNBinaryKernel::destinationFeatureChannelOffset), setter(&CNNBinaryKernel::destinationFeatureChannelOffset, "destination_feature_channel_offset"))
         .def_property("primary_source_feature_channel_offset", getter(&CNNBinaryKernel::primarySourceFeatureChannelOffset), setter(&CNNBinaryKernel::primarySourceFeatureChannelOffset, "primary_source_feature_channel_offset"))
         .def_property("secondary_source_feature_channel_offset", getter(&CNNBinaryKernel::secondarySourceFeatureChannelOffset), setter(&CNNBinaryKernel::secondarySourceFeatureChannelOffset, "secondary_source_feature_channel_offset"))
@@ -434,15 +447,17 @@ void bindKernel(py::module_& m) {
         .def_property_readonly("is_state_modified", &CNNBinaryKernel::isStateModified)
         .def("is_result_state_reused_across_batch", &CNNBinaryKernel::isResultStateReusedAcrossBatch)
         .def("append_batch_barrier", &CNNBinaryKernel::appendBatchBarrier)
-        .def("destination_image_descriptor", [](CNNBinaryKernel& k, py::handle sources, py::handle states) {
+        .def("destination_image_descriptor", [](CNNBinaryKernel& k, Arg<ImageListHint> sources,
+                                                Arg<OptionalStateListHint> states) {
             return k.destinationImageDescriptor(toImageBatch(sources, "source_images"),
                                                 toStateBatch(states, "source_states"));
         }, py::arg("source_images"), py::arg("source_states") = py::none(),
              "-destinationImageDescriptorForSourceImages:sourceStates:")
         .def(
             "encode",
-            [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primary, py::handle secondary,
-               py::handle destinationState, py::handle destinationImage, py::handle stateIsTemporary) -> py::object {
+            [](CNNBinaryKernel& k, CommandBuffer& cb, Arg<ImageHint> primary, Arg<ImageHint> secondary,
+               Arg<OptionalStateHint> destinationState, Arg<OptionalImageHint> destinationImage,
+               Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 ImagePtr p = requireImage(primary, "primary_image");
                 ImagePtr s = requireImage(secondary, "secondary_image");
                 StatePtr state = optionalState(destinationState, "destination_state");
@@ -480,8 +495,9 @@ void bindKernel(py::module_& m) {
             "returns (image, state).")
         .def(
             "encode_batch",
-            [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primaries, py::handle secondaries,
-               py::handle destinationStates, py::handle destinationImages, py::handle stateIsTemporary) -> py::object {
+            [](CNNBinaryKernel& k, CommandBuffer& cb, Arg<ImageListHint> primaries, Arg<ImageListHint> secondaries,
+               Arg<OptionalStateListHint> destinationStates, Arg<OptionalImageListHint> destinationImages,
+               Arg<OptionalBoolHint> stateIsTemporary) -> py::object {
                 ImageBatch p = toImageBatch(primaries, "primary_images");
                 ImageBatch s = toImageBatch(secondaries, "secondary_images");
                 StateBatch states = toStateBatch(destinationStates, "destination_states");
@@ -504,8 +520,9 @@ void bindKernel(py::module_& m) {
             py::arg("destination_state_is_temporary") = py::none(),
             "-encodeBatchToCommandBuffer:primaryImages:secondaryImages:[destinationStates:]destinationImages: and "
             "the returning forms (see encode).")
-        .def("result_state", [](CNNBinaryKernel& k, py::handle primary, py::handle secondary, py::handle states,
-                                py::handle dst) {
+        .def("result_state", [](CNNBinaryKernel& k, Arg<ImageHint> primary, Arg<ImageHint> secondary,
+                                Arg<OptionalStateListHint> states,
+                                Arg<OptionalImageHint> dst) {
             return k.resultState(requireImage(primary, "primary_image"), requireImage(secondary, "secondary_image"),
                                  toStateBatch(states, "source_states"),
                                  dst.is_none() ? nullptr : requireImage(dst, "destination_image"));
@@ -513,8 +530,9 @@ void bindKernel(py::module_& m) {
              py::arg("destination_image") = py::none(),
              "-resultStateForPrimaryImage:secondaryImage:sourceStates:destinationImage: (None when the kernel "
              "writes no state)")
-        .def("temporary_result_state", [](CNNBinaryKernel& k, CommandBuffer& cb, py::handle primary,
-                                          py::handle secondary, py::handle states, py::handle dst) {
+        .def("temporary_result_state", [](CNNBinaryKernel& k, CommandBuffer& cb, Arg<ImageHint> primary,
+                                          Arg<ImageHint> secondary, Arg<OptionalStateListHint> states,
+                                          Arg<OptionalImageHint> dst) {
             return k.temporaryResultState(cb, requireImage(primary, "primary_image"),
                                           requireImage(secondary, "secondary_image"),
                                           toStateBatch(states, "source_states"),
@@ -529,8 +547,9 @@ void bindKernel(py::module_& m) {
         .def_property("kernel_offset_y", getter(&CNNGradientKernel::kernelOffsetY), setter(&CNNGradientKernel::kernelOffsetY, "kernel_offset_y"), "MPSCNNGradientKernel.kernelOffsetY")
         .def(
             "encode",
-            [](CNNGradientKernel& k, CommandBuffer& cb, py::handle gradient, py::handle source, py::handle state,
-               py::handle destination) -> ImagePtr {
+            [](CNNGradientKernel& k, CommandBuffer& cb, Arg<ImageHint> gradient, Arg<ImageHint> source,
+               Arg<StateHint> state,
+               Arg<OptionalImageHint> destination) -> ImagePtr {
                 ImagePtr g = requireImage(gradient, "source_gradient");
                 ImagePtr x = requireImage(source, "source_image");
                 StatePtr s = optionalState(state, "gradient_state");
@@ -547,8 +566,9 @@ void bindKernel(py::module_& m) {
             "the kernel's properties are used as set (call destination_image_descriptor first).")
         .def(
             "encode_batch",
-            [](CNNGradientKernel& k, CommandBuffer& cb, py::handle gradients, py::handle sources, py::handle states,
-               py::handle destinations) -> ImageBatch {
+            [](CNNGradientKernel& k, CommandBuffer& cb, Arg<ImageListHint> gradients, Arg<ImageListHint> sources,
+               Arg<StateListHint> states,
+               Arg<OptionalImageListHint> destinations) -> ImageBatch {
                 ImageBatch g = toImageBatch(gradients, "source_gradients");
                 ImageBatch x = toImageBatch(sources, "source_images");
                 StateBatch s = toStateBatch(states, "gradient_states");
