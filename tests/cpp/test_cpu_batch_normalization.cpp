@@ -180,7 +180,8 @@ TEST_P(BatchNormalizationOps, AllFourOpsMatchReferencesAndFiniteDifferences) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, BatchNormalizationOps, ::testing::Values(5, 37));
+// 5: scalar channels only; 29 = 16 + 8 + 5 and 37 = 2·16 + 5: every path of the reductions' channel grouping.
+INSTANTIATE_TEST_SUITE_P(Channels, BatchNormalizationOps, ::testing::Values(5, 29, 37));
 
 TEST(BatchNormalizationOps, NonPositiveVariancePlusEpsilonThrows) {
     const Batch b{1, 2, 2, 3};

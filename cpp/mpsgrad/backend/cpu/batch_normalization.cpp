@@ -5,8 +5,8 @@
 // - The two reductions (statistics, statistics gradient) cut the pixels of the batch into chunks
 //   that depend only on the image size (at most kChunkPixels pixels of one image each), one chunk
 //   per task of cpu::parallelFor. A chunk sums blocks of at most kBlockPixels pixels in float,
-//   all channels at once (channels are innermost in memory, so the loop vectorizes across them),
-//   and adds each block's sums into its own double partial sums. The partials are then added in
+//   16 channels at a time with the sums held in vector registers (reduceBlock), and adds each
+//   block's sums into its own double partial sums. The partials are then added in
 //   chunk order, so results are bitwise reproducible whatever the thread count.
 // - The two element-wise ops (forward, gradient) split the rows of the batch across threads and
 //   walk them from the last row to the first: the statistics pass that precedes each of them
@@ -19,7 +19,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -168,22 +170,74 @@ struct Pass {
 #define MPSGRAD_BN_INLINE inline
 #endif
 
+// The reductions keep each block's running sums in vector registers: channels are taken 16 at a
+// time (two vectors of 8) and, inside such a group, the loop over the block's pixels is outermost,
+// so the sums are not loaded and stored again for every pixel (that made the reductions slower than
+// the memory; the compilers do not keep a float array in registers by themselves). term(i, c, a, b)
+// adds pixel i's quantities of channels [c, c + width) into a, b, where a, b are either a Lanes
+// (8 channels) or a float (one channel, the last C % 8). Every channel still adds its pixels in
+// increasing order with the same float operations, so the sums do not depend on the grouping or on
+// the vector width of the clone.
+#if defined(__GNUC__) || defined(__clang__)
+typedef float Lanes __attribute__((vector_size(32)));
+#else
+struct Lanes {  // never used: only compilers with vector extensions take the grouped path
+};
+#endif
+
+// v = p[0], or the 8 floats from p (unaligned). An out-parameter, not a return value: a vector
+// returned by value would change the ABI of the baseline clone.
+template <class V>
+MPSGRAD_BN_INLINE void load(V& v, const float* p) {
+    std::memcpy(&v, p, sizeof v);
+}
+
+template <bool Vectors = true, class Term>
+MPSGRAD_BN_INLINE void reduceBlock(int64_t C, int64_t i0, int64_t i1, Term&& term, float* a, float* b) {
+    int64_t c0 = 0;
+#if defined(__GNUC__) || defined(__clang__)
+    if constexpr (Vectors) {
+        constexpr int64_t L = int64_t(sizeof(Lanes) / sizeof(float));
+        for (; c0 + 2 * L <= C; c0 += 2 * L) {
+            Lanes a0, a1, b0, b1;
+            load(a0, a + c0), load(a1, a + c0 + L), load(b0, b + c0), load(b1, b + c0 + L);
+            for (int64_t i = i0; i < i1; ++i) {
+                term(i, c0, a0, b0);
+                term(i, c0 + L, a1, b1);
+            }
+            std::memcpy(a + c0, &a0, sizeof a0), std::memcpy(a + c0 + L, &a1, sizeof a1);
+            std::memcpy(b + c0, &b0, sizeof b0), std::memcpy(b + c0 + L, &b1, sizeof b1);
+        }
+        for (; c0 + L <= C; c0 += L) {
+            Lanes a0, b0;
+            load(a0, a + c0), load(b0, b + c0);
+            for (int64_t i = i0; i < i1; ++i) term(i, c0, a0, b0);
+            std::memcpy(a + c0, &a0, sizeof a0), std::memcpy(b + c0, &b0, sizeof b0);
+        }
+    }
+#endif
+    for (int64_t i = i0; i < i1; ++i)
+        for (int64_t c = c0; c < C; ++c) term(i, c, a[c], b[c]);
+}
+
 // Adds x − shift and (x − shift)² into a, b for pixels [i0, i1) of image n.
 MPSGRAD_VECTOR_CLONES
 void statisticsPixels(const BatchNormalizationParams& p, const float* source, const float* shift, int64_t n,
                       int64_t i0, int64_t i1, float* a, float* b) {
-    const int64_t C = p.source.channels;
+    const float* __restrict base = source + at(p.source, n, 0);
     const float* __restrict sh = shift;
-    float* __restrict sa = a;
-    float* __restrict sb = b;
-    for (int64_t i = i0; i < i1; ++i) {
-        const float* __restrict x = source + at(p.source, n, i);
-        for (int64_t c = 0; c < C; ++c) {
-            const float d = x[c] - sh[c];
-            sa[c] += d;
-            sb[c] += d * d;
-        }
-    }
+    const int64_t stride = p.source.pixelStride;
+    reduceBlock(
+        p.source.channels, i0, i1,
+        [&](int64_t i, int64_t c, auto& sa, auto& sb) {
+            using V = std::decay_t<decltype(sa)>;
+            V x, shifted;
+            load(x, base + i * stride + c), load(shifted, sh + c);
+            const V d = x - shifted;
+            sa += d;
+            sb += d * d;
+        },
+        a, b);
 }
 
 // y = f(x·scale + shift) for pixels [i0, i1) of image n.
@@ -207,24 +261,28 @@ template <int32_t Type>
 MPSGRAD_BN_INLINE void statisticsGradientPixels(const Pass& s, int64_t n, int64_t i0, int64_t i1, float* sumG,
                                                 float* sumGX) {
     const NeuronParams nr = s.p.neuron;
-    const int64_t C = s.p.source.channels;
     const float* __restrict scale = s.scale;
     const float* __restrict shift = s.shift;
     const float* __restrict slope = s.slope;
     const float* __restrict mean = s.mean;
-    float* __restrict a = sumG;
-    float* __restrict b = sumGX;
-    for (int64_t i = i0; i < i1; ++i) {
-        const float* __restrict g = s.gradient + at(s.p.gradient, n, i);
-        const float* __restrict x = s.source + at(s.p.source, n, i);
-        for (int64_t c = 0; c < C; ++c) {
-            const float gp = Type == kNeuronNone
-                                 ? g[c]
-                                 : g[c] * neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c], x[c] * scale[c] + shift[c]);
-            a[c] += gp;
-            b[c] += gp * (x[c] - mean[c]);
-        }
-    }
+    const float* __restrict gBase = s.gradient + at(s.p.gradient, n, 0);
+    const float* __restrict xBase = s.source + at(s.p.source, n, 0);
+    const int64_t gStride = s.p.gradient.pixelStride, xStride = s.p.source.pixelStride;
+    // Without a neuron the term is plain arithmetic and runs on Lanes; the neurons' derivatives are
+    // scalar functions, so with one each pixel is a loop across channels (which vectorizes).
+    reduceBlock<Type == kNeuronNone>(
+        s.p.source.channels, i0, i1,
+        [&](int64_t i, int64_t c, auto& a, auto& b) {
+            using V = std::decay_t<decltype(a)>;
+            V g, x, m;
+            load(g, gBase + i * gStride + c), load(x, xBase + i * xStride + c), load(m, mean + c);
+            V gp = g;
+            if constexpr (std::is_same_v<V, float> && Type != kNeuronNone)
+                gp = g * neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c], x * scale[c] + shift[c]);
+            a += gp;
+            b += gp * (x - m);
+        },
+        sumG, sumGX);
 }
 
 // dX = scale·G' − xCoef·(x − mean) − offset, pixels [i0, i1) of image n.
