@@ -10,7 +10,9 @@ PyTorch autograd by test_arithmetic.py and test_dropout.py; one case here checks
 Every broadcasting pattern of test_arithmetic.py on either operand, with clamps, for every op and
 every FLOAT16 / FLOAT32 mix of the four images involved; rows of 1, 9 and 33 pixels with 3 channels
 (padding lanes) and 8; channel slices, read offsets, clip rectangles; CNNDivide in place over a
-FLOAT16 secondary (its state keeps a float32 copy of y).
+FLOAT16 secondary (its state keeps a float32 copy of y). The last test checks the batch shadows of
+the families that still compute in float32 (core/float16_shadow.h, Float32Shadows::cover) the same
+way: one block, interleaved blocks and a repeated image.
 """
 from __future__ import annotations
 
@@ -306,3 +308,39 @@ def test_dropout_channel_slices_and_clip(device, queue):
     got = dropout(device, queue, x, g, (F16,) * 4, configure=configure, fills=fills)
     same_bits(got[0], halved(expected[0]), "y")
     same_bits(got[1], halved(expected[1]), "dx")
+
+
+# ---- batch shadows (the families that still compute on float32 shadows) ------------------------------
+
+
+def test_batch_shadows_give_the_float32_kernel_result(device, queue):
+    """Max pooling and a convolution (float32 shadows) on FLOAT16 batches: a batch from one block
+    (one shadow for all its images), the images of two blocks interleaved, and one image twice;
+    every result is the float32 kernel's on the same values, rounded to half once."""
+    gen = rng("batch shadows")
+    a = halved(gen.standard_normal((3, 6, 7, 8)))
+    b = halved(gen.standard_normal((3, 6, 7, 8)))
+    weights = gen.standard_normal((4, 3, 3, 8)).astype(np.float32) * 0.2
+    desc = m.CNNConvolutionDescriptor(kernel_width=3, kernel_height=3, input_feature_channels=8,
+                                      output_feature_channels=4)
+    source = m.CNNConvolutionWeightsDataSource(desc, weights, np.linspace(-1, 1, 4).astype(np.float32))
+    kernels = [m.CNNPoolingMax(device, 2, 2, 2, 2), m.CNNConvolution(device, source)]
+
+    def results(batch):
+        out = []
+        for k in kernels:
+            k.destination_image_allocator = m.ImageAllocator.persistent()
+            cb = queue.command_buffer()
+            ys = k.encode_batch(cb, batch)
+            cb.commit()
+            cb.wait_until_completed()
+            assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
+            out.append(m.batch_to_numpy(ys).astype(np.float32))
+        return out
+
+    a16, b16 = (m.batch_from_numpy(v, device, channel_format=F16) for v in (a, b))
+    a32, b32 = (m.batch_from_numpy(v, device) for v in (a, b))
+    orders = [lambda x, y: x, lambda x, y: [x[0], y[0], x[1], y[1], x[2], y[2]], lambda x, y: [x[1], x[1], y[2]]]
+    for i, order in enumerate(orders):
+        for got, want in zip(results(order(a16, b16)), results(order(a32, b32))):
+            same_bits(got, halved(want), f"order {i}")
