@@ -10,6 +10,10 @@ commit, wait (destination images from ``ImageAllocator.persistent()``):
 PyTorch, NCHW float32 contiguous: ``F.conv2d`` and ``torch.ops.aten.convolution_backward`` with
 output mask (input) or (weight, bias), the op autograd calls for conv2d's backward.
 FLOPs: 2 * N * Ho * Wo * Cout * (Cin / groups) * kH * kW per op (bias terms not counted).
+
+Rows labelled "... f16" run the same shape on FLOAT16 images (source, result and gradients;
+docs/float16.md) against the same PyTorch float32 ops on the half-rounded values: their mpsgrad
+time against the plain row's is float16 storage against float32 storage.
 """
 from __future__ import annotations
 
@@ -33,6 +37,10 @@ CASES = [
     ("3x3 256->256 14x14", 8, 2, 256, 14, 14, 256, 3, 1, False),
     ("1x1 512->128 14x14", 8, 2, 512, 14, 14, 128, 1, 1, False),
     ("3x3 32->32 32x32", 16, 4, 32, 32, 32, 32, 3, 1, False),
+    # FLOAT16 images (the row name ends in " f16")
+    ("3x3 64->64 56x56 f16", 8, 2, 64, 56, 56, 64, 3, 1, False),
+    ("1x1 256->64 56x56 f16", 8, 2, 256, 56, 56, 64, 1, 1, False),
+    ("3x3 32->32 32x32 f16", 16, 4, 32, 32, 32, 32, 3, 1, False),
     # a tiny row for smoke tests (tests/python/test_benchmarks.py)
     ("tiny 3x3 8->8 8x8", 2, 2, 8, 8, 8, 8, 3, 1, False),
 ]
@@ -54,6 +62,10 @@ class _Case:
 
         x = rng.standard_normal((n, h, w, cin), dtype=np.float32)
         dy = rng.standard_normal((n, ho, wo, cout), dtype=np.float32)
+        half = self.name.endswith(" f16")
+        fmt = m.ImageFeatureChannelFormat.FLOAT16 if half else m.ImageFeatureChannelFormat.FLOAT32
+        if half:  # PyTorch computes on the values the half images hold
+            x, dy = (a.astype(np.float16).astype(np.float32) for a in (x, dy))
         w_ohwi = (rng.standard_normal((cout, k, k, cin // self.groups), dtype=np.float32)
                   / np.sqrt(k * k * cin / self.groups)).astype(np.float32)
         bias = rng.standard_normal(cout, dtype=np.float32)
@@ -67,8 +79,8 @@ class _Case:
         self.conv_grad = m.CNNConvolutionGradient(device, source)
         self.conv.destination_image_allocator = m.ImageAllocator.persistent()
         self.conv_grad.destination_image_allocator = m.ImageAllocator.persistent()
-        self.xs = m.batch_from_numpy(x, device)
-        self.dys = m.batch_from_numpy(dy, device)
+        self.xs = m.batch_from_numpy(x, device, channel_format=fmt)
+        self.dys = m.batch_from_numpy(dy, device, channel_format=fmt)
         ys, states = self._forward()
         if tuple(ys[0].shape) != (1, ho, wo, cout):
             raise RuntimeError(f"{self.label}: mpsgrad output is {ys[0].shape}, expected {(1, ho, wo, cout)}")

@@ -86,14 +86,15 @@ public:
 };
 
 // Families whose backend ops may take FLOAT16 bindings natively (Backend::readsHalfNatively).
-enum class HalfOp { Neuron };
+enum class HalfOp { Neuron, Arithmetic, Dropout };
 
 // Which bindings of an element-wise op hold IEEE half (FLOAT16) rather than float32 elements.
 struct HalfBindings {
-    bool source = false;       // the forward input X (or the gradient op's secondary)
+    bool source = false;       // the forward input X (or the gradient op's secondary); arithmetic: the primary
+    bool secondary = false;    // arithmetic: the secondary operand
     bool gradient = false;     // the incoming gradient G (gradient ops)
     bool destination = false;  // the written image
-    bool any() const { return source || gradient || destination; }
+    bool any() const { return source || secondary || gradient || destination; }
 };
 
 class Backend {
@@ -165,6 +166,22 @@ public:
     virtual void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& primary, const BufferSlice& secondary,
                                     const BufferSlice& clampState, const BufferSlice& destination) = 0;
+
+    // Native float16 (readsHalfNatively(HalfOp::Arithmetic)): the three ops above with each image
+    // binding's storage format in `formats` (primary = formats.source); clampState stays float32.
+    virtual void arithmeticForwardHalf(CommandBuffer&, const ArithmeticParams&, const HalfBindings&, const BufferSlice&,
+                                       const BufferSlice&, const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("arithmeticForwardHalf: this backend does not read FLOAT16 natively");
+    }
+    virtual void compareForwardHalf(CommandBuffer&, const CompareParams&, const HalfBindings&, const BufferSlice&,
+                                    const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("compareForwardHalf: this backend does not read FLOAT16 natively");
+    }
+    virtual void arithmeticGradientHalf(CommandBuffer&, const ArithmeticGradientParams&, const HalfBindings&,
+                                        const BufferSlice&, const BufferSlice&, const BufferSlice&, const BufferSlice&,
+                                        const BufferSlice&) {
+        throw std::logic_error("arithmeticGradientHalf: this backend does not read FLOAT16 natively");
+    }
 
     // ---- softmax family (metal/softmax_params.h) ---------------------------------------
     virtual void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
@@ -264,6 +281,12 @@ public:
     // The forward pass (source X, destination Y) and the gradient (source G, destination dX).
     virtual void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
                          const BufferSlice& destination) = 0;
+    // Native float16 (readsHalfNatively(HalfOp::Dropout)): dropout with the storage format of the
+    // source (formats.source) and destination (formats.destination).
+    virtual void dropoutHalf(CommandBuffer&, const DropoutParams&, const HalfBindings&, const BufferSlice&,
+                             const BufferSlice&) {
+        throw std::logic_error("dropoutHalf: this backend does not read FLOAT16 natively");
+    }
 
     // ---- reshape and pad family (metal/reshape_pad_params.h) -----------------------------
     // The HWC-order copy between two shapes of the same element count (reshape and its gradient).

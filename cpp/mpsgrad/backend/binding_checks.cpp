@@ -119,14 +119,14 @@ void requireNeuronData(const char* op, const NeuronParams& n, int32_t dataOffset
 
 // An operand of the arithmetic family, read over `batch` images and `channels` channels.
 void requireOperand(const char* op, const char* name, const ArithmeticOperand& o, int32_t batch, int32_t channels,
-                    const BufferSlice& slice) {
+                    const BufferSlice& slice, bool half = false) {
     for (int32_t s : {o.strideX, o.strideY, o.strideChannels, o.strideImages})
         if (s != 0 && s != 1) throwValueError(op, ": the ", name, " operand's strides must be 0 or 1, got ", s);
     const int32_t needed = o.strideChannels ? channels : (channels > 0 ? 1 : 0);
     if (o.image.channels < needed)
         throwValueError(op, ": the ", name, " operand has ", o.image.channels, " channels but ", needed,
                         " are read");
-    requireImage(op, name, o.image, o.strideImages ? batch : (batch > 0 ? 1 : 0), slice);
+    requireImage(op, name, o.image, o.strideImages ? batch : (batch > 0 ? 1 : 0), slice, half);
 }
 
 // A batch normalization image: the source's size and channel count, over the whole batch.
@@ -291,12 +291,12 @@ void checkNeuronPReLUWeightGradient(const NeuronGradientParams& p, const BufferS
 }
 
 void checkArithmeticForward(const ArithmeticParams& p, const BufferSlice& primary, const BufferSlice& secondary,
-                            const BufferSlice& destination, const BufferSlice& clampState) {
+                            const BufferSlice& destination, const BufferSlice& clampState, const HalfBindings& formats) {
     const char* op = "arithmeticForward";
     requireBatch(op, p.batch);
-    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary);
-    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary, formats.source);
+    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary, formats.secondary);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
     if (p.stateMode != kArithmeticClampNone) {
         if (p.clampState.width < p.clipWidth || p.clampState.height < p.clipHeight ||
@@ -307,25 +307,26 @@ void checkArithmeticForward(const ArithmeticParams& p, const BufferSlice& primar
 }
 
 void checkCompareForward(const CompareParams& p, const BufferSlice& primary, const BufferSlice& secondary,
-                         const BufferSlice& destination) {
+                         const BufferSlice& destination, const HalfBindings& formats) {
     const char* op = "compareForward";
     requireBatch(op, p.batch);
-    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary);
-    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireOperand(op, "primary", p.primary, p.batch, p.destination.channels, primary, formats.source);
+    requireOperand(op, "secondary", p.secondary, p.batch, p.destination.channels, secondary, formats.secondary);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
 }
 
 void checkArithmeticGradient(const ArithmeticGradientParams& p, const BufferSlice& gradient,
                              const BufferSlice& primary, const BufferSlice& secondary,
-                             const BufferSlice& clampState, const BufferSlice& destination) {
+                             const BufferSlice& clampState, const BufferSlice& destination,
+                             const HalfBindings& formats) {
     const char* op = "arithmeticGradient";
     requireBatch(op, p.batch);
     if (p.width < 0 || p.height < 0) throwValueError(op, ": negative width or height");
     const int32_t C = p.gradient.channels;
-    requireImage(op, "gradient", p.gradient, p.batch, gradient);
-    if (primary) requireOperand(op, "primary", p.primary, p.batch, C, primary);
-    if (secondary) requireOperand(op, "secondary", p.secondary, p.batch, C, secondary);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
+    if (primary) requireOperand(op, "primary", p.primary, p.batch, C, primary, formats.source);
+    if (secondary) requireOperand(op, "secondary", p.secondary, p.batch, C, secondary, formats.secondary);
     const ArithmeticOperand& s = p.forSecondary ? p.secondary : p.primary;
     for (int32_t v : {s.strideX, s.strideY, s.strideChannels, s.strideImages})
         if (v != 0 && v != 1) throwValueError(op, ": operand strides must be 0 or 1, got ", v);
@@ -333,7 +334,8 @@ void checkArithmeticGradient(const ArithmeticGradientParams& p, const BufferSlic
     if (p.destination.channels < written)
         throwValueError(op, ": the destination has ", p.destination.channels, " channels but ", written,
                         " are written");
-    requireImage(op, "destination", p.destination, s.strideImages ? p.batch : (p.batch > 0 ? 1 : 0), destination);
+    requireImage(op, "destination", p.destination, s.strideImages ? p.batch : (p.batch > 0 ? 1 : 0), destination,
+                 formats.destination);
     if (p.clampMode != kArithmeticClampNone) {
         if (p.clampState.width < p.width || p.clampState.height < p.height || p.clampState.channels < C)
             throwValueError(op, ": the clamp state layout is smaller than the gradient's extent");

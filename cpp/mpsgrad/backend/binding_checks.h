@@ -44,13 +44,16 @@ void checkNeuronGradient(const NeuronGradientParams& p, const BufferSlice& gradi
 void checkNeuronPReLUWeightGradient(const NeuronGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& aGradient);
 
+// `formats` as for the neuron checks (primary = formats.source); the clamp state is float32.
 void checkArithmeticForward(const ArithmeticParams& p, const BufferSlice& primary, const BufferSlice& secondary,
-                            const BufferSlice& destination, const BufferSlice& clampState);
+                            const BufferSlice& destination, const BufferSlice& clampState,
+                            const HalfBindings& formats = {});
 void checkCompareForward(const CompareParams& p, const BufferSlice& primary, const BufferSlice& secondary,
-                         const BufferSlice& destination);
+                         const BufferSlice& destination, const HalfBindings& formats = {});
 void checkArithmeticGradient(const ArithmeticGradientParams& p, const BufferSlice& gradient,
                              const BufferSlice& primary, const BufferSlice& secondary,
-                             const BufferSlice& clampState, const BufferSlice& destination);
+                             const BufferSlice& clampState, const BufferSlice& destination,
+                             const HalfBindings& formats = {});
 
 void checkSoftmaxForward(const SoftmaxParams& p, const BufferSlice& source, const BufferSlice& destination);
 void checkSoftmaxGradient(const SoftmaxGradientParams& p, const BufferSlice& gradient, const BufferSlice& output,

@@ -1,6 +1,7 @@
 #include "core/float16_shadow.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -44,9 +45,7 @@ void encodeConversion(CommandBuffer& cb, const BufferSlice& source, const Buffer
 }
 }  // namespace
 
-Float32Shadows::Shadow& Float32Shadows::shadowOf(const Image& image) {
-    BufferSlice original = image.storage(0);
-    const size_t elements = image.storageElements();
+Float32Shadows::Shadow& Float32Shadows::makeShadow(const BufferSlice& original, size_t elements) {
     Key key{original.buffer.get(), original.offset, elements};
     auto found = shadows_.find(key);
     if (found != shadows_.end()) return found->second;
@@ -63,19 +62,77 @@ Float32Shadows::Shadow& Float32Shadows::shadowOf(const Image& image) {
     return shadows_.emplace(key, std::move(s)).first->second;
 }
 
+Float32Shadows::Shadow& Float32Shadows::shadowOf(const Image& image, size_t& elementOffset) {
+    const BufferSlice original = image.storage(0);
+    const size_t elements = image.storageElements();
+    // A shadow whose half storage contains this image's (its own, or a batch's from cover()).
+    for (auto& entry : shadows_) {
+        Shadow& s = entry.second;
+        if (s.original.buffer != original.buffer || original.offset < s.original.offset) continue;
+        const size_t offset = (original.offset - s.original.offset) / 2;
+        if (offset + elements <= s.elements) {
+            elementOffset = offset;
+            return s;
+        }
+    }
+    elementOffset = 0;
+    return makeShadow(original, elements);
+}
+
+void Float32Shadows::cover(std::initializer_list<const ImageBatch*> batches) {
+    // Byte ranges of the half storage, by buffer, merged where they touch or overlap.
+    struct Range {
+        std::shared_ptr<Buffer> buffer;
+        size_t begin, end;
+    };
+    std::vector<Range> ranges;
+    for (const ImageBatch* batch : batches)
+        for (const auto& image : *batch)
+            if (image && image->isFloat16()) {
+                const BufferSlice storage = image->storage(0);
+                if (storage) ranges.push_back({storage.buffer, storage.offset, storage.offset + 2 * image->storageElements()});
+            }
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+        return a.buffer.get() != b.buffer.get() ? std::less<const Buffer*>()(a.buffer.get(), b.buffer.get())
+                                                : a.begin < b.begin;
+    });
+    for (size_t i = 0; i < ranges.size();) {
+        Range run = ranges[i];
+        size_t j = i + 1;
+        for (; j < ranges.size() && ranges[j].buffer == run.buffer && ranges[j].begin <= run.end; ++j)
+            run.end = std::max(run.end, ranges[j].end);
+        // One image alone gets its shadow when it is first read or written, as without cover().
+        if (j - i > 1) {
+            bool overlapsExisting = false;
+            for (const auto& entry : shadows_) {
+                const Shadow& s = entry.second;
+                overlapsExisting |= s.original.buffer == run.buffer && s.original.offset < run.end &&
+                                    run.begin < s.original.offset + 2 * s.elements;
+            }
+            // Storage already shadowed keeps its shadow (a second one would break the aliasing).
+            if (!overlapsExisting) makeShadow(BufferSlice{run.buffer, run.begin}, (run.end - run.begin) / 2);
+        }
+        i = j;
+    }
+}
+
 ImagePtr Float32Shadows::read(const ImagePtr& image) {
     if (!image || !image->isFloat16()) return image;
-    return image->float32Twin(shadowOf(*image).floats);
+    size_t offset = 0;
+    Shadow& s = shadowOf(*image, offset);
+    return image->float32Twin(s.floats.advancedBy(offset * sizeof(float)));
 }
 
 ImagePtr Float32Shadows::write(const ImagePtr& image) {
     if (!image || !image->isFloat16()) return image;
-    Shadow& s = shadowOf(*image);
+    size_t offset = 0;
+    Shadow& s = shadowOf(*image, offset);
     s.written = true;
-    return image->float32Twin(s.floats);
+    return image->float32Twin(s.floats.advancedBy(offset * sizeof(float)));
 }
 
 ImageBatch Float32Shadows::read(const ImageBatch& images) {
+    cover({&images});
     ImageBatch result;
     result.reserve(images.size());
     for (const auto& image : images) result.push_back(read(image));
@@ -83,6 +140,7 @@ ImageBatch Float32Shadows::read(const ImageBatch& images) {
 }
 
 ImageBatch Float32Shadows::write(const ImageBatch& images) {
+    cover({&images});
     ImageBatch result;
     result.reserve(images.size());
     for (const auto& image : images) result.push_back(write(image));

@@ -9,12 +9,18 @@
 // storage (the same image twice, sub-image views of one parent, an in-place destination that is
 // also a source) share one shadow, so the kernel sees them alias exactly as the originals do.
 //
+// A batch allocated in one block (Image::makeBatch, TemporaryImage::makeBatch, the graph's
+// intermediates) gets one shadow for all its images when the encode path calls cover() first (the
+// batch forms of read() and write() do): one conversion op per batch instead of one per image,
+// and an image whose storage lies inside an existing shadow uses that shadow's slice.
+//
 // Read counts, usability checks and clip rectangles stay with the original images: the encode
 // path validates the originals first and decrements their read counts, the shadows are plain
 // images that live as long as the encoded work.
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <map>
 #include <tuple>
 
@@ -37,6 +43,10 @@ public:
     // in as well, so pixels and channels the kernel leaves alone keep their values.
     ImagePtr write(const ImagePtr& image);
     ImageBatch write(const ImageBatch& images);
+    // Makes one shadow per run of touching or overlapping FLOAT16 storage among the images of the
+    // batches (a batch allocated in one block converts in one op); read() and write() of those
+    // images then hand out slices of it. FLOAT32 images and null entries are skipped.
+    void cover(std::initializer_list<const ImageBatch*> batches);
     // Converts every written shadow back into its FLOAT16 storage (once each).
     void finish();
     // True when some image needed a shadow.
@@ -51,7 +61,10 @@ private:
     };
     // Storage identity: buffer, byte offset, element count.
     using Key = std::tuple<const Buffer*, size_t, size_t>;
-    Shadow& shadowOf(const Image& image);
+    // The shadow holding `image`'s storage (made if none does) and the element offset of that
+    // storage inside it.
+    Shadow& shadowOf(const Image& image, size_t& elementOffset);
+    Shadow& makeShadow(const BufferSlice& original, size_t elements);
 
     CommandBuffer& cb_;
     std::map<Key, Shadow> shadows_;

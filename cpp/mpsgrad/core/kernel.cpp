@@ -113,6 +113,7 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
     // below stay with the originals.
     Float32Shadows shadows(cb);
     if (!readsFloat16Natively()) {
+        shadows.cover({&sources, &destinations});  // one conversion per batch block
         for (auto& d : dispatches) {
             d.source = shadows.read(d.source);
             d.destination = shadows.write(d.destination);
@@ -321,6 +322,7 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
     }
     Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
     if (!readsFloat16Natively()) {
+        shadows.cover({&primaries, &secondaries, &destinations});  // one conversion per batch block
         for (auto& d : dispatches) {
             d.primary = shadows.read(d.primary);
             d.secondary = shadows.read(d.secondary);
@@ -498,6 +500,7 @@ void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBat
         encodeGradientImpl(cb, sourceGradients, sourceImages, states, destinations);
     } else {
         Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+        shadows.cover({&sourceGradients, &sourceImages, &destinations});  // one conversion per batch block
         ImageBatch gradients32 = shadows.read(sourceGradients), images32 = shadows.read(sourceImages);
         encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));
         shadows.finish();

@@ -162,6 +162,9 @@ void CNNMultiaryKernel::encodeResolved(CommandBuffer& cb, const std::vector<Imag
         }
     }
     Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    ImageBatch involved = destinations;
+    for (const auto& batch : sourceBatches) involved.insert(involved.end(), batch.begin(), batch.end());
+    shadows.cover({&involved});  // one conversion per batch block
     for (auto& d : dispatches) {
         for (auto& source : d.sources) source = shadows.read(source);
         d.destination = shadows.write(d.destination);

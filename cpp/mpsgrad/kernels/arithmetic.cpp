@@ -51,7 +51,7 @@ ArithmeticOperand makeOperand(const Image& image, int64_t channelOffset, int64_t
     axis(offsetX, strideX, width, image.width(), "columns", 'x');
     axis(offsetY, strideY, height, image.height(), "rows", 'y');
     ArithmeticOperand o{};
-    o.image = image.layout(channelOffset, channels);
+    o.image = image.storageLayout(channelOffset, channels);  // FLOAT16 as it is when read natively
     o.offsetX = checked::toInt32(offsetX, "offset.x");
     o.offsetY = checked::toInt32(offsetY, "offset.y");
     o.strideX = checked::toInt32(strideX, "stride_in_pixels_x");
@@ -81,9 +81,25 @@ void setResolvedFormula(Params& p, const Resolved& r, const CNNArithmetic& k) {
     p.clipHeight = r.clipHeight;
 }
 
+// The storage formats of a forward dispatch's images (FLOAT16 ones reach the ops as they are when
+// the kernel reads them natively; shadows are FLOAT32).
+HalfBindings operandFormats(const BinaryDispatch& d) {
+    HalfBindings f;
+    f.source = d.primary->isFloat16();
+    f.secondary = d.secondary->isFloat16();
+    f.destination = d.destination->isFloat16();
+    return f;
+}
+
 }  // namespace
 
 // ---- CNNArithmetic ------------------------------------------------------------------------------------
+
+bool CNNArithmetic::readsFloat16Natively() const { return device_.backend().readsHalfNatively(HalfOp::Arithmetic); }
+
+bool CNNArithmeticGradient::readsFloat16Natively() const {
+    return device_.backend().readsHalfNatively(HalfOp::Arithmetic);
+}
 
 void CNNArithmetic::checkProperties() const {
     checkStride(primaryStrideInPixelsX, "primary_stride_in_pixels_x");
@@ -179,7 +195,7 @@ CNNArithmetic::Resolved CNNArithmetic::resolve(const BinaryDispatch& d) const {
                               secondaryOffset.y + (secondaryStrideInPixelsY ? shiftY : 0), secondaryStrideInPixelsX,
                               secondaryStrideInPixelsY, secondaryStrideInFeatureChannels, sEdge, r.clipWidth,
                               r.clipHeight, "secondary_image", "secondary", className());
-    r.destination = d.destination->layout(destinationFeatureChannelOffset, C);
+    r.destination = d.destination->storageLayout(destinationFeatureChannelOffset, C);
     return r;
 }
 
@@ -263,16 +279,29 @@ void CNNArithmetic::encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispat
             if (state.hasSecondaryCopy) {
                 // y for CNNDivideGradient's secondary filter, copied before the forward op runs (the
                 // destination may alias it).
-                const size_t bytes = size_t(d.secondary->imageStride()) * size_t(r.batch) * sizeof(float);
-                state.secondaryCopyIndex = state.addResource(bytes);
+                // The copy is float32 whatever the secondary's storage (a FLOAT16 one is converted).
+                const size_t elements = size_t(d.secondary->imageStride()) * size_t(r.batch);
+                state.secondaryCopyIndex = state.addResource(elements * sizeof(float));
                 state.secondaryCopyLayout = r.secondary.image;
-                backend.copyBuffer(cb, d.secondary->storage(d.secondaryImageIndex),
-                                   state.resourceAtIndex(state.secondaryCopyIndex), bytes);
+                if (d.secondary->isFloat16())
+                    backend.convertImageFormat(cb, ConvertFormatParams{checked::toInt32(int64_t(elements), "secondary"
+                                                                                        " elements"), 0},
+                                               d.secondary->storage(d.secondaryImageIndex),
+                                               state.resourceAtIndex(state.secondaryCopyIndex));
+                else
+                    backend.copyBuffer(cb, d.secondary->storage(d.secondaryImageIndex),
+                                       state.resourceAtIndex(state.secondaryCopyIndex), elements * sizeof(float));
             }
         }
-        backend.arithmeticForward(cb, p, d.primary->storage(d.primaryImageIndex),
-                                  d.secondary->storage(d.secondaryImageIndex),
-                                  d.destination->storage(d.destinationImageIndex), mask);
+        const HalfBindings formats = operandFormats(d);
+        if (formats.any())
+            backend.arithmeticForwardHalf(cb, p, formats, d.primary->storage(d.primaryImageIndex),
+                                          d.secondary->storage(d.secondaryImageIndex),
+                                          d.destination->storage(d.destinationImageIndex), mask);
+        else
+            backend.arithmeticForward(cb, p, d.primary->storage(d.primaryImageIndex),
+                                      d.secondary->storage(d.secondaryImageIndex),
+                                      d.destination->storage(d.destinationImageIndex), mask);
     }
 }
 
@@ -295,9 +324,15 @@ void NNCompare::encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispatch>&
         setResolvedFormula(p, r, *this);
         p.comparison = comparison;
         p.threshold = threshold;
-        backend.compareForward(cb, p, d.primary->storage(d.primaryImageIndex),
-                               d.secondary->storage(d.secondaryImageIndex),
-                               d.destination->storage(d.destinationImageIndex));
+        const HalfBindings formats = operandFormats(d);
+        if (formats.any())
+            backend.compareForwardHalf(cb, p, formats, d.primary->storage(d.primaryImageIndex),
+                                       d.secondary->storage(d.secondaryImageIndex),
+                                       d.destination->storage(d.destinationImageIndex));
+        else
+            backend.compareForward(cb, p, d.primary->storage(d.primaryImageIndex),
+                                   d.secondary->storage(d.secondaryImageIndex),
+                                   d.destination->storage(d.destinationImageIndex));
     }
 }
 
@@ -378,6 +413,7 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
     struct Work {
         ArithmeticGradientParams p;
         BufferSlice gradient, primary, secondary, mask, destination;
+        HalfBindings formats;  // FLOAT16 bindings (read natively)
     };
     std::vector<Work> work;
     for (size_t i = 0; i < states.size(); ++i) {
@@ -430,7 +466,8 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
 
         Work w{};
         ArithmeticGradientParams& p = w.p;
-        p.gradient = g.layout(primarySourceFeatureChannelOffset, C);
+        p.gradient = g.storageLayout(primarySourceFeatureChannelOffset, C);
+        w.formats.gradient = g.isFloat16();
         p.primary = state.primary;
         p.secondary = state.secondary;
         if (readsOther) {
@@ -464,9 +501,11 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
             if (otherIsPrimary) {
                 p.primary = o;
                 w.primary = other.storage(secondaryOffset.z);
+                w.formats.source = other.isFloat16();
             } else {
                 p.secondary = o;
                 w.secondary = other.storage(secondaryOffset.z);
+                w.formats.secondary = other.isFloat16();
             }
             if (op_ == kArithmeticDivide && secondaryFilter_) {
                 if (!state.hasSecondaryCopy)
@@ -474,9 +513,11 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
                                     "a CNNDivide)");
                 p.secondary.image = state.secondaryCopyLayout;
                 w.secondary = state.resourceAtIndex(state.secondaryCopyIndex);
+                w.formats.secondary = false;  // the state's copy is float32
             }
         }
-        p.destination = dst.layout(destinationFeatureChannelOffset, DC);
+        p.destination = dst.storageLayout(destinationFeatureChannelOffset, DC);
+        w.formats.destination = dst.isFloat16();
         p.batch = checked::toInt32(count, "number of images");
         p.width = checked::toInt32(W, "width");
         p.height = checked::toInt32(H, "height");
@@ -502,8 +543,13 @@ void CNNArithmeticGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
     }
 
     Backend& backend = device_.backend();
-    for (const Work& w : work)
-        backend.arithmeticGradient(cb, w.p, w.gradient, w.primary, w.secondary, w.mask, w.destination);
+    for (const Work& w : work) {
+        if (w.formats.any())
+            backend.arithmeticGradientHalf(cb, w.p, w.formats, w.gradient, w.primary, w.secondary, w.mask,
+                                           w.destination);
+        else
+            backend.arithmeticGradient(cb, w.p, w.gradient, w.primary, w.secondary, w.mask, w.destination);
+    }
 }
 
 }  // namespace mpsgrad

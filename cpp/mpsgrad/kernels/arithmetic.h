@@ -77,6 +77,8 @@ public:
 class CNNArithmetic : public CNNBinaryKernel {
 public:
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can (the CPU backend, docs/float16.md).
+    bool readsFloat16Natively() const override;
     float primaryScale = 1.0f;
     float secondaryScale = 1.0f;
     float bias = 0.0f;
@@ -176,6 +178,8 @@ protected:
 class CNNArithmeticGradient : public CNNGradientKernel {
 public:
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can (the CPU backend, docs/float16.md).
+    bool readsFloat16Natively() const override;
     float primaryScale = 1.0f;
     float secondaryScale = 1.0f;
     float bias = 0.0f;  // ignored by the gradient (as in MPS)

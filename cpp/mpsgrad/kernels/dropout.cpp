@@ -37,6 +37,20 @@ DropoutMask baseMask(float keepProbability, uint64_t seed, uint64_t stream, cons
     return m;
 }
 
+// The backend op on images from `sourceIndex` / `destinationIndex`, passing FLOAT16 storage as it
+// is (the kernels read half natively when the backend does, docs/float16.md).
+void encodeDropout(CommandBuffer& cb, const DropoutParams& p, const Image& source, int64_t sourceIndex,
+                   const Image& destination, int64_t destinationIndex) {
+    Backend& backend = source.device().backend();
+    HalfBindings formats;
+    formats.source = source.isFloat16();
+    formats.destination = destination.isFloat16();
+    if (formats.any())
+        backend.dropoutHalf(cb, p, formats, source.storage(sourceIndex), destination.storage(destinationIndex));
+    else
+        backend.dropout(cb, p, source.storage(sourceIndex), destination.storage(destinationIndex));
+}
+
 }  // namespace
 
 std::vector<uint8_t> CNNDropoutGradientState::maskData() const {
@@ -56,6 +70,12 @@ std::vector<uint8_t> CNNDropoutGradientState::maskData() const {
 }
 
 // ---- forward ---------------------------------------------------------------------------------------
+
+bool CNNDropout::readsFloat16Natively() const { return device_.backend().readsHalfNatively(HalfOp::Dropout); }
+
+bool CNNDropoutGradient::readsFloat16Natively() const {
+    return device_.backend().readsHalfNatively(HalfOp::Dropout);
+}
 
 CNNDropout::CNNDropout(const Device& device, float keepProbability, uint64_t seed, Size3 maskStrideInPixels)
     : CNNKernel(device), keepProbability_(keepProbability), seed_(seed), maskStride_(maskStrideInPixels) {
@@ -84,8 +104,9 @@ void CNNDropout::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>&
         const int64_t N = d.sourceChannels;
         checkDestinationChannels(*d.destination, N);
         DropoutParams p{};
-        p.source = d.source->layout(d.sourceChannelOffset, N);
-        p.destination = d.destination->layout(destinationFeatureChannelOffset, N);
+        // storageLayout: FLOAT16 images arrive as they are when readsFloat16Natively().
+        p.source = d.source->storageLayout(d.sourceChannelOffset, N);
+        p.destination = d.destination->storageLayout(destinationFeatureChannelOffset, N);
         p.batch = int32_t(d.imageCount);
         p.sourceX = int32_t(offset.x + elementwise::clipShift(clipRect.origin.x, d.clip.origin.x));
         p.sourceY = int32_t(offset.y + elementwise::clipShift(clipRect.origin.y, d.clip.origin.y));
@@ -115,12 +136,11 @@ void CNNDropout::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>&
         state.seed = seed_;
         state.maskStrideInPixels = maskStride_;
     }
-    Backend& backend = device_.backend();
     for (auto [begin, end] : elementwise::unaryBatchRuns(dispatches)) {
         DropoutParams p = params[begin];
         p.batch = int32_t(end - begin) * params[begin].batch;
         const UnaryDispatch& d = dispatches[begin];
-        backend.dropout(cb, p, d.source->storage(d.sourceImageIndex), d.destination->storage(d.destinationImageIndex));
+        encodeDropout(cb, p, *d.source, d.sourceImageIndex, *d.destination, d.destinationImageIndex);
     }
     ++encodes_;
 }
@@ -150,7 +170,6 @@ void CNNDropoutGradient::checkGradientStateType(const State& state) const {
 void CNNDropoutGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
                                             const ImageBatch& sourceImages, const StateBatch& states,
                                             const ImageBatch& destinations) {
-    Backend& backend = device_.backend();
     std::vector<DropoutParams> params;
     for (size_t i = 0; i < states.size(); ++i) {
         const auto& state = static_cast<const CNNDropoutGradientState&>(*states[i]);
@@ -166,8 +185,8 @@ void CNNDropoutGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch&
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, *sourceImages[i], dst, nullptr, className());
         DropoutParams p{};
-        p.source = g.layout(primarySourceFeatureChannelOffset, N);
-        p.destination = dst.layout(destinationFeatureChannelOffset, N);
+        p.source = g.storageLayout(primarySourceFeatureChannelOffset, N);
+        p.destination = dst.storageLayout(destinationFeatureChannelOffset, N);
         elementwise::setClip(p, geo.clip);
         p.sourceX = int32_t(geo.gradientX);
         p.sourceY = int32_t(geo.gradientY);
@@ -185,8 +204,8 @@ void CNNDropoutGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch&
         params.push_back(p);
     }
     for (size_t i = 0; i < params.size(); ++i)
-        backend.dropout(cb, params[i], sourceGradients[i]->storage(primaryOffset.z),
-                        destinations[i]->storage(clipToImage(clipRect, *destinations[i]).origin.z));
+        encodeDropout(cb, params[i], *sourceGradients[i], primaryOffset.z, *destinations[i],
+                      clipToImage(clipRect, *destinations[i]).origin.z);
 }
 
 }  // namespace mpsgrad

@@ -34,6 +34,8 @@ public:
 class CNNDropout final : public CNNKernel {
 public:
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can (the CPU backend, docs/float16.md).
+    bool readsFloat16Natively() const override;
     // -initWithDevice:keepProbability:seed:maskStrideInPixels: (ValueError unless keepProbability is
     // in (0, 1) and every stride component is 0 or 1)
     CNNDropout(const Device& device, float keepProbability, uint64_t seed, Size3 maskStrideInPixels);
@@ -69,6 +71,8 @@ public:
     CNNDropoutGradient(const Device& device, float keepProbability, uint64_t seed, Size3 maskStrideInPixels);
     const char* className() const override { return "CNNDropoutGradient"; }
     bool writesEveryDestinationPixel() const override { return true; }
+    // FLOAT16 images natively where the backend can (the CPU backend, docs/float16.md).
+    bool readsFloat16Natively() const override;
 
     float keepProbability() const { return keepProbability_; }
     uint64_t seed() const { return seed_; }

@@ -8,7 +8,8 @@
 // vectorizes. The gradient is a gather: every dX element is owned by one task, which sums its
 // terms in a fixed order; long reductions are split into blocks whose size depends only on the
 // shape and whose partial sums are added in block order, so results are bitwise reproducible
-// whatever the thread count.
+// whatever the thread count. FLOAT16 bindings are read and written natively, a row at a time
+// through float32 row buffers (half_streaming.h); the arithmetic stays float32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "cpu_ops.h"
 #include "elementwise.h"
+#include "half_streaming.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
@@ -68,6 +70,14 @@ inline float clampValue(float u, float lo, float hi) {
 
 inline float maskValue(float u, float lo, float hi) { return (lo <= u && u <= hi) ? 1.0f : 0.0f; }
 
+// destination[i] = source[i] for i < count, rounded to half for a FLOAT16 destination.
+inline void storeFloats(const float* source, float* destination, int64_t count) {
+    std::copy(source, source + count, destination);
+}
+inline void storeFloats(const float* source, uint16_t* destination, int64_t count) {
+    floatsToHalves(source, destination, count);
+}
+
 void checkOperand(const char* op, const char* name, const ArithmeticOperand& o, int32_t channels) {
     checkLayout(op, name, o.image);
     auto bit = [](int32_t v) { return v == 0 || v == 1; };
@@ -86,24 +96,54 @@ inline RowRuns operandRow(const ArithmeticOperand& o, const float* base, int64_t
                    o.strideX, count, o.edgeMode, zeros);
 }
 
-// Shared row/segment walk of the forward ops: body(n, y, begin, end, ptrs[2], strides[2]).
-template <class Body>
-void forwardRows(const ArithmeticOperand& primary, const float* pBase, const ArithmeticOperand& secondary,
-                 const float* sBase, int32_t batch, int32_t width, int32_t height, int32_t channels,
-                 Body&& body) {
+// The same through a row reader (float32 in place, or a FLOAT16 row staged as float32).
+template <class Reader>
+inline RowRuns operandRow(const ArithmeticOperand& o, Reader& reader, int64_t n, int32_t y, int32_t count,
+                          const float* zeros) {
+    return reader.runs(o.strideImages ? n : 0, o.offsetX, o.offsetY + (o.strideY ? y : 0), o.strideX, count,
+                       o.edgeMode, zeros);
+}
+
+// Shared row/segment walk of the forward ops, for a primary stored as PT, a secondary as ST and a
+// destination as DT (float, or uint16_t: IEEE half). body(n, y, begin, end, ptrs[2], strides[2],
+// dRow) where dRow is the (float32) destination row at the clip's first column.
+template <class PT, class ST, class DT, class Body>
+void forwardRows(const ArithmeticOperand& primary, const void* pBase, const ArithmeticOperand& secondary,
+                 const void* sBase, const ImageLayout& destination, void* dBase, int32_t batch, int32_t clipX,
+                 int32_t clipY, int32_t width, int32_t height, int32_t channels, Body&& body) {
     const int64_t rows = int64_t(batch) * height;
     parallelFor(rows, rowGrain(int64_t(width) * channels), [&](int64_t r0, int64_t r1) {
         std::vector<float> zeros(size_t(std::max(channels, 1)), 0.0f);
+        RowReader<PT> pr(pBase, primary.image);
+        RowReader<ST> sr(sBase, secondary.image);
+        RowWriter<DT> d(dBase, destination);
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / height;
             const int32_t y = int32_t(r % height);
-            RowRuns in[2] = {operandRow(primary, pBase, n, y, width, zeros.data()),
-                             operandRow(secondary, sBase, n, y, width, zeros.data())};
+            RowRuns in[2] = {operandRow(primary, pr, n, y, width, zeros.data()),
+                             operandRow(secondary, sr, n, y, width, zeros.data())};
+            float* dRow = d.row(n, clipX, clipY + y, width);
             forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                body(n, y, b, e, ptrs, strides);
+                body(n, y, b, e, ptrs, strides, dRow);
             });
+            d.commit();
         }
     });
+}
+
+// Instantiates forwardRows for the storage formats of the three bindings.
+template <class Body>
+void forwardRowsFor(const HalfBindings& f, const ArithmeticOperand& primary, const void* pBase,
+                    const ArithmeticOperand& secondary, const void* sBase, const ImageLayout& destination,
+                    void* dBase, int32_t batch, int32_t clipX, int32_t clipY, int32_t width, int32_t height,
+                    int32_t channels, Body&& body) {
+    withFormats(
+        [&](auto pf, auto sf, auto df) {
+            forwardRows<typename decltype(pf)::type, typename decltype(sf)::type, typename decltype(df)::type>(
+                primary, pBase, secondary, sBase, destination, dBase, batch, clipX, clipY, width, height, channels,
+                body);
+        },
+        f.source, f.secondary, f.destination);
 }
 
 // One segment of the arithmetic forward: count pixels, C channels.
@@ -161,6 +201,40 @@ void withCompare(int32_t c, F&& f) {
         case kCompareGreater: f(std::integral_constant<int32_t, kCompareGreater>{}); break;
         default: f(std::integral_constant<int32_t, kCompareGreaterOrEqual>{}); break;
     }
+}
+
+using ForwardSegmentFn = void (*)(int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                                  float*, int64_t, float, float, float, float, float);
+
+// The forward segment loop instantiated for one operator, pair of channel strides and state mode.
+ForwardSegmentFn selectForwardSegment(int32_t op, bool pc, bool sc, int32_t mode) {
+    ForwardSegmentFn fn = nullptr;
+    withOp(op, [&](auto o) {
+        withBool(pc, [&](auto pcv) {
+            withBool(sc, [&](auto scv) {
+                withStateMode(mode, [&](auto md) {
+                    fn = &arithmeticSegment<decltype(o)::value, decltype(pcv)::value, decltype(scv)::value,
+                                            decltype(md)::value>;
+                });
+            });
+        });
+    });
+    return fn;
+}
+
+using CompareSegmentFn = void (*)(int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                                  const CompareParams&);
+
+CompareSegmentFn selectCompareSegment(int32_t comparison, bool pc, bool sc) {
+    CompareSegmentFn fn = nullptr;
+    withCompare(comparison, [&](auto cmp) {
+        withBool(pc, [&](auto pcv) {
+            withBool(sc, [&](auto scv) {
+                fn = &compareSegment<decltype(cmp)::value, decltype(pcv)::value, decltype(scv)::value>;
+            });
+        });
+    });
+    return fn;
 }
 
 // ---- gradient ---------------------------------------------------------------------------
@@ -230,8 +304,8 @@ GradientSegmentFn selectGradientSegment(int32_t op, bool forSecondary, bool xc, 
 
 }  // namespace
 
-void arithmeticForward(const ArithmeticParams& p, const float* primary, const float* secondary,
-                       float* destination, float* clampState) {
+void arithmeticForward(const ArithmeticParams& p, const HalfBindings& formats, const void* primary,
+                       const void* secondary, void* destination, float* clampState) {
     static const char* op = "arithmeticForward";
     const int32_t C = p.destination.channels;
     checkOperand(op, "primary", p.primary, C);
@@ -250,41 +324,37 @@ void arithmeticForward(const ArithmeticParams& p, const float* primary, const fl
     }
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
 
-    withOp(p.op, [&](auto o) {
-        withBool(p.primary.strideChannels != 0, [&](auto pc) {
-            withBool(p.secondary.strideChannels != 0, [&](auto sc) {
-                withStateMode(p.stateMode, [&](auto md) {
-                    constexpr int32_t Op = decltype(o)::value, Mode = decltype(md)::value;
-                    constexpr bool PC = decltype(pc)::value, SC = decltype(sc)::value;
-                    forwardRows(p.primary, primary, p.secondary, secondary, p.batch, p.clipWidth,
-                                p.clipHeight, C,
-                                [&](int64_t n, int32_t y, int32_t b, int32_t e, const float* const* ptrs,
-                                    const int64_t* strides) {
-                        float* d = destination + pixelIndex(p.destination, n, p.clipX + b, p.clipY + y);
-                        float* st = Mode != kArithmeticClampNone
-                                        ? clampState + pixelIndex(p.clampState, n, b, y)
-                                        : nullptr;
-                        int64_t count = e - b, channels = C;
-                        int64_t xs = strides[0], ys = strides[1], ds = p.destination.pixelStride;
-                        int64_t sts = Mode != kArithmeticClampNone ? p.clampState.pixelStride : 0;
-                        // Dense bindings: one flat span of count * C elements.
-                        if (PC && SC && xs == C && ys == C && ds == C &&
-                            (Mode == kArithmeticClampNone || sts == C)) {
-                            channels *= count;
-                            count = 1;
-                        }
-                        arithmeticSegment<Op, PC, SC, Mode>(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds,
-                                                            st, sts, p.primaryScale, p.secondaryScale,
-                                                            p.bias, p.minimumValue, p.maximumValue);
-                    });
-                });
-            });
-        });
+    const ForwardSegmentFn fn = selectForwardSegment(p.op, p.primary.strideChannels != 0,
+                                                     p.secondary.strideChannels != 0, p.stateMode);
+    const bool pc = p.primary.strideChannels != 0, sc = p.secondary.strideChannels != 0;
+    const bool withState = p.stateMode != kArithmeticClampNone;
+    forwardRowsFor(formats, p.primary, primary, p.secondary, secondary, p.destination, destination, p.batch, p.clipX,
+                   p.clipY, p.clipWidth, p.clipHeight, C,
+                   [&](int64_t n, int32_t y, int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides,
+                       float* dRow) {
+        const int64_t ds = p.destination.pixelStride;
+        float* d = dRow + int64_t(b) * ds;
+        float* st = withState ? clampState + pixelIndex(p.clampState, n, b, y) : nullptr;
+        int64_t count = e - b, channels = C;
+        const int64_t xs = strides[0], ys = strides[1];
+        const int64_t sts = withState ? p.clampState.pixelStride : 0;
+        // Dense bindings: one flat span of count * C elements.
+        if (pc && sc && xs == C && ys == C && ds == C && (!withState || sts == C)) {
+            channels *= count;
+            count = 1;
+        }
+        fn(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds, st, sts, p.primaryScale, p.secondaryScale, p.bias,
+           p.minimumValue, p.maximumValue);
     });
 }
 
-void compareForward(const CompareParams& p, const float* primary, const float* secondary,
-                    float* destination) {
+void arithmeticForward(const ArithmeticParams& p, const float* primary, const float* secondary,
+                       float* destination, float* clampState) {
+    arithmeticForward(p, HalfBindings{}, primary, secondary, destination, clampState);
+}
+
+void compareForward(const CompareParams& p, const HalfBindings& formats, const void* primary, const void* secondary,
+                    void* destination) {
     static const char* op = "compareForward";
     const int32_t C = p.destination.channels;
     checkOperand(op, "primary", p.primary, C);
@@ -295,31 +365,131 @@ void compareForward(const CompareParams& p, const float* primary, const float* s
         invalid(op, "unknown comparison " + std::to_string(p.comparison));
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
 
-    withCompare(p.comparison, [&](auto cmp) {
-        withBool(p.primary.strideChannels != 0, [&](auto pc) {
-            withBool(p.secondary.strideChannels != 0, [&](auto sc) {
-                constexpr int32_t Cmp = decltype(cmp)::value;
-                constexpr bool PC = decltype(pc)::value, SC = decltype(sc)::value;
-                forwardRows(p.primary, primary, p.secondary, secondary, p.batch, p.clipWidth, p.clipHeight,
-                            C,
-                            [&](int64_t n, int32_t y, int32_t b, int32_t e, const float* const* ptrs,
-                                const int64_t* strides) {
-                    float* d = destination + pixelIndex(p.destination, n, p.clipX + b, p.clipY + y);
-                    int64_t count = e - b, channels = C;
-                    const int64_t xs = strides[0], ys = strides[1], ds = p.destination.pixelStride;
-                    if (PC && SC && xs == C && ys == C && ds == C) {
-                        channels *= count;
-                        count = 1;
-                    }
-                    compareSegment<Cmp, PC, SC>(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds, p);
-                });
-            });
-        });
+    const CompareSegmentFn fn =
+        selectCompareSegment(p.comparison, p.primary.strideChannels != 0, p.secondary.strideChannels != 0);
+    const bool pc = p.primary.strideChannels != 0, sc = p.secondary.strideChannels != 0;
+    forwardRowsFor(formats, p.primary, primary, p.secondary, secondary, p.destination, destination, p.batch, p.clipX,
+                   p.clipY, p.clipWidth, p.clipHeight, C,
+                   [&](int64_t, int32_t, int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides,
+                       float* dRow) {
+        const int64_t ds = p.destination.pixelStride;
+        float* d = dRow + int64_t(b) * ds;
+        int64_t count = e - b, channels = C;
+        const int64_t xs = strides[0], ys = strides[1];
+        if (pc && sc && xs == C && ys == C && ds == C) {
+            channels *= count;
+            count = 1;
+        }
+        fn(count, channels, ptrs[0], xs, ptrs[1], ys, d, ds, p);
     });
 }
 
-void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient, const float* primary,
-                        const float* secondary, const float* clampState, float* destination) {
+void compareForward(const CompareParams& p, const float* primary, const float* secondary, float* destination) {
+    compareForward(p, HalfBindings{}, primary, secondary, destination);
+}
+
+namespace {
+
+// The gather of arithmeticGradient for G stored as GT, the forward operands as PT / ST and dX as DT
+// (float, or uint16_t: IEEE half through half_streaming.h's row readers; each output pixel is
+// rounded once, from its float32 sum).
+template <class GT, class PT, class ST, class DT>
+void gradientRows(const ArithmeticGradientParams& p, GradientSegmentFn fn, bool needX, bool needY,
+                  const void* gradient, const void* primary, const void* secondary, const float* clampState,
+                  void* destination) {
+    const int32_t C = p.gradient.channels;
+    const int32_t B = p.batch, H = p.height, W = p.width;
+    const ArithmeticOperand& s = p.forSecondary ? p.secondary : p.primary;
+    const int64_t DB = s.strideImages ? B : 1, DH = s.strideY ? H : 1, DW = s.strideX ? W : 1;
+    const int64_t DC = s.strideChannels ? C : 1;
+    // One reader per input and thread (a FLOAT16 reader owns its row buffer).
+    struct Readers {
+        RowReader<GT> g;
+        RowReader<PT> x;
+        RowReader<ST> y;
+    };
+    auto readers = [&] {
+        return Readers{RowReader<GT>(gradient, p.gradient), RowReader<PT>(primary, p.primary.image),
+                       RowReader<ST>(secondary, p.secondary.image)};
+    };
+    // Output rows (dn, dy), each fed by S forward rows (n, py) enumerated in a fixed order.
+    const int64_t outRows = DB * DH;
+    const int64_t nCount = s.strideImages ? 1 : B, yCount = s.strideY ? 1 : H;
+    const int64_t S = nCount * yCount;
+    const int64_t rowLen = DW * DC;
+    const int64_t perBlock = rowGrain(int64_t(W) * C);
+    const int64_t blocks = (S + perBlock - 1) / perBlock;
+
+    // Sums forward rows [k0, k1) of output row `o` into acc (rowLen floats, not cleared).
+    auto accumulate = [&](int64_t o, int64_t k0, int64_t k1, float* acc, const float* zeros, Readers& r) {
+        const int64_t dn = o / DH, dy = o % DH;
+        for (int64_t k = k0; k < k1; ++k) {
+            const int64_t n = s.strideImages ? dn : k / yCount;
+            const int32_t py = int32_t(s.strideY ? dy : k % yCount);
+            RowRuns in[4] = {
+                r.g.runs(n, p.gradientX, p.gradientY + py, 1, W, kEdgeZero, zeros),
+                needX ? operandRow(p.primary, r.x, n, py, W, zeros) : constantRow(zeros, W),
+                needY ? operandRow(p.secondary, r.y, n, py, W, zeros) : constantRow(zeros, W),
+                p.clampMode != kArithmeticClampNone
+                    ? rowRuns(p.clampState, clampState, n, 0, py, 1, W, kEdgeZero, zeros)
+                    : constantRow(zeros, W)};
+            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                fn(e - b, C, b, ptrs, strides, acc, DC, p.primaryScale, p.secondaryScale, p.minimumValue,
+                   p.maximumValue);
+            });
+        }
+    };
+    // Writes one finished output row, dropping pixels outside dX.
+    auto write = [&](int64_t o, const float* acc) {
+        const int64_t dn = o / DH, dy = o % DH;
+        const int64_t yy = p.destinationY + dy;
+        if (yy < 0 || yy >= p.destination.height) return;
+        for (int64_t j = 0; j < DW; ++j) {
+            const int64_t xx = p.destinationX + j;
+            if (xx < 0 || xx >= p.destination.width) continue;
+            storeFloats(acc + j * DC, static_cast<DT*>(destination) + pixelIndex(p.destination, dn, xx, yy), DC);
+        }
+    };
+
+    if (blocks <= 1) {
+        parallelFor(outRows, rowGrain(int64_t(W) * C * S), [&](int64_t o0, int64_t o1) {
+            std::vector<float> zeros(size_t(C), 0.0f), acc(static_cast<size_t>(rowLen));
+            Readers r = readers();
+            for (int64_t o = o0; o < o1; ++o) {
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                accumulate(o, 0, S, acc.data(), zeros.data(), r);
+                write(o, acc.data());
+            }
+        });
+        return;
+    }
+    std::vector<float> partial(size_t(outRows * blocks * rowLen), 0.0f);
+    parallelFor(outRows * blocks, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<float> zeros(size_t(C), 0.0f);
+        Readers r = readers();
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o = t / blocks, blk = t % blocks;
+            accumulate(o, blk * perBlock, std::min(S, (blk + 1) * perBlock), partial.data() + t * rowLen,
+                       zeros.data(), r);
+        }
+    });
+    parallelFor(outRows, rowGrain(rowLen * blocks), [&](int64_t o0, int64_t o1) {
+        std::vector<float> acc(static_cast<size_t>(rowLen));
+        for (int64_t o = o0; o < o1; ++o) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t blk = 0; blk < blocks; ++blk) {
+                const float* part = partial.data() + (o * blocks + blk) * rowLen;
+                for (int64_t j = 0; j < rowLen; ++j) acc[size_t(j)] += part[j];
+            }
+            write(o, acc.data());
+        }
+    });
+}
+
+}  // namespace
+
+void arithmeticGradient(const ArithmeticGradientParams& p, const HalfBindings& formats, const void* gradient,
+                        const void* primary, const void* secondary, const float* clampState, void* destination) {
     static const char* op = "arithmeticGradient";
     const int32_t C = p.gradient.channels;
     const int32_t B = p.batch, H = p.height, W = p.width;
@@ -352,7 +522,6 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
         if (p.clampState.width < W || p.clampState.height < H || p.clampState.channels != C)
             invalid(op, "clampState must cover width x height pixels with gradient.channels channels");
     }
-    const int64_t DB = s.strideImages ? B : 1, DH = s.strideY ? H : 1, DW = s.strideX ? W : 1;
     const int64_t DC = s.strideChannels ? C : 1;
     if (p.destination.channels != DC)
         invalid(op, "destination has " + std::to_string(p.destination.channels) + " channels, expected " +
@@ -362,79 +531,18 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient
     const GradientSegmentFn fn =
         selectGradientSegment(p.op, forSecondary, p.primary.strideChannels != 0, p.secondary.strideChannels != 0,
                               p.clampMode, s.strideX != 0, s.strideChannels != 0);
+    withFormats(
+        [&](auto gf, auto pf, auto sf, auto df) {
+            gradientRows<typename decltype(gf)::type, typename decltype(pf)::type, typename decltype(sf)::type,
+                         typename decltype(df)::type>(p, fn, needX, needY, gradient, primary, secondary, clampState,
+                                                      destination);
+        },
+        formats.gradient, formats.source, formats.secondary, formats.destination);
+}
 
-    // Output rows (dn, dy), each fed by S forward rows (n, py) enumerated in a fixed order.
-    const int64_t outRows = DB * DH;
-    const int64_t nCount = s.strideImages ? 1 : B, yCount = s.strideY ? 1 : H;
-    const int64_t S = nCount * yCount;
-    const int64_t rowLen = DW * DC;
-    const int64_t perBlock = rowGrain(int64_t(W) * C);
-    const int64_t blocks = (S + perBlock - 1) / perBlock;
-
-    // Sums forward rows [k0, k1) of output row `o` into acc (rowLen floats, not cleared).
-    auto accumulate = [&](int64_t o, int64_t k0, int64_t k1, float* acc, const float* zeros) {
-        const int64_t dn = o / DH, dy = o % DH;
-        for (int64_t k = k0; k < k1; ++k) {
-            const int64_t n = s.strideImages ? dn : k / yCount;
-            const int32_t py = int32_t(s.strideY ? dy : k % yCount);
-            RowRuns in[4] = {
-                rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + py, 1, W, kEdgeZero, zeros),
-                needX ? operandRow(p.primary, primary, n, py, W, zeros) : constantRow(zeros, W),
-                needY ? operandRow(p.secondary, secondary, n, py, W, zeros) : constantRow(zeros, W),
-                p.clampMode != kArithmeticClampNone
-                    ? rowRuns(p.clampState, clampState, n, 0, py, 1, W, kEdgeZero, zeros)
-                    : constantRow(zeros, W)};
-            forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
-                fn(e - b, C, b, ptrs, strides, acc, DC, p.primaryScale, p.secondaryScale, p.minimumValue,
-                   p.maximumValue);
-            });
-        }
-    };
-    // Writes one finished output row, dropping pixels outside dX.
-    auto write = [&](int64_t o, const float* acc) {
-        const int64_t dn = o / DH, dy = o % DH;
-        const int64_t yy = p.destinationY + dy;
-        if (yy < 0 || yy >= p.destination.height) return;
-        for (int64_t j = 0; j < DW; ++j) {
-            const int64_t xx = p.destinationX + j;
-            if (xx < 0 || xx >= p.destination.width) continue;
-            float* d = destination + pixelIndex(p.destination, dn, xx, yy);
-            const float* a = acc + j * DC;
-            for (int64_t k = 0; k < DC; ++k) d[k] = a[k];
-        }
-    };
-
-    if (blocks <= 1) {
-        parallelFor(outRows, rowGrain(int64_t(W) * C * S), [&](int64_t o0, int64_t o1) {
-            std::vector<float> zeros(size_t(C), 0.0f), acc(static_cast<size_t>(rowLen));
-            for (int64_t o = o0; o < o1; ++o) {
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                accumulate(o, 0, S, acc.data(), zeros.data());
-                write(o, acc.data());
-            }
-        });
-        return;
-    }
-    std::vector<float> partial(size_t(outRows * blocks * rowLen), 0.0f);
-    parallelFor(outRows * blocks, 1, [&](int64_t t0, int64_t t1) {
-        std::vector<float> zeros(size_t(C), 0.0f);
-        for (int64_t t = t0; t < t1; ++t) {
-            const int64_t o = t / blocks, blk = t % blocks;
-            accumulate(o, blk * perBlock, std::min(S, (blk + 1) * perBlock), partial.data() + t * rowLen,
-                       zeros.data());
-        }
-    });
-    parallelFor(outRows, rowGrain(rowLen * blocks), [&](int64_t o0, int64_t o1) {
-        std::vector<float> acc(static_cast<size_t>(rowLen));
-        for (int64_t o = o0; o < o1; ++o) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int64_t blk = 0; blk < blocks; ++blk) {
-                const float* part = partial.data() + (o * blocks + blk) * rowLen;
-                for (int64_t j = 0; j < rowLen; ++j) acc[size_t(j)] += part[j];
-            }
-            write(o, acc.data());
-        }
-    });
+void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient, const float* primary,
+                        const float* secondary, const float* clampState, float* destination) {
+    arithmeticGradient(p, HalfBindings{}, gradient, primary, secondary, clampState, destination);
 }
 
 }  // namespace mpsgrad::cpu

@@ -271,7 +271,9 @@ public:
         });
     }
 
-    bool readsHalfNatively(HalfOp op) const override { return op == HalfOp::Neuron; }
+    bool readsHalfNatively(HalfOp op) const override {
+        return op == HalfOp::Neuron || op == HalfOp::Arithmetic || op == HalfOp::Dropout;
+    }
 
     void neuronForwardHalf(CommandBuffer& cb, const NeuronForwardParams& p, const HalfBindings& formats,
                            const BufferSlice& source, const BufferSlice& neuronData,
@@ -318,6 +320,33 @@ public:
         encode(cb, [=] {
             cpu::arithmeticGradient(p, gradient.floats(), primary.floats(), secondary.floats(), clampState.floats(),
                                     destination.floats());
+        });
+    }
+
+    void arithmeticForwardHalf(CommandBuffer& cb, const ArithmeticParams& p, const HalfBindings& formats,
+                               const BufferSlice& primary, const BufferSlice& secondary,
+                               const BufferSlice& destination, const BufferSlice& clampState) override {
+        bindings::checkArithmeticForward(p, primary, secondary, destination, clampState, formats);
+        encode(cb, [=] {
+            cpu::arithmeticForward(p, formats, primary.floats(), secondary.floats(), destination.floats(),
+                                   clampState.floats());
+        });
+    }
+
+    void compareForwardHalf(CommandBuffer& cb, const CompareParams& p, const HalfBindings& formats,
+                            const BufferSlice& primary, const BufferSlice& secondary,
+                            const BufferSlice& destination) override {
+        bindings::checkCompareForward(p, primary, secondary, destination, formats);
+        encode(cb, [=] { cpu::compareForward(p, formats, primary.floats(), secondary.floats(), destination.floats()); });
+    }
+
+    void arithmeticGradientHalf(CommandBuffer& cb, const ArithmeticGradientParams& p, const HalfBindings& formats,
+                                const BufferSlice& gradient, const BufferSlice& primary, const BufferSlice& secondary,
+                                const BufferSlice& clampState, const BufferSlice& destination) override {
+        bindings::checkArithmeticGradient(p, gradient, primary, secondary, clampState, destination, formats);
+        encode(cb, [=] {
+            cpu::arithmeticGradient(p, formats, gradient.floats(), primary.floats(), secondary.floats(),
+                                    clampState.floats(), destination.floats());
         });
     }
 
@@ -475,6 +504,10 @@ public:
     void dropout(CommandBuffer& cb, const DropoutParams& p, const BufferSlice& source,
                  const BufferSlice& destination) override {
         encode(cb, [=] { cpu::dropout(p, source, destination); });
+    }
+    void dropoutHalf(CommandBuffer& cb, const DropoutParams& p, const HalfBindings& formats, const BufferSlice& source,
+                     const BufferSlice& destination) override {
+        encode(cb, [=] { cpu::dropout(p, formats, source, destination); });
     }
 
     // ---- sub-pixel convolution -----------------------------------------------------------------

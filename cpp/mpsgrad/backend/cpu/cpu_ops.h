@@ -68,6 +68,15 @@ void compareForward(const CompareParams& p, const float* primary, const float* s
 void arithmeticGradient(const ArithmeticGradientParams& p, const float* gradient,
                         const float* primary, const float* secondary, const float* clampState,
                         float* destination);
+// The same three with FLOAT16 image bindings where `formats` says so (primary = formats.source;
+// uint16_t IEEE half elements, layouts count elements; the clamp state is float32): rows go
+// through float32 row buffers (half_streaming.h), the arithmetic is float32.
+void arithmeticForward(const ArithmeticParams& p, const HalfBindings& formats, const void* primary,
+                       const void* secondary, void* destination, float* clampState);
+void compareForward(const CompareParams& p, const HalfBindings& formats, const void* primary, const void* secondary,
+                    void* destination);
+void arithmeticGradient(const ArithmeticGradientParams& p, const HalfBindings& formats, const void* gradient,
+                        const void* primary, const void* secondary, const float* clampState, void* destination);
 
 // Softmax family (metal/softmax_params.h).
 void softmaxForward(const SoftmaxParams& p, const float* source, float* destination);
@@ -131,6 +140,9 @@ void upsamplingGradient(const UpsamplingGradientParams& p, const BufferSlice& gr
 
 // ---- dropout family (metal/dropout_params.h; dropout.cpp): forward and gradient alike
 void dropout(const DropoutParams& p, const BufferSlice& source, const BufferSlice& destination);
+// The same with FLOAT16 source / destination where formats.source / formats.destination say so.
+void dropout(const DropoutParams& p, const HalfBindings& formats, const BufferSlice& source,
+             const BufferSlice& destination);
 
 // ---- reshape and pad family (metal/reshape_pad_params.h; reshape_pad.cpp); bindings checked by
 // bindings::checkReshapeCopy / checkPadForward / checkPadGradient

@@ -27,9 +27,13 @@ struct RowReader {
     ImageLayout layout;
 
     RowReader(const void* b, const ImageLayout& l) : base(static_cast<const float*>(b)), layout(l) {}
-    // rowRuns(layout, base, n, x0, y, 1, count, edgeMode, zeros).
+    // rowRuns(layout, base, n, x0, y, strideX, count, edgeMode, zeros).
+    RowRuns runs(int64_t n, int32_t x0, int32_t y, int32_t strideX, int32_t count, int32_t edgeMode,
+                 const float* zeros) {
+        return rowRuns(layout, base, n, x0, y, strideX, count, edgeMode, zeros);
+    }
     RowRuns runs(int64_t n, int32_t x0, int32_t y, int32_t count, int32_t edgeMode, const float* zeros) {
-        return rowRuns(layout, base, n, x0, y, 1, count, edgeMode, zeros);
+        return runs(n, x0, y, 1, count, edgeMode, zeros);
     }
 };
 
@@ -43,9 +47,15 @@ struct RowReader<uint16_t> {
 
     RowReader(const void* b, const ImageLayout& l) : base(static_cast<const uint16_t*>(b)), layout(l) {}
     RowRuns runs(int64_t n, int32_t x0, int32_t y, int32_t count, int32_t edgeMode, const float* zeros) {
+        return runs(n, x0, y, 1, count, edgeMode, zeros);
+    }
+    // strideX 0 (a broadcast column) stages the whole row too: rowRuns picks the pixel from it.
+    RowRuns runs(int64_t n, int32_t x0, int32_t y, int32_t strideX, int32_t count, int32_t edgeMode,
+                 const float* zeros) {
         const bool clamp = edgeMode == kEdgeClamp && layout.width > 0 && layout.height > 0;
         // Off-image rows read as zeros: rowRuns never touches the base then.
-        if ((y < 0 || y >= layout.height) && !clamp) return rowRuns(layout, nullptr, n, x0, y, 1, count, edgeMode, zeros);
+        if ((y < 0 || y >= layout.height) && !clamp)
+            return rowRuns(layout, nullptr, n, x0, y, strideX, count, edgeMode, zeros);
         const int32_t clampedY = std::min(std::max(y, 0), layout.height - 1);
         const int64_t rowElements = int64_t(layout.width) * layout.pixelStride;
         row.resize(size_t(rowElements));
@@ -55,7 +65,7 @@ struct RowReader<uint16_t> {
         ImageLayout rowLayout = layout;
         rowLayout.height = 1;
         rowLayout.imageStride = int32_t(rowElements);
-        return rowRuns(rowLayout, row.data(), 0, x0, 0, 1, count, edgeMode, zeros);
+        return rowRuns(rowLayout, row.data(), 0, x0, 0, strideX, count, edgeMode, zeros);
     }
 };
 
@@ -120,6 +130,12 @@ void withFormats(Body&& body, bool a, bool b) {
 template <class Body>
 void withFormats(Body&& body, bool a, bool b, bool c) {
     auto rest = [&](auto fa) { withFormats([&](auto fb, auto fc) { body(fa, fb, fc); }, b, c); };
+    if (a) rest(Format<uint16_t>{});
+    else rest(Format<float>{});
+}
+template <class Body>
+void withFormats(Body&& body, bool a, bool b, bool c, bool d) {
+    auto rest = [&](auto fa) { withFormats([&](auto fb, auto fc, auto fd) { body(fa, fb, fc, fd); }, b, c, d); };
     if (a) rest(Format<uint16_t>{});
     else rest(Format<float>{});
 }

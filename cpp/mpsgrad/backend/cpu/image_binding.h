@@ -34,12 +34,27 @@ inline void checkFloatsFit(const char* op, const char* name, const BufferSlice& 
                                      std::to_string(available) + " after offset " + std::to_string(slice.offset));
 }
 
-// checkLayout, then checkFloatsFit for `batch` images of `l`.
+// checkFloatsFit for a binding of IEEE halves (native float16 storage): `halves` 2-byte elements.
+inline void checkHalvesFit(const char* op, const char* name, const BufferSlice& slice, int64_t halves) {
+    if (halves <= 0) return;
+    if (!slice) elementwise::invalid(op, std::string(name) + " buffer is missing");
+    const size_t length = slice.buffer->length();
+    if (slice.offset % sizeof(uint16_t) != 0 || slice.offset > length)
+        elementwise::invalid(op, std::string(name) + " offset " + std::to_string(slice.offset) +
+                                     " is not a half offset inside its buffer");
+    const uint64_t available = uint64_t(length - slice.offset) / sizeof(uint16_t);
+    if (uint64_t(halves) > available)
+        elementwise::invalid(op, std::string(name) + " needs " + std::to_string(halves) + " halves but its buffer holds " +
+                                     std::to_string(available) + " after offset " + std::to_string(slice.offset));
+}
+
+// checkLayout, then checkFloatsFit (checkHalvesFit when `half`) for `batch` images of `l`.
 inline void checkImageBinding(const char* op, const char* name, const BufferSlice& slice, const ImageLayout& l,
-                              int32_t batch) {
+                              int32_t batch, bool half = false) {
     elementwise::checkLayout(op, name, l);
     if (l.pixelStride < 0) elementwise::invalid(op, std::string(name) + " has a negative pixel stride");
-    checkFloatsFit(op, name, slice, imageSpanFloats(l, batch));
+    if (half) checkHalvesFit(op, name, slice, imageSpanFloats(l, batch));
+    else checkFloatsFit(op, name, slice, imageSpanFloats(l, batch));
 }
 
 }  // namespace mpsgrad::cpu

@@ -113,17 +113,18 @@ public:
     void arithmeticForward(CommandBuffer& cb, const ArithmeticParams& p, const BufferSlice& primary,
                            const BufferSlice& secondary, const BufferSlice& destination,
                            const BufferSlice& clampState) override {
-        dispatchOp(bindings::checkArithmeticForward, encodeArithmeticForward, cb,
+        dispatchOp([](const auto&... a) { bindings::checkArithmeticForward(a...); }, encodeArithmeticForward, cb,
                    p, primary, secondary, destination, clampState);
     }
     void compareForward(CommandBuffer& cb, const CompareParams& p, const BufferSlice& primary,
                         const BufferSlice& secondary, const BufferSlice& destination) override {
-        dispatchOp(bindings::checkCompareForward, encodeCompareForward, cb, p, primary, secondary, destination);
+        dispatchOp([](const auto&... a) { bindings::checkCompareForward(a...); }, encodeCompareForward, cb, p, primary,
+                   secondary, destination);
     }
     void arithmeticGradient(CommandBuffer& cb, const ArithmeticGradientParams& p, const BufferSlice& gradient,
                             const BufferSlice& primary, const BufferSlice& secondary, const BufferSlice& clampState,
                             const BufferSlice& destination) override {
-        dispatchOp(bindings::checkArithmeticGradient, encodeArithmeticGradient, cb,
+        dispatchOp([](const auto&... a) { bindings::checkArithmeticGradient(a...); }, encodeArithmeticGradient, cb,
                    p, gradient, primary, secondary, clampState, destination);
     }
     void softmaxForward(CommandBuffer& cb, const SoftmaxParams& p, const BufferSlice& source,
