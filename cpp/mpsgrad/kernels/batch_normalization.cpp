@@ -471,6 +471,9 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     int64_t count = accumulate ? state->statisticsCount : 0;
     std::vector<BatchNormalizationParams> params;
     Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    for (const ImagePtr& source : sources)
+        if (source) source->checkUsable(cb, "source_image");
+    shadows.cover({&sources});  // one conversion per batch block
     ImageBatch sources32;
     for (const ImagePtr& source : sources) {
         if (!source) throwTypeError("source_images: expected a list of Images, got None in it");
@@ -544,6 +547,11 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     int64_t count = accumulate ? state->statisticsGradientCount : 0;
     std::vector<BatchNormalizationParams> params;
     Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    for (size_t i = 0; i < sourceGradients.size() && i < sourceImages.size(); ++i) {
+        if (sourceGradients[i]) sourceGradients[i]->checkUsable(cb, "source_gradient");
+        if (sourceImages[i]) sourceImages[i]->checkUsable(cb, "source_image");
+    }
+    shadows.cover({&sourceGradients, &sourceImages});  // one conversion per batch block
     ImageBatch gradients32, images32;
     for (size_t i = 0; i < sourceGradients.size(); ++i) {
         const ImagePtr& g = sourceGradients[i];

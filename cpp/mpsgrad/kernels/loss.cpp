@@ -262,6 +262,12 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
 
     // FLOAT16 images take part through float32 shadows (core/float16_shadow.h).
     Float32Shadows shadows(cb);
+    ImageBatch sources, gradients;
+    for (const LossPassImages& im : images) {
+        sources.push_back(im.source);
+        gradients.push_back(im.gradient);
+    }
+    shadows.cover({&sources, &gradients});  // one conversion per batch block
     std::vector<LossPassImages> shadowed = images;
     for (LossPassImages& im : shadowed) {
         im.source = shadows.read(im.source);
