@@ -647,11 +647,20 @@ void bindNNGraph(py::module_& m) {
                 d["intermediate_buffers"] = s.intermediateBuffers;
                 d["reused_buffers"] = s.reusedBuffers;
                 d["peak_live_buffers"] = s.peakLiveBuffers;
+                d["fused_pairs"] = s.fusedPairs;
                 return d;
             },
             "What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), "
             "intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served "
-            "by a released buffer), peak_live_buffers (most pooled buffers holding live images at once)")
+            "by a released buffer), peak_live_buffers (most pooled buffers holding live images at once), "
+            "fused_pairs (producer + neuron node pairs encoded as one kernel)")
+        .def_readwrite("fuse_neurons", &NNGraph::fuseNeurons,
+                       "mpsgrad: encode a convolution / fully connected / batch normalization node and the one neuron "
+                       "node reading its result as one kernel where that is exact (docs/graph.md \"Fusion\"); "
+                       "default True")
+        .def_property_readonly("fused_node_pairs", &NNGraph::fusedNodePairs,
+                               "mpsgrad: the (producer, neuron node) pairs that run as one kernel when fuse_neurons "
+                               "is set")
         .def_property_readonly("nodes", &NNGraph::nodes, "The filter nodes in encode order")
         .def("reload_from_data_sources", &NNGraph::reloadFromDataSources)
         .def("read_count_for_source_image_at_index", &NNGraph::readCountForSourceImageAtIndex, py::arg("index"))
