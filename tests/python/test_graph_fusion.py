@@ -2,7 +2,7 @@
 normalization node whose result only one neuron node reads runs as one kernel with the neuron fused.
 
 Proven here: for every producer and every neuron type the kernels fuse, the fused graph equals the
-same graph with fuse_neurons = False and a float64 PyTorch / NumPy formula; the pairs that must not
+same graph with neuron_fusion = "none" and a float64 PyTorch / NumPy formula; the pairs that must not
 fuse (a second reader, an exported or result pre-neuron image, a gradient reader, a producer that
 cannot fuse) stay unfused; and an inference graph sharing its nodes with a training graph computes
 with the parameters of every training step (GPU-style updates reloaded on the command buffer,
@@ -47,7 +47,11 @@ NEURONS = {
 
 
 def encode(device, graph, xs, fuse):
-    graph.fuse_neurons = fuse
+    return encode_mode(device, graph, xs, "all" if fuse else "none")
+
+
+def encode_mode(device, graph, xs, mode):
+    graph.neuron_fusion = mode
     cb = m.CommandQueue(device).command_buffer()
     out = graph.encode_batch(cb, [xs])
     cb.commit()
@@ -56,7 +60,7 @@ def encode(device, graph, xs, fuse):
 
 
 def fused_and_unfused(device, graph, xs):
-    """The graph's result fused and unfused, checking the statistics of both encodes."""
+    """The graph's result with every fusable pair fused and with none, checking the statistics."""
     fused = encode(device, graph, xs, True)
     stats = graph.last_encode_statistics
     pairs = len(graph.fused_node_pairs)
@@ -100,6 +104,7 @@ def test_fused_pair_equals_unfused_and_torch(device, kind, neuron):
         formula = lambda X: torch.where(X >= 0, X, torch.tensor(SLOPES[:CIN], dtype=torch.float64).view(1, -1, 1, 1) * X)
     act = m.CNNNeuronNode(node.result_image, descriptor)
     graph = exact_graph(device, act.result_image)
+    graph.neuron_fusion = "all"
     pairs = graph.fused_node_pairs
     assert len(pairs) == 1 and pairs[0][0] is node and pairs[0][1] is act
     fused, unfused = fused_and_unfused(device, graph, images(device, x))
@@ -133,6 +138,7 @@ def test_chains_fuse_each_pair_once(device):
     conv2 = m.CNNConvolutionNode(tanh.result_image, ConvSource(w2, b2))
     sigmoid = m.CNNNeuronSigmoidNode(conv2.result_image)
     graph = exact_graph(device, sigmoid.result_image)
+    graph.neuron_fusion = "all"
     assert [(a, b) for a, b in graph.fused_node_pairs] == [(conv1, relu), (conv2, sigmoid)]
     fused, unfused = fused_and_unfused(device, graph, images(device, x))
     assert graph.last_encode_statistics["encoded_nodes"] == 5  # the unfused encode; fused: 3
@@ -140,6 +146,28 @@ def test_chains_fuse_each_pair_once(device):
     y = torch.sigmoid(F.conv2d(y, torch_weight(w2).detach(), torch.tensor(b2, dtype=torch.float64), padding=1))
     close(fused, unfused, rel=1e-5)
     close(fused, nhwc(y))
+
+
+def test_auto_fuses_the_pairs_that_pay_on_the_device(device):
+    """'auto' (the default): batch normalization and fully connected pairs everywhere; convolution
+    pairs except on the CPU, whose fused convolution epilogue is slower than a neuron pass."""
+    gen = rng("fusion-auto")
+    x = randn(gen, N, H, W, CIN)
+    bn, _ = producer("bn", gen, m.NNImageNode())
+    relu_bn = m.CNNNeuronReLUNode(bn.result_image)
+    conv, _ = producer("conv", gen, relu_bn.result_image)
+    relu_conv = m.CNNNeuronReLUNode(conv.result_image)
+    fc = m.CNNFullyConnectedNode(relu_conv.result_image, ConvSource(randn(gen, 3, H, W, C) * 0.2, randn(gen, 3)))
+    tanh_fc = m.CNNNeuronTanHNode(fc.result_image)
+    graph = exact_graph(device, tanh_fc.result_image)
+    assert graph.neuron_fusion == "auto"
+    expected = [(bn, relu_bn)] + ([] if device.name == "cpu" else [(conv, relu_conv)]) + [(fc, tanh_fc)]
+    assert [(a, b) for a, b in graph.fused_node_pairs] == expected
+    auto = encode_mode(device, graph, images(device, x), "auto")
+    assert graph.last_encode_statistics["fused_pairs"] == len(expected)
+    close(auto, encode_mode(device, graph, images(device, x), "none"), rel=1e-5)
+    with pytest.raises(ValueError, match="neuron_fusion"):
+        graph.neuron_fusion = "some"
 
 
 def _two_readers(conv, relu):
@@ -169,6 +197,7 @@ def test_pairs_whose_pre_neuron_image_lives_stay_unfused(device, case):
     relu = m.CNNNeuronReLUNode(conv.result_image)
     results, needed = case(conv, relu)
     graph = exact_graph(device, results, needed)
+    graph.neuron_fusion = "all"
     assert graph.fused_node_pairs == []
     fused, unfused = fused_and_unfused(device, graph, images(device, x))
     np.testing.assert_array_equal(fused, unfused)
@@ -192,6 +221,7 @@ def test_producers_that_cannot_fuse_stay_unfused(device):
     add = m.NNAdditionNode(m.CNNNeuronReLUNode(with_neuron.result_image).result_image, one_slope.result_image)
     transpose = m.CNNConvolutionTransposeNode(add.result_image, None, ConvSource(randn(gen, CIN, 3, 3, C), randn(gen, CIN)))
     graph = exact_graph(device, m.CNNNeuronReLUNode(transpose.result_image).result_image)
+    graph.neuron_fusion = "all"
     assert graph.fused_node_pairs == []
 
 
@@ -204,8 +234,11 @@ def test_training_graph_does_not_fuse_and_its_inference_graph_does(device):
     loss = m.CNNLossNode(relu.result_image,
                          m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM))
     training = exact_graph(device, loss.training_graph()[0].result_image)
+    training.neuron_fusion = "all"
     assert training.fused_node_pairs == []
-    assert len(exact_graph(device, relu.result_image).fused_node_pairs) == 1
+    inference = exact_graph(device, relu.result_image)
+    inference.neuron_fusion = "all"
+    assert len(inference.fused_node_pairs) == 1
 
 
 # ---- an inference graph and a training graph sharing nodes and data sources -----------------------------
@@ -274,6 +307,7 @@ def test_fused_inference_graph_follows_every_training_update(device, style):
                          m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
     training = exact_graph(device, loss.training_graph()[0].result_image, False)
     inference = exact_graph(device, fc.result_image)
+    training.neuron_fusion = inference.neuron_fusion = "all"
     assert training.fused_node_pairs == []
     assert [(a, b) for a, b in inference.fused_node_pairs] == [(conv, relu), (bn, tanh)]
     labels = np.eye(3, dtype=np.float32)[[0, 2]].reshape(N, 1, 1, 3)
@@ -296,7 +330,7 @@ def test_fused_inference_graph_follows_every_training_update(device, style):
         if style == "gpu" and step == 1:
             # Encoded after the GPU-style update on the same command buffer: the fused kernels
             # copy the reloaded weights on it (that reload has not run when they are encoded).
-            inference.fuse_neurons = True
+            inference.neuron_fusion = "all"
             same_buffer = inference.encode_batch(cb, [xs])
             assert inference.last_encode_statistics["fused_pairs"] == 2
         cb.commit()

@@ -107,6 +107,7 @@ public:
     bool canFuseNeuron(const NNNeuronDescriptor& neuron) const override;
     NodeEncodeResult encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
                                       const NNNeuronDescriptor& neuron) override;
+    bool fusionPays() const override;
 
 protected:
     void createKernels(const Device& device) override;
@@ -222,6 +223,7 @@ public:
     bool canFuseNeuron(const NNNeuronDescriptor& neuron) const override;
     NodeEncodeResult encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
                                       const NNNeuronDescriptor& neuron) override;
+    bool fusionPays() const override;
 
 protected:
     void createKernels(const Device& device) override;

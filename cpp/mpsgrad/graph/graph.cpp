@@ -102,7 +102,8 @@ void NNGraph::build(const std::vector<ImageNodePtr>& results) {
 
 std::vector<std::pair<FilterNodePtr, FilterNodePtr>> NNGraph::fusedNodePairs() const {
     std::vector<std::pair<FilterNodePtr, FilterNodePtr>> pairs;
-    for (const auto& pair : fusion_.pairs()) pairs.emplace_back(order_[pair.head], order_[pair.tail]);
+    for (const auto& pair : fusion_.pairs())
+        if (NeuronFusionPlan::fuses(pair, neuronFusion)) pairs.emplace_back(order_[pair.head], order_[pair.tail]);
     return pairs;
 }
 
@@ -285,8 +286,8 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
     for (size_t index = 0; index < order_.size(); ++index) {
         const auto& node = order_[index];
         // A fused neuron ran with its producer; its source image never existed.
-        if (fuseNeurons && fusion_.isTail(index)) continue;
-        const FusedNeuronPair* fused = fuseNeurons ? fusion_.headAt(index) : nullptr;
+        if (fusion_.isTail(index, neuronFusion)) continue;
+        const FusedNeuronPair* fused = fusion_.headAt(index, neuronFusion);
         std::vector<ImageBatch> inputs;
         for (const auto& image : node->sourceImages()) inputs.push_back(images.at(image.get()));
         std::vector<StateBatch> inputStates;

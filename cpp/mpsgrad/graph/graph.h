@@ -57,11 +57,12 @@ public:
     // Storage of the intermediates (FLOAT16 or FLOAT32); results and exported images are FLOAT32
     // unless their node's `format` is set.
     ImageFeatureChannelFormat format = ImageFeatureChannelFormat::Float16;
-    // Encode a convolution / fully connected / batch normalization node and the one neuron node
-    // reading its result as one kernel where graph_fusion.h allows it (mpsgrad; docs/graph.md
-    // "Fusion"). False: every node runs its own kernel.
-    bool fuseNeurons = true;
-    // The pairs that fuse when fuseNeurons is set: (producer, neuron node).
+    // Which convolution / fully connected / batch normalization nodes run as one kernel with the
+    // one neuron node reading their result, where graph_fusion.h allows it (mpsgrad; docs/graph.md
+    // "Fusion"): Auto (default) the pairs whose fused kernel is faster on the device, All every
+    // such pair, None no pair.
+    NeuronFusion neuronFusion = NeuronFusion::Auto;
+    // The pairs that fuse in the current neuronFusion mode: (producer, neuron node).
     std::vector<std::pair<FilterNodePtr, FilterNodePtr>> fusedNodePairs() const;
     // What the last encode did (nodes encoded, pooled intermediate buffers allocated and reused).
     const GraphEncodeStatistics& lastEncodeStatistics() const { return lastEncode_; }

@@ -38,13 +38,20 @@ public:
     // are produced (the plan only fuses nodes whose states nobody reads).
     virtual NodeEncodeResult encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
                                               const NNNeuronDescriptor& neuron) = 0;
+    // True when the fused kernel is faster than the two kernels on the node's device (measured;
+    // docs/graph.md "Fusion"): the "auto" mode fuses only these.
+    virtual bool fusionPays() const = 0;
 };
+
+// NNGraph.neuronFusion: which of the fusable pairs run as one kernel.
+enum class NeuronFusion { None, Auto, All };
 
 // One fused pair: the producer at `head` in the graph's encode order and the neuron node at `tail`.
 struct FusedNeuronPair {
     size_t head = 0, tail = 0;
     NeuronFusingNode* producer = nullptr;
     NNNeuronDescriptor neuron;
+    bool pays = true;  // producer->fusionPays()
 };
 
 // The pairs of one graph, looked up by encode-order index.
@@ -52,16 +59,24 @@ class NeuronFusionPlan {
 public:
     NeuronFusionPlan() = default;
     NeuronFusionPlan(std::vector<FusedNeuronPair> pairs, size_t nodeCount);
-    // The pair whose producer is at `index` (null when none).
-    const FusedNeuronPair* headAt(size_t index) const { return headOf_.empty() ? nullptr : headOf_[index]; }
-    // True when the node at `index` is a neuron encoded with its producer.
-    bool isTail(size_t index) const { return !isTail_.empty() && isTail_[index]; }
+    // The pair whose producer is at `index` and that fuses in `mode` (null when none).
+    const FusedNeuronPair* headAt(size_t index, NeuronFusion mode) const {
+        const FusedNeuronPair* pair = headOf_.empty() ? nullptr : headOf_[index];
+        return pair && fuses(*pair, mode) ? pair : nullptr;
+    }
+    // True when the node at `index` is a neuron encoded with its producer in `mode`.
+    bool isTail(size_t index, NeuronFusion mode) const {
+        return !tailOf_.empty() && tailOf_[index] && fuses(*tailOf_[index], mode);
+    }
+    static bool fuses(const FusedNeuronPair& pair, NeuronFusion mode) {
+        return mode == NeuronFusion::All || (mode == NeuronFusion::Auto && pair.pays);
+    }
+    // Every fusable pair (whether it fuses depends on the mode).
     const std::vector<FusedNeuronPair>& pairs() const { return pairs_; }
 
 private:
     std::vector<FusedNeuronPair> pairs_;
-    std::vector<const FusedNeuronPair*> headOf_;
-    std::vector<bool> isTail_;
+    std::vector<const FusedNeuronPair*> headOf_, tailOf_;
 };
 
 // What the plan needs to know about the graph besides its nodes.
