@@ -18,10 +18,10 @@ bool sameNeuronDescriptor(const NNNeuronDescriptor& a, const NNNeuronDescriptor&
 // ---- the plan -----------------------------------------------------------------------------------------
 
 NeuronFusionPlan::NeuronFusionPlan(std::vector<FusedNeuronPair> pairs, size_t nodeCount)
-    : pairs_(std::move(pairs)), headOf_(nodeCount, nullptr), tailOf_(nodeCount, nullptr) {
-    for (const auto& pair : pairs_) {
-        headOf_[pair.head] = &pair;
-        tailOf_[pair.tail] = &pair;
+    : pairs_(std::move(pairs)), headOf_(nodeCount, kNone), tailOf_(nodeCount, kNone) {
+    for (size_t i = 0; i < pairs_.size(); ++i) {
+        headOf_[pairs_[i].head] = i;
+        tailOf_[pairs_[i].tail] = i;
     }
 }
 

@@ -60,14 +60,9 @@ public:
     NeuronFusionPlan() = default;
     NeuronFusionPlan(std::vector<FusedNeuronPair> pairs, size_t nodeCount);
     // The pair whose producer is at `index` and that fuses in `mode` (null when none).
-    const FusedNeuronPair* headAt(size_t index, NeuronFusion mode) const {
-        const FusedNeuronPair* pair = headOf_.empty() ? nullptr : headOf_[index];
-        return pair && fuses(*pair, mode) ? pair : nullptr;
-    }
+    const FusedNeuronPair* headAt(size_t index, NeuronFusion mode) const { return fusing(headOf_, index, mode); }
     // True when the node at `index` is a neuron encoded with its producer in `mode`.
-    bool isTail(size_t index, NeuronFusion mode) const {
-        return !tailOf_.empty() && tailOf_[index] && fuses(*tailOf_[index], mode);
-    }
+    bool isTail(size_t index, NeuronFusion mode) const { return fusing(tailOf_, index, mode) != nullptr; }
     static bool fuses(const FusedNeuronPair& pair, NeuronFusion mode) {
         return mode == NeuronFusion::All || (mode == NeuronFusion::Auto && pair.pays);
     }
@@ -75,8 +70,16 @@ public:
     const std::vector<FusedNeuronPair>& pairs() const { return pairs_; }
 
 private:
+    static constexpr size_t kNone = size_t(-1);
+    const FusedNeuronPair* fusing(const std::vector<size_t>& pairOf, size_t index, NeuronFusion mode) const {
+        if (pairOf.empty() || pairOf[index] == kNone || !fuses(pairs_[pairOf[index]], mode)) return nullptr;
+        return &pairs_[pairOf[index]];
+    }
+
     std::vector<FusedNeuronPair> pairs_;
-    std::vector<const FusedNeuronPair*> headOf_, tailOf_;
+    // Node index -> index in pairs_ of the pair it heads / ends (kNone); indices, so that copies
+    // of a plan (and of its graph) stay valid.
+    std::vector<size_t> headOf_, tailOf_;
 };
 
 // What the plan needs to know about the graph besides its nodes.
