@@ -6207,13 +6207,26 @@ class NNGraph:
     def format(self, arg0: ImageFeatureChannelFormat) -> None:
         ...
     @property
+    def fused_node_pairs(self) -> list[tuple[NNFilterNode, NNFilterNode]]:
+        """
+        mpsgrad: the (producer, neuron node) pairs that run as one kernel in the current neuron_fusion mode
+        """
+    @property
     def intermediate_image_handles(self) -> list:
         ...
     @property
     def last_encode_statistics(self) -> dict:
         """
-        What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served by a released buffer), peak_live_buffers (most pooled buffers holding live images at once)
+        What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served by a released buffer), peak_live_buffers (most pooled buffers holding live images at once), fused_pairs (producer + neuron node pairs encoded as one kernel)
         """
+    @property
+    def neuron_fusion(self) -> str:
+        """
+        mpsgrad: which convolution / fully connected / batch normalization nodes run as one kernel with the one neuron node reading their result (docs/graph.md "Fusion"): 'auto' (default) the pairs whose fused kernel is faster on the device, 'all' every fusable pair, 'none' no pair
+        """
+    @neuron_fusion.setter
+    def neuron_fusion(self, arg1: str) -> None:
+        ...
     @property
     def nodes(self) -> list[NNFilterNode]:
         """

@@ -647,11 +647,30 @@ void bindNNGraph(py::module_& m) {
                 d["intermediate_buffers"] = s.intermediateBuffers;
                 d["reused_buffers"] = s.reusedBuffers;
                 d["peak_live_buffers"] = s.peakLiveBuffers;
+                d["fused_pairs"] = s.fusedPairs;
                 return d;
             },
             "What the last encode did (mpsgrad): encoded_nodes (filter nodes encoded; a fused pair counts once), "
             "intermediate_buffers (buffers allocated for pooled intermediates), reused_buffers (allocations served "
-            "by a released buffer), peak_live_buffers (most pooled buffers holding live images at once)")
+            "by a released buffer), peak_live_buffers (most pooled buffers holding live images at once), "
+            "fused_pairs (producer + neuron node pairs encoded as one kernel)")
+        .def_property(
+            "neuron_fusion",
+            [](const NNGraph& g) {
+                return g.neuronFusion == NeuronFusion::All ? "all" : g.neuronFusion == NeuronFusion::None ? "none" : "auto";
+            },
+            [](NNGraph& g, const std::string& mode) {
+                if (mode == "auto") g.neuronFusion = NeuronFusion::Auto;
+                else if (mode == "all") g.neuronFusion = NeuronFusion::All;
+                else if (mode == "none") g.neuronFusion = NeuronFusion::None;
+                else throwValueError("neuron_fusion: expected 'auto', 'all' or 'none', got '", mode, "'");
+            },
+            "mpsgrad: which convolution / fully connected / batch normalization nodes run as one kernel with the "
+            "one neuron node reading their result (docs/graph.md \"Fusion\"): 'auto' (default) the pairs whose "
+            "fused kernel is faster on the device, 'all' every fusable pair, 'none' no pair")
+        .def_property_readonly("fused_node_pairs", &NNGraph::fusedNodePairs,
+                               "mpsgrad: the (producer, neuron node) pairs that run as one kernel in the current "
+                               "neuron_fusion mode")
         .def_property_readonly("nodes", &NNGraph::nodes, "The filter nodes in encode order")
         .def("reload_from_data_sources", &NNGraph::reloadFromDataSources)
         .def("read_count_for_source_image_at_index", &NNGraph::readCountForSourceImageAtIndex, py::arg("index"))

@@ -5,6 +5,7 @@
 // composes its family's kernel classes only.
 #pragma once
 
+#include "graph/graph_fusion.h"
 #include "graph/node.h"
 #include "kernels/arithmetic.h"
 #include "kernels/batch_normalization.h"
@@ -82,8 +83,9 @@ public:
     virtual bool supportsCPUUpdate() const = 0;
 };
 
-// MPSCNNConvolutionNode (MPSNNTrainableNode)
-class CNNConvolutionNode : public NNFilterNode {
+// MPSCNNConvolutionNode (MPSNNTrainableNode). Fuses a following neuron in graphs that allow it
+// (graph_fusion.h).
+class CNNConvolutionNode : public NNFilterNode, public NeuronFusingNode {
 public:
     // +nodeWithSource:weights:
     CNNConvolutionNode(const ImageNodePtr& source, std::shared_ptr<CNNConvolutionDataSource> weights);
@@ -101,6 +103,11 @@ public:
                             const std::vector<StateBatch>& states) override;
     NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
     void reloadFromDataSource() override;
+    // NeuronFusingNode (graph_fusion.cpp)
+    bool canFuseNeuron(const NNNeuronDescriptor& neuron) const override;
+    NodeEncodeResult encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
+                                      const NNNeuronDescriptor& neuron) override;
+    bool fusionPays() const override;
 
 protected:
     void createKernels(const Device& device) override;
@@ -108,6 +115,8 @@ protected:
 
     std::shared_ptr<CNNConvolutionDataSource> dataSource_;
     std::shared_ptr<CNNConvolution> kernel_;  // a CNNFullyConnected for CNNFullyConnectedNode
+    // Kernels with a fused neuron, kept in step with kernel_ (graph_fusion.h).
+    std::vector<FusedConvolutionKernel> fusedKernels_;
 };
 
 // MPSCNNConvolutionGradientNode (MPSNNTrainableNode)
@@ -193,8 +202,9 @@ public:
     virtual bool updateMeanAndVariance(const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;
 };
 
-// MPSCNNBatchNormalizationNode (MPSNNTrainableNode)
-class CNNBatchNormalizationNode : public NNFilterNode {
+// MPSCNNBatchNormalizationNode (MPSNNTrainableNode). Fuses a following neuron in graphs that allow
+// it (graph_fusion.h).
+class CNNBatchNormalizationNode : public NNFilterNode, public NeuronFusingNode {
 public:
     // +nodeWithSource:dataSource:
     CNNBatchNormalizationNode(const ImageNodePtr& source, std::shared_ptr<CNNBatchNormalizationDataSource> dataSource);
@@ -209,15 +219,24 @@ public:
                             const std::vector<StateBatch>& states) override;
     NNTrainingStyle* trainingStylePointer() override { return &trainingStyle; }
     void reloadFromDataSource() override;
+    // NeuronFusingNode (graph_fusion.cpp)
+    bool canFuseNeuron(const NNNeuronDescriptor& neuron) const override;
+    NodeEncodeResult encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
+                                      const NNNeuronDescriptor& neuron) override;
+    bool fusionPays() const override;
 
 protected:
     void createKernels(const Device& device) override;
     std::vector<std::shared_ptr<NNGradientFilterNode>> makeGradientNodes(const ImageNodePtr& sourceGradient) override;
 
 private:
+    // The node's encode with `kernel` (kernel_ or a fused one).
+    NodeEncodeResult encodeWith(CNNBatchNormalization& kernel, NodeEncodeContext& ctx, const ImageBatch& sources);
+
     std::shared_ptr<CNNBatchNormalizationDataSource> dataSource_;
     std::shared_ptr<CNNBatchNormalization> kernel_;
     std::shared_ptr<CNNBatchNormalizationStatistics> statistics_;
+    std::vector<FusedBatchNormalizationKernel> fusedKernels_;  // kept in step with kernel_
 };
 
 // MPSCNNBatchNormalizationGradientNode (MPSNNTrainableNode): the statistics gradient over the whole

@@ -172,25 +172,29 @@ void CNNBatchNormalizationNode::reloadFromDataSource() {
 
 NodeEncodeResult CNNBatchNormalizationNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                                                    const std::vector<StateBatch>&) {
-    prepareKernel(*kernel_, ctx);
-    const ImageBatch& sources = images[0];
+    return encodeWith(*kernel_, ctx, images[0]);
+}
+
+NodeEncodeResult CNNBatchNormalizationNode::encodeWith(CNNBatchNormalization& kernel, NodeEncodeContext& ctx,
+                                                       const ImageBatch& sources) {
+    prepareKernel(kernel, ctx);
     // Training (a gradient reads the state): batch statistics unless the flags say Never;
     // inference: the data source's mean and variance unless the flags say Always.
     bool batchStatistics = ctx.wantStates ? flags != CNNBatchNormalizationFlags::CalculateStatisticsNever
                                           : flags == CNNBatchNormalizationFlags::CalculateStatisticsAlways;
     NodeEncodeResult result;
     if (!ctx.wantStates && !batchStatistics) {
-        result.images = kernel_->encodeBatch(ctx.cb, sources);
+        result.images = kernel.encodeBatch(ctx.cb, sources);
         return result;
     }
     auto state = std::static_pointer_cast<CNNBatchNormalizationState>(
-        kernel_->resultState(sources.at(0), {}, nullptr));
+        kernel.resultState(sources.at(0), {}, nullptr));
     if (batchStatistics) statistics_->encodeBatch(ctx.cb, sources, state);  // a batch barrier
-    ImageDescriptor descriptor = kernel_->destinationImageDescriptor(sources, {});
+    ImageDescriptor descriptor = kernel.destinationImageDescriptor(sources, {});
     ImageBatch destinations =
-        ctx.allocator->imageBatchForCommandBuffer(ctx.cb, descriptor, kernel_.get(), sources.size());
+        ctx.allocator->imageBatchForCommandBuffer(ctx.cb, descriptor, &kernel, sources.size());
     StateBatch states(sources.size(), state);
-    kernel_->encodeBatch(ctx.cb, sources, states, destinations);
+    kernel.encodeBatch(ctx.cb, sources, states, destinations);
     result.images = std::move(destinations);
     if (ctx.wantStates) result.states.push_back(std::move(states));
     return result;

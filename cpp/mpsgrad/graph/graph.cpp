@@ -96,6 +96,15 @@ void NNGraph::build(const std::vector<ImageNodePtr>& results) {
     // Liveness: the position of the last node that reads each image.
     for (size_t i = 0; i < order_.size(); ++i)
         for (const auto& image : order_[i]->sourceImages()) lastUse_[image.get()] = i;
+    // Neuron fusion (graph_fusion.h): decided once, with the nodes bound.
+    fusion_ = planNeuronFusion(order_, FusionGraphFacts{&results_, &exportedImages_, &consumedStates_});
+}
+
+std::vector<std::pair<FilterNodePtr, FilterNodePtr>> NNGraph::fusedNodePairs() const {
+    std::vector<std::pair<FilterNodePtr, FilterNodePtr>> pairs;
+    for (const auto& pair : fusion_.pairs())
+        if (NeuronFusionPlan::fuses(pair, neuronFusion)) pairs.emplace_back(order_[pair.head], order_[pair.tail]);
+    return pairs;
 }
 
 bool NNGraph::leavesGraph(const ImageNodePtr& image) const {
@@ -276,14 +285,18 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
     };
     for (size_t index = 0; index < order_.size(); ++index) {
         const auto& node = order_[index];
+        // A fused neuron ran with its producer; its source image never existed.
+        if (fusion_.isTail(index, neuronFusion)) continue;
+        const FusedNeuronPair* fused = fusion_.headAt(index, neuronFusion);
         std::vector<ImageBatch> inputs;
         for (const auto& image : node->sourceImages()) inputs.push_back(images.at(image.get()));
         std::vector<StateBatch> inputStates;
         for (const auto& state : node->sourceStates()) inputStates.push_back(states.at(state.get()));
 
-        auto result = node->resultImage();
+        // A fused pair makes the neuron node's result.
+        auto result = fused ? order_[fused->tail]->resultImage() : node->resultImage();
         bool isResult = result == results_.front();
-        auto resultStates = node->resultStates();
+        auto resultStates = fused ? std::vector<StateNodePtr>{} : node->resultStates();
         bool wantStates = false;
         for (const auto& state : resultStates)
             wantStates |= state->exportFromGraph || contains(consumedStates_, (const NNStateNode*)state.get());
@@ -295,9 +308,11 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
             isResult ? destinationImageAllocator : pooled ? std::shared_ptr<ImageAllocator>(pool) : nodeAllocator;
         NodeEncodeContext ctx{cb, std::make_shared<FormatAllocator>(allocator, storageFormat(*result, leaves)),
                               wantStates};
-        NodeEncodeResult encoded = node->encode(ctx, inputs, inputStates);
+        NodeEncodeResult encoded = fused ? fused->producer->encodeWithNeuron(ctx, inputs.at(0), fused->neuron)
+                                         : node->encode(ctx, inputs, inputStates);
         node->afterEncode(cb, inputStates);
         ++lastEncode_.encodedNodes;
+        if (fused) ++lastEncode_.fusedPairs;
 
         if (pooled) notePooled(*pool, result.get(), encoded.images, live, pooledBuffers);
         lastEncode_.peakLiveBuffers = std::max(lastEncode_.peakLiveBuffers, live.size());

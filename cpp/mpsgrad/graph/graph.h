@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/graph_fusion.h"
 #include "graph/graph_storage.h"
 #include "graph/node.h"
 
@@ -56,6 +57,13 @@ public:
     // Storage of the intermediates (FLOAT16 or FLOAT32); results and exported images are FLOAT32
     // unless their node's `format` is set.
     ImageFeatureChannelFormat format = ImageFeatureChannelFormat::Float16;
+    // Which convolution / fully connected / batch normalization nodes run as one kernel with the
+    // one neuron node reading their result, where graph_fusion.h allows it (mpsgrad; docs/graph.md
+    // "Fusion"): Auto (default) the pairs whose fused kernel is faster on the device, All every
+    // such pair, None no pair.
+    NeuronFusion neuronFusion = NeuronFusion::Auto;
+    // The pairs that fuse in the current neuronFusion mode: (producer, neuron node).
+    std::vector<std::pair<FilterNodePtr, FilterNodePtr>> fusedNodePairs() const;
     // What the last encode did (nodes encoded, pooled intermediate buffers allocated and reused).
     const GraphEncodeStatistics& lastEncodeStatistics() const { return lastEncode_; }
     bool resultImageIsNeeded() const { return resultsNeeded_.front(); }
@@ -110,6 +118,7 @@ private:
     std::shared_ptr<CommandQueue> queue_;  // executeAsync's private queue
     std::unordered_map<const NNImageNode*, size_t> lastUse_;  // image -> index in order_ of its last reader
     GraphEncodeStatistics lastEncode_;
+    NeuronFusionPlan fusion_;
 };
 
 }  // namespace mpsgrad

@@ -43,6 +43,7 @@ struct GraphEncodeStatistics {
     size_t intermediateBuffers = 0;   // distinct buffers allocated for pooled intermediates
     size_t reusedBuffers = 0;         // pooled allocations served by a released buffer
     size_t peakLiveBuffers = 0;       // most pooled buffers holding live images at once
+    size_t fusedPairs = 0;            // node pairs encoded as one kernel (graph_fusion.h)
 };
 
 class IntermediatePool final : public ImageAllocator, public std::enable_shared_from_this<IntermediatePool> {
