@@ -210,3 +210,45 @@ def test_bad_arguments(device):
         m.NNGraph.from_bytes("not bytes", device)
     with pytest.raises(ValueError, match="expected a NNGraph"):
         m.NNGraph.from_bytes(m.CNNNeuronReLU(device).to_bytes(), device)
+
+
+def bn_source(gamma, beta):
+    source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
+    source.learning_rate = 0.05
+    source.momentum = 0.0
+    return source
+
+
+def test_batch_normalization_network_trains_after_from_bytes_with_data_sources(device):
+    """conv -> BN (training) -> ReLU -> max/avg pool -> FC -> softmax cross-entropy, CPU style: the
+    decoded graph, given fresh copies of the data sources, computes the same dL/dx each step."""
+    gen = rng("gserial-bn")
+    x = randn(gen, N, H, W, CIN)
+    w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
+    w2, b2 = randn(gen, 3, 1, 1, 4) * 0.5, randn(gen, 3) * 0.1
+    gamma, beta = 1.0 + 0.1 * randn(gen, 4), 0.1 * randn(gen, 4)
+    labels = np.eye(3, dtype=np.float32)[[0, 2]].reshape(N, 1, 1, 3)
+    source = m.NNImageNode(Handle("x"))
+    conv1 = m.CNNConvolutionNode(source, ConvSource(w1, b1, 0.05))
+    bn = m.CNNBatchNormalizationNode(conv1.result_image, bn_source(gamma, beta))
+    relu = m.CNNNeuronReLUNode(bn.result_image)
+    pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+    avg = m.CNNPoolingAverageNode(pool.result_image, filter_size=3)
+    fc = m.CNNFullyConnectedNode(avg.result_image, ConvSource(w2, b2, 0.05))
+    for node in (conv1, fc, bn):
+        node.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    loss = m.CNNLossNode(fc.result_image, m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY,
+                                                              m.CNNReductionType.SUM))
+    graph = exact_graph(device, loss.training_graph()[0].result_image)
+    blob = graph.to_bytes()
+    with pytest.raises(ValueError, match="data_sources"):
+        m.NNGraph.from_bytes(blob, device)
+    copy = m.NNGraph.from_bytes(blob, device, data_sources=[ConvSource(w1, b1, 0.05), ConvSource(w2, b2, 0.05),
+                                                            bn_source(gamma, beta)])
+    xs = images(device, x)
+    for _ in range(3):
+        outs = [to_numpy(run(device, g, [xs], [[m.CNNLossLabels(device, m.CNNLossDataDescriptor(labels[i]))
+                                                 for i in range(N)]])) for g in (graph, copy)]
+        np.testing.assert_array_equal(outs[0], outs[1])
+    assert [type(s).__name__ for s in copy.data_sources] == ["ConvSource", "ConvSource",
+                                                             "CNNBatchNormalizationWeightsDataSource"]
