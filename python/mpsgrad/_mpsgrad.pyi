@@ -6169,13 +6169,18 @@ class NNGraph:
     destination_image_allocator: ImageAllocator
     label: str
     output_state_is_temporary: bool
+    @classmethod
+    def from_bytes(cls: typing.Any, data: typing.Any, device: typing.Any = None, data_sources: typing.Any = None, handles: typing.Any = None) -> NNGraph:
+        """
+        -initWithCoder:device: a graph from to_bytes() data on `device` (a Device, 'cpu', 'metal' or None). Data sources are ready-made ones holding the captured weights unless `data_sources` (one entry per entry of the original's `data_sources`, None to keep the captured one) gives objects back; a training graph needs data sources that can update. `handles`: objects replacing the handles, in blob order (pickle passes them). SerializationError (a ValueError) for malformed data.
+        """
     def __init__(self, device: Device | str, result_image: typing.Any, result_image_is_needed: typing.Any = None) -> None:
         """
         -initWithDevice:resultImage:resultImageIsNeeded: or, with a list of result images, -initWithDevice:resultImages:resultsAreNeeded: (a list of bools)
         """
-    def __reduce__(self) -> typing.Any:
+    def __reduce__(self) -> tuple:
         ...
-    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+    def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
         ...
     def encode(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, return_intermediates: bool = False) -> typing.Any:
         """
@@ -6195,6 +6200,15 @@ class NNGraph:
         ...
     def reload_from_data_sources(self) -> None:
         ...
+    def to_bytes(self) -> bytes:
+        """
+        -encodeWithCoder: the graph as bytes: every node, its parameters and properties, handles (as labels) and the weights of its data sources (docs/serialization.md "Graphs"). Call it when the graph's work has completed. ValueError naming the node for a node class or custom policy a graph blob cannot hold.
+        """
+    @property
+    def data_sources(self) -> list:
+        """
+        The data sources of the graph's nodes, each once: convolution / fully connected ones in node order, then batch normalization ones (the order of from_bytes' data_sources)
+        """
     @property
     def device(self) -> Device:
         ...

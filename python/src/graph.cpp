@@ -9,6 +9,7 @@ namespace mpsgrad::python {
 void bindNormalizationNodes(py::module_& m);  // graph_normalization.cpp
 void bindLossNodes(py::module_& m);           // graph_loss.cpp
 void bindGroupNormalizationNodes(py::module_& m);  // graph_groups.cpp
+void bindGraphSerialization(py::module_& m);       // graph_serialization.cpp
 
 namespace {
 
@@ -121,6 +122,7 @@ public:
     static bool updatable(const py::object& object) {
         return py::hasattr(object, "update_gamma_and_beta_with_batch_normalization_state");
     }
+    py::object object() const { return object_->object; }
 
 private:
     bool call(const char* method, const std::shared_ptr<CNNBatchNormalizationState>& state) {
@@ -734,6 +736,33 @@ void bindNNGraph(py::module_& m) {
 
 }  // namespace
 
+// ---- for graph_serialization.cpp ----------------------------------------------------------------
+HandlePtr graphHandle(const py::object& object) { return toHandle(object); }
+py::object graphHandleObject(const HandlePtr& handle) { return fromHandle(handle); }
+
+py::object dataSourceObject(const std::shared_ptr<CNNConvolutionDataSource>& source, bool onlyUpdatable) {
+    if (auto* python = dynamic_cast<UpdatableConvolutionDataSource*>(source.get())) {
+        if (!onlyUpdatable || python->supportsGPUUpdate() || python->supportsCPUUpdate()) return python->object();
+        return py::none();
+    }
+    return onlyUpdatable ? py::none() : py::cast(source);
+}
+
+py::object dataSourceObject(const std::shared_ptr<CNNBatchNormalizationDataSource>& source, bool onlyUpdatable) {
+    if (auto* python = dynamic_cast<UpdatableBatchNormalizationDataSource*>(source.get())) return python->object();
+    return onlyUpdatable ? py::none() : py::cast(source);
+}
+
+// What CNNConvolutionNode(weights=) / CNNBatchNormalizationNode(data_source=) make of an object.
+std::shared_ptr<CNNConvolutionDataSource> graphConvolutionDataSource(const py::object& object) {
+    return std::make_shared<UpdatableConvolutionDataSource>(object);
+}
+std::shared_ptr<CNNBatchNormalizationDataSource> graphBatchNormalizationDataSource(const py::object& object) {
+    if (UpdatableBatchNormalizationDataSource::updatable(object))
+        return std::make_shared<UpdatableBatchNormalizationDataSource>(object);
+    return toBatchNormalizationDataSource(object);
+}
+
 void bindGraph(py::module_& m) {
     bindNodes(m);
     bindTrainableNodes(m);
@@ -743,6 +772,7 @@ void bindGraph(py::module_& m) {
     bindLossNodes(m);
     bindGroupNormalizationNodes(m);
     bindNNGraph(m);
+    bindGraphSerialization(m);
 }
 
 }  // namespace mpsgrad::python

@@ -131,6 +131,8 @@ public:
 
     NNTrainingStyle trainingStyle = NNTrainingStyle::UpdateDeviceGPU;
     const std::shared_ptr<CNNConvolutionGradient>& kernel() const { return kernel_; }
+    // The weights given at construction (null: the forward node's data source).
+    const std::shared_ptr<CNNConvolutionDataSource>& explicitWeights() const { return weights_; }
 
     NodeEncodeResult encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                             const std::vector<StateBatch>& states) override;
@@ -525,6 +527,9 @@ public:
                            const StateNodePtr& gradientState, float keepProbability, uint64_t seed,
                            Size3 maskStrideInPixels);
     const char* className() const override { return "CNNDropoutGradientNode"; }
+    float keepProbability() const { return keep_; }
+    uint64_t seed() const { return seed_; }
+    Size3 maskStrideInPixels() const { return stride_; }
 
 protected:
     std::shared_ptr<CNNGradientKernel> makeKernel(const Device& device) override;

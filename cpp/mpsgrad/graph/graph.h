@@ -67,6 +67,9 @@ public:
     // What the last encode did (nodes encoded, pooled intermediate buffers allocated and reused).
     const GraphEncodeStatistics& lastEncodeStatistics() const { return lastEncode_; }
     bool resultImageIsNeeded() const { return resultsNeeded_.front(); }
+    // The result image nodes and their "needed" flags, as given to the constructor (serialization).
+    const std::vector<ImageNodePtr>& resultImages() const { return results_; }
+    const std::vector<bool>& resultsAreNeeded() const { return resultsNeeded_; }
 
     // -reloadFromDataSources (the GPU work must be idle).
     void reloadFromDataSources();
