@@ -324,7 +324,7 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cpu", help="cpu or metal (default cpu)")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    parser.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate (default 2e-3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-limit", type=int, default=None, help="use only this many training images")
     parser.add_argument("--plot", default="digits_training.png", help="where to save the plot (PNG)")
