@@ -8,9 +8,18 @@ The network is described once as graph nodes (MPSNNGraph style):
     -> softmax cross-entropy loss
 
 and `training_graph()` on the loss node builds the whole backward pass. The trainable gradient
-nodes hand their gradients to the data sources below (training style UPDATE_DEVICE_CPU), which
-take an Adam step and make the kernels reload the new parameters. The 1797 digits ship with
-scikit-learn (no download); a stratified 20 % is held out for testing.
+nodes hand their gradients to the data sources below, which take an Adam step:
+
+* the convolution and fully connected layers GPU style by default (UPDATE_DEVICE_GPU, the MPS
+  way): right after the gradient is encoded, `update_with_command_buffer` encodes an
+  `NNOptimizerAdam` on the same command buffer and returns the updated weights state, which the
+  kernels reload on that command buffer;
+* batch normalization's gamma and beta from the completion handler with a NumPy Adam
+  (mpsgrad's graph updates batch normalization at completion in both styles: docs/graph.md);
+* `--training-style cpu` trains the convolutions from the completion handler too
+  (UPDATE_DEVICE_CPU, NumPy Adam).
+
+The 1797 digits ship with scikit-learn (no download); a stratified 20 % is held out for testing.
 
     pip install ".[examples]" && python examples/train_digits.py [--epochs 15] [--plot digits.png]
 
@@ -33,6 +42,8 @@ except ImportError:  # a source checkout with the extension built into python/mp
     import mpsgrad as m
 
 CLASSES = 10
+# --training-style: how the convolution and fully connected layers take their Adam step.
+TRAINING_STYLES = {"gpu": "UPDATE_DEVICE_GPU", "cpu": "UPDATE_DEVICE_CPU"}
 
 
 class Name:
@@ -71,17 +82,32 @@ class Adam:
 class ConvWeights:
     """A convolution / fully connected data source (OHWI weights) that trains with Adam.
 
-    The graph calls update_with_gradient_state once per training step, after the command buffer
-    completed, with the weight and bias gradients summed over the batch; returning True makes the
-    forward and gradient kernels reload weights() and bias_terms()."""
+    The weights live in a CNNConvolutionWeightsAndBiasesState; weights() and bias_terms() are views
+    of it, so the kernels (re)load the current values whichever way the layer trains.
 
-    def __init__(self, weights, biases, lr):
-        self.w, self.b = weights.astype(np.float32), biases.astype(np.float32)
-        self.adam = Adam([self.w, self.b], lr)
+    GPU style (MPS's way): the graph calls update_with_command_buffer right after encoding the
+    gradient, with the batch-summed gradient state and the forward kernel's current weights;
+    NNOptimizerAdam is encoded on the same command buffer into our state, which the forward and
+    gradient kernels then reload on that command buffer. NNOptimizerAdam applies PyTorch's bias
+    corrections (lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)); its epsilon is added to sqrt(v)
+    before the correction (MPS's formula), PyTorch's after, so the two differ only where sqrt(v)
+    is within a few orders of magnitude of epsilon = 1e-8 (docs/losses_and_optimizers.md).
+
+    CPU style: update_with_gradient_state runs from the completion handler and takes a NumPy
+    Adam step (PyTorch's formula exactly); returning True makes the kernels reload."""
+
+    def __init__(self, device, weights, biases, lr):
+        out, kh, kw, inp = weights.shape
+        self.device, self.lr = device, lr
+        self.desc = m.CNNConvolutionDescriptor(kw, kh, inp, out)
+        self.state = m.CNNConvolutionWeightsAndBiasesState(device, self.desc)
+        self.w, self.b = self.state.weights, self.state.biases  # writable views of the state
+        self.w[...] = weights
+        self.b[...] = biases
+        self.optimizer = self.adam = None  # made by the first update of either style
 
     def descriptor(self):
-        out, kh, kw, inp = self.w.shape
-        return m.CNNConvolutionDescriptor(kw, kh, inp, out)
+        return self.desc
 
     def weights(self):
         return self.w
@@ -95,7 +121,18 @@ class ConvWeights:
     def purge(self):
         pass
 
+    def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
+        if self.optimizer is None:
+            self.optimizer = m.NNOptimizerAdam(self.device, self.lr)  # beta1 0.9, beta2 0.999, eps 1e-8
+            # First and second moments of [weights, biases], zero-filled.
+            self.moments = [[m.Vector(self.device, a.size) for a in (self.w, self.b)] for _ in range(2)]
+        self.optimizer.encode(command_buffer, gradient_state, source_state or self.state, self.moments[0],
+                              self.moments[1], None, self.state)
+        return self.state
+
     def update_with_gradient_state(self, gradient_state, source_state):
+        if self.adam is None:
+            self.adam = Adam([self.w, self.b], self.lr)
         self.adam.step([gradient_state.gradient_for_weights, gradient_state.gradient_for_biases])
         return True
 
@@ -161,11 +198,13 @@ def initial_parameters(seed):
 class DigitsNet:
     """The network as graph nodes, a training graph and an inference graph sharing the kernels."""
 
-    def __init__(self, device, params, lr, keep_probability=0.5, seed=0):
+    def __init__(self, device, params, lr, keep_probability=0.5, seed=0, training_style="gpu"):
+        if training_style not in TRAINING_STYLES:
+            raise ValueError(f"training_style: expected one of {sorted(TRAINING_STYLES)}, got {training_style!r}")
         self.device = device
-        self.sources = {name: ConvWeights(w, b, lr) for name, (w, b) in params.items()}
+        self.sources = {name: ConvWeights(device, w, b, lr) for name, (w, b) in params.items()}
         self.bn = [BatchNormParameters(16, lr), BatchNormParameters(32, lr)]
-        cpu = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+        style = getattr(m.NNTrainingStyle, TRAINING_STYLES[training_style])
 
         x = m.NNImageNode(Name("digits"))
         h = x
@@ -174,13 +213,13 @@ class DigitsNet:
             bn = m.CNNBatchNormalizationNode(c.result_image, self.bn[i])
             relu = m.CNNNeuronReLUNode(bn.result_image)
             pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
-            c.training_style = bn.training_style = cpu
+            c.training_style = bn.training_style = style
             h = pool.result_image
         fc1 = m.CNNFullyConnectedNode(h, self.sources["fc1"])
         hidden = m.CNNNeuronReLUNode(fc1.result_image).result_image
         drop = m.CNNDropoutNode(hidden, keep_probability=keep_probability, seed=seed)
         fc2 = m.CNNFullyConnectedNode(drop.result_image, self.sources["fc2"])
-        fc1.training_style = fc2.training_style = cpu
+        fc1.training_style = fc2.training_style = style
         # Training reads the logits too (for the accuracy): an exported intermediate.
         fc2.result_image.export_from_graph = True
         fc2.result_image.handle = Name("logits")
@@ -212,7 +251,7 @@ class DigitsNet:
         _, intermediates, _ = self.train_graph.encode_batch(cb, [m.batch_from_numpy(x, self.device)], [states],
                                                             return_intermediates=True)
         cb.commit()
-        cb.wait_until_completed()  # the data sources took their Adam step in the completion handler
+        cb.wait_until_completed()  # the Adam steps ran on the command buffer or in its completion handler
         loss = float(states[0].loss_image.to_numpy().ravel()[0])
         return loss, m.batch_to_numpy(intermediates[0]).reshape(-1, CLASSES)
 
@@ -285,10 +324,13 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cpu", help="cpu or metal (default cpu)")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    parser.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate (default 2e-3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-limit", type=int, default=None, help="use only this many training images")
     parser.add_argument("--plot", default="digits_training.png", help="where to save the plot (PNG)")
+    parser.add_argument("--training-style", choices=sorted(TRAINING_STYLES), default="gpu",
+                        help="gpu (default): Adam on the command buffer (NNOptimizerAdam); cpu: NumPy Adam "
+                             "from the completion handler")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
 
@@ -299,7 +341,7 @@ def main(argv=None):
     args = parse_args(argv)
     x_train, y_train, x_test, y_test = load_data(args.seed, args.train_limit)
     device = m.Device(args.device)
-    net = DigitsNet(device, initial_parameters(args.seed), args.lr, seed=args.seed)
+    net = DigitsNet(device, initial_parameters(args.seed), args.lr, seed=args.seed, training_style=args.training_style)
     rng = np.random.default_rng(args.seed)
     history = {"train_loss": [], "train_acc": [], "test_loss": [], "test_acc": []}
     start = time.perf_counter()

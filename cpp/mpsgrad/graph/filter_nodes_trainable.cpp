@@ -66,6 +66,10 @@ void CNNConvolutionGradientNode::createKernels(const Device& device) {
 NodeEncodeResult CNNConvolutionGradientNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                                                     const std::vector<StateBatch>& states) {
     prepareKernel(*kernel_, ctx);
+    // dL/dX that nothing reads (typically the gradient of a training graph's input image, whose
+    // result is not needed) is not computed: only the weight and bias gradients are.
+    kernel_->gradientOption = ctx.resultIsRead ? CNNConvolutionGradientOption::All
+                                               : CNNConvolutionGradientOption::GradientWithWeightsAndBias;
     return encodeGradientKernel(*kernel_, ctx, images, states);
 }
 

@@ -308,6 +308,9 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
             isResult ? destinationImageAllocator : pooled ? std::shared_ptr<ImageAllocator>(pool) : nodeAllocator;
         NodeEncodeContext ctx{cb, std::make_shared<FormatAllocator>(allocator, storageFormat(*result, leaves)),
                               wantStates};
+        // Unread: no later node reads it, it is not exported, and it is the result nobody asked for.
+        ctx.resultIsRead = lastUse_.count(result.get()) || contains(exportedImages_, result) ||
+                           (isResult && (resultsNeeded_.front() || result->exportFromGraph));
         NodeEncodeResult encoded = fused ? fused->producer->encodeWithNeuron(ctx, inputs.at(0), fused->neuron)
                                          : node->encode(ctx, inputs, inputStates);
         node->afterEncode(cb, inputStates);

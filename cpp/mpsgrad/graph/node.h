@@ -130,6 +130,7 @@ struct NodeEncodeContext {
     CommandBuffer& cb;
     std::shared_ptr<ImageAllocator> allocator;  // for the node's result images
     bool wantStates = false;                    // a consumer in this graph reads the result state(s)
+    bool resultIsRead = true;                   // a later node or the caller reads the result image(s)
 };
 
 // What a filter node's encode produces.

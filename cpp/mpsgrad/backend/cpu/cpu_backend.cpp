@@ -132,7 +132,9 @@ struct QueueWorker {
         execute(next);
         std::lock_guard<std::mutex> lock(mutex);
         busy = false;
-        wake.notify_all();  // the worker takes what was committed meanwhile
+        // The worker takes what was committed meanwhile. With nothing pending (the usual
+        // "commit, then wait") it would only wake to sleep again: no futex wake-up then.
+        if (!pending.empty() || stopping) wake.notify_all();
     }
 };
 
