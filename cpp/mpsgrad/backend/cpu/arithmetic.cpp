@@ -89,14 +89,8 @@ void checkOperand(const char* op, const char* name, const ArithmeticOperand& o, 
                         " channels, the op reads " + std::to_string(needed));
 }
 
-// The row of an operand for output row y of image n (see ArithmeticOperand).
-inline RowRuns operandRow(const ArithmeticOperand& o, const float* base, int64_t n, int32_t y,
-                          int32_t count, const float* zeros) {
-    return rowRuns(o.image, base, o.strideImages ? n : 0, o.offsetX, o.offsetY + (o.strideY ? y : 0),
-                   o.strideX, count, o.edgeMode, zeros);
-}
-
-// The same through a row reader (float32 in place, or a FLOAT16 row staged as float32).
+// The row of an operand for output row y of image n (see ArithmeticOperand), through a row reader
+// (float32 in place, or a FLOAT16 row staged as float32).
 template <class Reader>
 inline RowRuns operandRow(const ArithmeticOperand& o, Reader& reader, int64_t n, int32_t y, int32_t count,
                           const float* zeros) {

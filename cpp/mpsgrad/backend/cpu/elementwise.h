@@ -149,7 +149,11 @@ inline float fixedOrderMax(const float* v, int64_t count) {
 // [-87.33, 88], where 2^k stays a normal float: below, the result is ~1.2e-38 instead of a
 // denormal or 0 (softmax only takes e^(x - max) <= 1 and adds it to a sum >= 1); above, about
 // 1.7e38 instead of inf. NaN stays NaN.
-inline float fastExp(float x) {
+inline float fastExp(float input) {
+    // NaN goes through the arithmetic as 0 and is put back at the end (selects, so loops still
+    // vectorize): converting a NaN k to an integer below would be undefined behaviour.
+    const bool isNaN = input != input;
+    float x = isNaN ? 0.0f : input;
     x = x < -87.33654f ? -87.33654f : x;
     x = x > 88.0f ? 88.0f : x;  // k <= 127
     // k = round(x / ln2): adding and subtracting 1.5 * 2^23 rounds to an integer (|x/ln2| < 2^22).
@@ -166,7 +170,7 @@ inline float fastExp(float x) {
     const int32_t bits = (int32_t(k) + 127) << 23;
     float scale;
     std::memcpy(&scale, &bits, sizeof scale);
-    return er * scale;
+    return isNaN ? input : er * scale;
 }
 
 [[noreturn]] inline void invalid(const char* op, const std::string& what) {
