@@ -24,6 +24,7 @@ import torch
 
 import mpsgrad as m
 from conftest import rng
+from test_float16_native import same_bits
 
 F16 = m.ImageFeatureChannelFormat.FLOAT16
 F32 = m.ImageFeatureChannelFormat.FLOAT32
@@ -59,17 +60,6 @@ def halved(values):
 
 def image(array, device, fmt):
     return m.Image.from_numpy(np.ascontiguousarray(array, dtype=np.float32), device, channel_format=fmt)
-
-
-def same_bits(actual, expected, what=""):
-    """Equal values and equal NaN positions; the sign of zeros must match too."""
-    a = np.asarray(actual, np.float32)
-    e = np.asarray(expected, np.float32)
-    assert a.shape == e.shape, what
-    nan = np.isnan(e)
-    assert np.array_equal(np.isnan(a), nan), what
-    bad = np.flatnonzero((a[~nan] != e[~nan]) | (np.signbit(a[~nan]) != np.signbit(e[~nan])))
-    assert bad.size == 0, f"{what}: {bad.size} values differ, first {a[~nan][bad[:4]]} vs {e[~nan][bad[:4]]}"
 
 
 def expect(result32, fmt):

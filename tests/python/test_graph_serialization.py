@@ -14,21 +14,8 @@ import pytest
 
 import mpsgrad as m
 from conftest import randn, rng
-from test_graph import (CIN, COUT, H, N, W, ConvSource, Handle, conv_problem, exact_graph, images, labels_for,
-                        mse_loss_node, to_numpy)
-
-
-class GPUSource(ConvSource):
-    """GPU-style SGD on the exported weights (picklable: the optimizer kernel pickles itself)."""
-
-    def __init__(self, device, w, b, lr):
-        super().__init__(w, b, lr)
-        self.optimizer = m.NNOptimizerStochasticGradientDescent(device, learning_rate=lr)
-
-    def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
-        self.updates += 1
-        self.optimizer.encode(command_buffer, gradient_state, source_state)
-        return source_state
+from test_graph import (CIN, COUT, H, N, W, ConvSource, GPUSource, Handle, conv_problem, exact_graph, images,
+                        labels_for, mse_loss_node, to_numpy)
 
 
 class Unpicklable(ConvSource):
