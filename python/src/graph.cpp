@@ -113,6 +113,23 @@ public:
     std::string label() override { return inner_->label(); }
     std::optional<float> epsilon() override { return inner_->epsilon(); }
 
+    bool updatesOnCommandBuffer() const override { return has("update_gamma_and_beta_with_command_buffer"); }
+    bool updatesMeanAndVarianceOnCommandBuffer() const override {
+        return has("update_mean_and_variance_with_command_buffer");
+    }
+    bool updatesAfterCompletion() const override {
+        return has("update_gamma_and_beta_with_batch_normalization_state");
+    }
+    std::shared_ptr<CNNNormalizationGammaAndBetaState> updateGammaAndBetaWithCommandBuffer(
+        CommandBuffer& cb, const std::shared_ptr<CNNBatchNormalizationState>& state) override {
+        return callWithCommandBuffer<CNNNormalizationGammaAndBetaState>("update_gamma_and_beta_with_command_buffer",
+                                                                        "CNNNormalizationGammaAndBetaState", cb, state);
+    }
+    std::shared_ptr<CNNNormalizationMeanAndVarianceState> updateMeanAndVarianceWithCommandBuffer(
+        CommandBuffer& cb, const std::shared_ptr<CNNBatchNormalizationState>& state) override {
+        return callWithCommandBuffer<CNNNormalizationMeanAndVarianceState>(
+            "update_mean_and_variance_with_command_buffer", "CNNNormalizationMeanAndVarianceState", cb, state);
+    }
     bool updateGammaAndBeta(const std::shared_ptr<CNNBatchNormalizationState>& state) override {
         return call("update_gamma_and_beta_with_batch_normalization_state", state);
     }
@@ -120,11 +137,29 @@ public:
         return call("update_mean_and_variance_with_batch_normalization_state", state);
     }
     static bool updatable(const py::object& object) {
-        return py::hasattr(object, "update_gamma_and_beta_with_batch_normalization_state");
+        return py::hasattr(object, "update_gamma_and_beta_with_batch_normalization_state") ||
+               py::hasattr(object, "update_gamma_and_beta_with_command_buffer");
     }
     py::object object() const { return object_->object; }
 
 private:
+    bool has(const char* method) const {
+        py::gil_scoped_acquire gil;
+        return py::hasattr(object_->object, method);
+    }
+    // GPU style: called while encoding, so errors propagate (TypeError for a wrong return); a
+    // missing method (e.g. mean and variance) means "nothing to reload": null.
+    template <class StateType>
+    std::shared_ptr<StateType> callWithCommandBuffer(const char* method, const char* expected, CommandBuffer& cb,
+                                                     const std::shared_ptr<CNNBatchNormalizationState>& state) {
+        py::gil_scoped_acquire gil;
+        if (!py::hasattr(object_->object, method)) return nullptr;
+        py::object result = object_->object.attr(method)(cb.shared_from_this(), state);
+        if (result.is_none()) return nullptr;
+        if (!py::isinstance<StateType>(result))
+            throwTypeError(method, "(): expected a ", expected, " or None, got ", typeName(result));
+        return result.cast<std::shared_ptr<StateType>>();
+    }
     bool call(const char* method, const std::shared_ptr<CNNBatchNormalizationState>& state) {
         if (pythonFinalizing()) return false;
         py::gil_scoped_acquire gil;

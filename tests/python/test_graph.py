@@ -324,6 +324,56 @@ class GPUSource(ConvSource):
         return source_state
 
 
+class GPUBatchNormSource:
+    """MPS's GPU-style batch-normalization update: SGD on gamma and beta encoded on the training step's
+    command buffer (NNOptimizerStochasticGradientDescent with the batch normalization state) into a
+    gamma-and-beta state the graph reloads there. No mean/variance method: the running statistics
+    stay (the reference normalizes with batch statistics only)."""
+
+    def __init__(self, device, gamma, beta, lr):
+        self.g, self.b = gamma.astype(np.float32).copy(), beta.astype(np.float32).copy()
+        self.device, self.updates = device, 0
+        self.optimizer = m.NNOptimizerStochasticGradientDescent(device, learning_rate=lr)
+
+    def number_of_feature_channels(self):
+        return len(self.g)
+
+    def gamma(self):
+        return self.g
+
+    def beta(self):
+        return self.b
+
+    def mean(self):
+        return np.zeros_like(self.g)
+
+    def variance(self):
+        return np.ones_like(self.g)
+
+    def epsilon(self):
+        return 1e-5
+
+    def load(self):
+        return True
+
+    def purge(self):
+        pass
+
+    def label(self):
+        return "bn"
+
+    def update_gamma_and_beta_with_command_buffer(self, command_buffer, batch_normalization_state):
+        self.updates += 1
+        result = m.CNNNormalizationGammaAndBetaState(self.device, self.g, self.b)
+        self.optimizer.encode(command_buffer, batch_normalization_state, result_state=result)
+
+        def keep(_):  # the data source's own copy follows once the step has run
+            self.g, self.b = np.array(result.gamma, np.float32), np.array(result.beta, np.float32)
+
+        command_buffer.add_completed_handler(keep)
+        return result
+
+
 def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
     X = nchw(x)
     T = torch.tensor(labels.argmax(-1).reshape(-1))
@@ -350,7 +400,7 @@ def _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps):
 
 
 @pytest.mark.parametrize("head", ["conv", "fc"])
-@pytest.mark.parametrize("style", ["gpu", "cpu"])
+@pytest.mark.parametrize("style", ["gpu", "cpu", "gpu-bn"])
 def test_training_small_network_matches_torch_sgd(device, style, head):
     gen = rng("graph-network")
     x = randn(gen, N, H, W, CIN)
@@ -361,15 +411,18 @@ def test_training_small_network_matches_torch_sgd(device, style, head):
     labels = classes.reshape(N, 1, 1, 3)
     lr, steps = 0.05, 4
 
-    if style == "gpu":
+    if style.startswith("gpu"):
         ds1, ds2 = GPUSource(device, w1, b1, lr), GPUSource(device, w2, b2, lr)
         training = m.NNTrainingStyle.UPDATE_DEVICE_GPU
     else:
         ds1, ds2 = ConvSource(w1, b1, lr), ConvSource(w2, b2, lr)
         training = m.NNTrainingStyle.UPDATE_DEVICE_CPU
-    bn_source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
-    bn_source.learning_rate = lr
-    bn_source.momentum = 0.0
+    if style == "gpu-bn":  # BN's GPU-style methods too (otherwise its CPU methods at completion)
+        bn_source = GPUBatchNormSource(device, gamma, beta, lr)
+    else:
+        bn_source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
+        bn_source.learning_rate = lr
+        bn_source.momentum = 0.0
 
     source = m.NNImageNode(Handle("x"))
     conv1 = m.CNNConvolutionNode(source, ds1)
@@ -397,8 +450,10 @@ def test_training_small_network_matches_torch_sgd(device, style, head):
         cb.commit()
         cb.wait_until_completed()
         losses.append([float(la.loss_image.to_numpy().ravel()[0]) for la in lab])
-    # Exactly one update per trainable convolution per step.
+    # Exactly one update per trainable convolution (and GPU-style batch normalization) per step.
     assert ds1.updates == steps and ds2.updates == steps
+    if style == "gpu-bn":
+        assert bn_source.updates == steps
     expected = _torch_network_losses(x, labels, w1, b1, w2, b2, gamma, beta, lr, steps)
     np.testing.assert_allclose(np.array(losses), expected, rtol=2e-4, atol=2e-5)
     assert np.sum(losses[-1]) < np.sum(losses[0])

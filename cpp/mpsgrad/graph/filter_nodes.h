@@ -198,6 +198,18 @@ enum class CNNBatchNormalizationFlags : uint32_t {
 class CNNBatchNormalizationUpdatableDataSource {
 public:
     virtual ~CNNBatchNormalizationUpdatableDataSource() = default;
+    // Which of the optional methods the data source has.
+    virtual bool updatesOnCommandBuffer() const = 0;  // gamma and beta, GPU style
+    virtual bool updatesMeanAndVarianceOnCommandBuffer() const = 0;
+    virtual bool updatesAfterCompletion() const = 0;
+    // GPU style (right after the gradient is encoded): -updateGammaAndBetaWithCommandBuffer:
+    // batchNormalizationState: and -updateMeanAndVarianceWithCommandBuffer:batchNormalizationState:.
+    // A returned state is reloaded on the command buffer; null: the kernel reloads from the data
+    // source when the command buffer completes (the data source updates itself).
+    virtual std::shared_ptr<CNNNormalizationGammaAndBetaState> updateGammaAndBetaWithCommandBuffer(
+        CommandBuffer& cb, const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;
+    virtual std::shared_ptr<CNNNormalizationMeanAndVarianceState> updateMeanAndVarianceWithCommandBuffer(
+        CommandBuffer& cb, const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;
     // CPU style (after completion): -updateGammaAndBetaWithBatchNormalizationState: and
     // -updateMeanAndVarianceWithBatchNormalizationState:. True: reload the kernel.
     virtual bool updateGammaAndBeta(const std::shared_ptr<CNNBatchNormalizationState>& state) = 0;

@@ -241,22 +241,49 @@ NodeEncodeResult CNNBatchNormalizationGradientNode::encode(NodeEncodeContext& ct
 void CNNBatchNormalizationGradientNode::checkTrainable() const {
     if (trainingStyle == NNTrainingStyle::UpdateDeviceNone) return;
     auto source = forwardBatchNormalization()->dataSource();
-    if (!dynamic_cast<CNNBatchNormalizationUpdatableDataSource*>(source.get()))
-        throwValueError("training_style: ", className(), " trains but its data source has no "
-                        "update_gamma_and_beta_with_batch_normalization_state(state) method; implement it or set "
-                        "training_style = UPDATE_DEVICE_NONE");
+    auto* updatable = dynamic_cast<CNNBatchNormalizationUpdatableDataSource*>(source.get());
+    // GPU style uses the command-buffer methods when the data source has them, else (as before
+    // they existed in mpsgrad) the CPU methods from the completion handler.
+    if (!updatable || (!updatable->updatesOnCommandBuffer() && !updatable->updatesAfterCompletion()))
+        throwValueError("training_style: ", className(), " trains but its data source has neither "
+                        "update_gamma_and_beta_with_command_buffer(command_buffer, state) (GPU style) nor "
+                        "update_gamma_and_beta_with_batch_normalization_state(state) (CPU style); implement one or "
+                        "set training_style = UPDATE_DEVICE_NONE");
+    if (trainingStyle == NNTrainingStyle::UpdateDeviceCPU && !updatable->updatesAfterCompletion())
+        throwValueError("training_style: UPDATE_DEVICE_CPU needs the data source's "
+                        "update_gamma_and_beta_with_batch_normalization_state(state) method");
 }
 
 void CNNBatchNormalizationGradientNode::afterEncode(CommandBuffer& cb, const std::vector<StateBatch>& states) {
     if (trainingStyle == NNTrainingStyle::UpdateDeviceNone) return;
     auto forward = std::static_pointer_cast<CNNBatchNormalizationNode>(sourceStates_[0]->producer());
-    auto* updatable = dynamic_cast<CNNBatchNormalizationUpdatableDataSource*>(forward->dataSource().get());
-    if (!updatable) return;
-    auto state = std::dynamic_pointer_cast<CNNBatchNormalizationState>(states.at(0).at(0));
     auto source = forward->dataSource();
-    // The update reads dγ, dβ and the batch statistics, which exist once the work has run: both
-    // styles update from the completion handler (the GPU style's command-buffer update methods
-    // of MPS are not part of mpsgrad's BN data source protocol; docs/graph.md).
+    auto* updatable = dynamic_cast<CNNBatchNormalizationUpdatableDataSource*>(source.get());
+    if (!updatable) return;  // checkTrainable() refused this at graph construction
+    auto state = std::dynamic_pointer_cast<CNNBatchNormalizationState>(states.at(0).at(0));
+    if (trainingStyle == NNTrainingStyle::UpdateDeviceGPU && updatable->updatesOnCommandBuffer()) {
+        // Right after the gradient, on the same command buffer (MPS's GPU style): returned states are
+        // reloaded there; without one the data source updates itself, and the kernel reloads from it
+        // once the work has run.
+        auto gammaAndBeta = updatable->updateGammaAndBetaWithCommandBuffer(cb, state);
+        auto meanAndVariance = updatable->updateMeanAndVarianceWithCommandBuffer(cb, state);
+        if (gammaAndBeta) forward->kernel()->reloadGammaAndBetaWithCommandBuffer(cb, gammaAndBeta);
+        if (meanAndVariance) forward->kernel()->reloadMeanAndVarianceWithCommandBuffer(cb, meanAndVariance);
+        if (gammaAndBeta && meanAndVariance) return;
+        // Without a mean-and-variance method for the command buffer, the CPU one (if any) updates
+        // the running statistics at completion.
+        const bool meanOnCommandBuffer = updatable->updatesMeanAndVarianceOnCommandBuffer();
+        cb.addCompletedHandler([forward, source, updatable, state, gammaAndBeta, meanAndVariance,
+                                meanOnCommandBuffer](CommandBuffer& done) {
+            if (done.status() == CommandBufferStatus::Error) return;
+            if (!gammaAndBeta) forward->kernel()->reloadGammaAndBetaFromDataSource();
+            if (!meanAndVariance && (meanOnCommandBuffer || updatable->updateMeanAndVariance(state)))
+                forward->kernel()->reloadMeanAndVarianceFromDataSource();
+        });
+        return;
+    }
+    // CPU style (and GPU style on a data source with only the CPU methods): dγ, dβ and the batch
+    // statistics exist once the work has run.
     cb.addCompletedHandler([forward, state, updatable, source](CommandBuffer& done) {
         if (done.status() == CommandBufferStatus::Error) return;
         bool reloadGamma = updatable->updateGammaAndBeta(state);

@@ -191,25 +191,24 @@ private:
 
 CNNBatchNormalization& syncedFusedBatchNormalization(std::vector<FusedBatchNormalizationKernel>& kernels,
                                                      const std::shared_ptr<CNNBatchNormalization>& plain,
-                                                     const NNNeuronDescriptor& neuron) {
+                                                     const NNNeuronDescriptor& neuron, CommandBuffer& cb) {
     auto found = std::find_if(kernels.begin(), kernels.end(), [&](const FusedBatchNormalizationKernel& k) {
         return sameNeuronDescriptor(k.neuron, neuron);
     });
     const BatchNormalizationWeights& current = plain->currentWeights();
     if (found == kernels.end()) {
         auto source = std::make_shared<KernelParametersDataSource>(plain);
-        kernels.push_back({neuron, std::make_shared<CNNBatchNormalization>(plain->device(), source, neuron),
-                           current.gamma.buffer, current.mean.buffer});
+        // Unsynced: plain's buffers may be the target of a reload still pending on `cb`, so the
+        // values this constructor read from host memory are replaced by encoded copies below.
+        kernels.push_back({neuron, std::make_shared<CNNBatchNormalization>(plain->device(), source, neuron), {}, {}});
         found = kernels.end() - 1;
     }
-    // The graph reloads batch normalization kernels from their data sources only (host copies),
-    // so the node's kernel's buffers hold their values as soon as they are its buffers.
     if (found->syncedGamma.lock() != current.gamma.buffer) {
-        found->kernel->reloadGammaAndBetaFromDataSource();
+        found->kernel->copyGammaAndBetaWithCommandBuffer(cb, *plain);
         found->syncedGamma = current.gamma.buffer;
     }
     if (found->syncedMean.lock() != current.mean.buffer) {
-        found->kernel->reloadMeanAndVarianceFromDataSource();
+        found->kernel->copyMeanAndVarianceWithCommandBuffer(cb, *plain);
         found->syncedMean = current.mean.buffer;
     }
     found->kernel->setEpsilon(plain->epsilon());
@@ -231,7 +230,7 @@ bool CNNBatchNormalizationNode::fusionPays() const {
 
 NodeEncodeResult CNNBatchNormalizationNode::encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,
                                                              const NNNeuronDescriptor& neuron) {
-    return encodeWith(syncedFusedBatchNormalization(fusedKernels_, kernel_, neuron), ctx, sources);
+    return encodeWith(syncedFusedBatchNormalization(fusedKernels_, kernel_, neuron, ctx.cb), ctx, sources);
 }
 
 }  // namespace mpsgrad

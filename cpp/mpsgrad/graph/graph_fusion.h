@@ -109,7 +109,9 @@ CNNConvolution& syncedFusedConvolution(std::vector<FusedConvolutionKernel>& kern
                                        const std::shared_ptr<CNNConvolution>& plain, const NNNeuronDescriptor& neuron,
                                        CommandBuffer& cb);
 
-// The same for batch normalization (gamma, beta, mean, variance and epsilon of `plain`).
+// The same for batch normalization (gamma, beta, mean, variance and epsilon of `plain`), always as
+// encoded copies on `cb`: the graph reloads BN kernels from their data sources (host copies) or,
+// GPU style, on the training step's command buffer, and an encoded copy is right after either.
 struct FusedBatchNormalizationKernel {
     NNNeuronDescriptor neuron;
     std::shared_ptr<CNNBatchNormalization> kernel;
@@ -117,6 +119,6 @@ struct FusedBatchNormalizationKernel {
 };
 CNNBatchNormalization& syncedFusedBatchNormalization(std::vector<FusedBatchNormalizationKernel>& kernels,
                                                      const std::shared_ptr<CNNBatchNormalization>& plain,
-                                                     const NNNeuronDescriptor& neuron);
+                                                     const NNNeuronDescriptor& neuron, CommandBuffer& cb);
 
 }  // namespace mpsgrad

@@ -324,6 +324,35 @@ void CNNBatchNormalization::reloadMeanAndVarianceFromDataSource() {
     });
 }
 
+namespace {
+// An encoded copy of `count` floats into a new buffer.
+BufferSlice encodedCopy(Backend& backend, CommandBuffer& cb, const BufferSlice& from, int64_t count) {
+    BufferSlice to{backend.newBuffer(floatBytes(count)), 0};
+    backend.copyBuffer(cb, from, to, floatBytes(count));
+    return to;
+}
+}  // namespace
+
+void CNNBatchNormalization::copyGammaAndBetaWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from) {
+    checkCommandBuffer(cb);
+    if (from.weights_.channels != weights_.channels)
+        throwValueError("from: has ", from.weights_.channels, " feature channels but this kernel has ",
+                        weights_.channels);
+    Backend& backend = device_.backend();
+    weights_.gamma = encodedCopy(backend, cb, from.weights_.gamma, weights_.channels);
+    weights_.beta = encodedCopy(backend, cb, from.weights_.beta, weights_.channels);
+}
+
+void CNNBatchNormalization::copyMeanAndVarianceWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from) {
+    checkCommandBuffer(cb);
+    if (from.weights_.channels != weights_.channels)
+        throwValueError("from: has ", from.weights_.channels, " feature channels but this kernel has ",
+                        weights_.channels);
+    Backend& backend = device_.backend();
+    weights_.mean = encodedCopy(backend, cb, from.weights_.mean, weights_.channels);
+    weights_.variance = encodedCopy(backend, cb, from.weights_.variance, weights_.channels);
+}
+
 void CNNBatchNormalization::reloadGammaAndBetaWithCommandBuffer(
     CommandBuffer& cb, const std::shared_ptr<CNNNormalizationGammaAndBetaState>& state) {
     checkCommandBuffer(cb);

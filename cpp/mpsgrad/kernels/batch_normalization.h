@@ -195,6 +195,11 @@ public:
                                              const std::shared_ptr<CNNNormalizationGammaAndBetaState>& state);
     void reloadMeanAndVarianceWithCommandBuffer(CommandBuffer& cb,
                                                 const std::shared_ptr<CNNNormalizationMeanAndVarianceState>& state);
+    // Encoded copies of `from`'s current gamma and beta (mean and variance) into new buffers of this
+    // kernel: ordered after any reload of `from` encoded earlier on `cb` (the graph's fused kernels
+    // follow their node's kernel this way, docs/graph.md "Fusion").
+    void copyGammaAndBetaWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from);
+    void copyMeanAndVarianceWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from);
     const BatchNormalizationWeights& currentWeights() const { return weights_; }
 
     // -initWithCoder:device: (docs/serialization.md); the decoded kernel's data source is a
