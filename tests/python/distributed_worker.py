@@ -1,6 +1,7 @@
 """One process of tests/python/test_distributed.py (run as a script by the test, one per rank, with
 MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE in the environment like torchrun sets them).
 
+    distributed_worker.py suite OUT
     distributed_worker.py graph OUT [--bn] [--steps N] [--reference] [--die-after K] [--wide-fc]
     distributed_worker.py syncbn OUT
 
@@ -11,6 +12,8 @@ torch.distributed, the whole batch. --die-after K: rank 1 exits abruptly after K
 --wide-fc: rank 1 builds a wider FC layer (a layout mismatch).
 syncbn: one synchronized batch normalization training pass with the kernels on this rank's shard;
 saves the output, the input gradient and dγ/dβ.
+suite: in one process group (the launches dominate the test's time): graph without and with BN,
+syncbn, then graph --wide-fc, whose ValueError is printed; OUT names the files with {name} and {rank}.
 """
 from __future__ import annotations
 
@@ -124,13 +127,19 @@ class Norm:
         return False
 
 
+def _init(args):
+    import mpsgrad.distributed as mdist
+
+    if not mdist.torch.distributed.is_initialized():
+        mdist.init_process_group(timeout_seconds=args.timeout)
+    return mdist
+
+
 def train_graph(args):
     device = m.Device("cpu")
     world, rank = 1, 0
     if not args.reference:
-        import mpsgrad.distributed as mdist
-
-        mdist.init_process_group(timeout_seconds=args.timeout)
+        mdist = _init(args)
         world, rank = mdist.world_size(), mdist.rank()
     fc_out = CLASSES + 1 if args.wide_fc and rank == 1 else CLASSES
     params = initial_weights(seed=7 + rank, fc_out=fc_out)  # the ranks start different: the broadcast fixes it
@@ -185,9 +194,7 @@ def train_graph(args):
 def train_syncbn(args):
     """One sync-BN training pass with the kernels: statistics, sync, forward, statistics gradient,
     sync, gradient."""
-    import mpsgrad.distributed as mdist
-
-    mdist.init_process_group(timeout_seconds=args.timeout)
+    mdist = _init(args)
     device = m.Device("cpu")
     rng = np.random.default_rng(5)
     n, h, w, c = 6, 3, 4, 5
@@ -231,9 +238,20 @@ def train_syncbn(args):
              x=x, g=g, gamma=gamma, beta=beta)
 
 
+def suite(args):
+    out = args.out
+    for name, bn in (("plain", False), ("bn", True)):
+        train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", name), "bn": bn}))
+    train_syncbn(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "sync")}))
+    try:
+        train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "wide"), "wide_fc": True}))
+    except ValueError as error:
+        print("wide-fc: ValueError:", error, flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["graph", "syncbn"])
+    parser.add_argument("mode", choices=["suite", "graph", "syncbn"])
     parser.add_argument("out")
     parser.add_argument("--bn", action="store_true")
     parser.add_argument("--steps", type=int, default=4)
@@ -242,7 +260,7 @@ def main(argv=None):
     parser.add_argument("--wide-fc", action="store_true")
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
-    (train_graph if args.mode == "graph" else train_syncbn)(args)
+    {"suite": suite, "graph": train_graph, "syncbn": train_syncbn}[args.mode](args)
 
 
 if __name__ == "__main__":
