@@ -38,7 +38,7 @@ except ImportError as error:  # pragma: no cover - exercised by a subprocess tes
 import mpsgrad as _m
 
 __all__ = ["init_process_group", "rank", "world_size", "gradient_arrays", "all_reduce_gradients",
-           "broadcast_arrays", "shard", "DataParallel", "sync_batch_norm_statistics", "sync_batch_norm_gradients",
+           "all_reduce_arrays", "broadcast_arrays", "shard", "DataParallel", "sync_batch_norm_statistics", "sync_batch_norm_gradients",
            "checksum", "DEFAULT_BUCKET_BYTES"]
 
 # Flat buckets of at most this many bytes (PyTorch DDP's default bucket size is 25 MiB).
@@ -154,17 +154,19 @@ def _reduce_arrays(views: List[np.ndarray], what: str, group, bucket_bytes: int,
     Returns the number of collectives issued for the data."""
     groups = _buckets(views, bucket_bytes)
     for indices in groups:
-        tensors = [torch.from_numpy(views[i]).reshape(-1) for i in indices]  # views: no copy
-        # One array: reduced in place in the state's storage. Several: packed into one bucket.
-        flat = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+        tensors = [torch.from_numpy(views[i]).reshape(-1) for i in indices]  # no copy for contiguous views
+        # One contiguous array: reduced in place in the state's storage. Else packed into one bucket.
+        in_place = len(indices) == 1 and views[indices[0]].flags.c_contiguous
+        flat = tensors[0] if in_place else torch.cat(tensors)
         _collective(what, dist.all_reduce, flat, op=op, group=group)
         if scale != 1.0:
             flat.mul_(scale)
-        if len(tensors) > 1:
+        if not in_place:
             offset = 0
-            for t in tensors:
-                t.copy_(flat[offset:offset + t.numel()])
-                offset += t.numel()
+            for i in indices:
+                size = views[i].size
+                views[i][...] = flat[offset:offset + size].numpy().reshape(views[i].shape)
+                offset += size
     return len(groups)
 
 
@@ -201,6 +203,16 @@ def all_reduce_gradients(states: Iterable, weight: Optional[float] = None, group
         a *= np.float32(weight)
     return _reduce_arrays(views, "all_reduce_gradients", group, bucket_bytes, dist.ReduceOp.SUM,
                           1.0 / float(total[0]))
+
+
+def all_reduce_arrays(arrays: Iterable[np.ndarray], group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+    """Replaces, in place, every rank's float32 arrays by their mean over the ranks (bucketed), e.g.
+    batch normalization's running mean and variance, which each rank accumulates from its own
+    shard. ValueError when the ranks' shapes differ."""
+    _require_group(group)
+    views = _float32_views(arrays, "arrays")
+    _check_same_layout([a.shape for a in views], "all_reduce_arrays", group)
+    _reduce_arrays(views, "all_reduce_arrays", group, bucket_bytes, dist.ReduceOp.SUM, 1.0 / world_size(group))
 
 
 def broadcast_arrays(arrays: Iterable[np.ndarray], src: int = 0, group=None,
