@@ -133,16 +133,21 @@ def _collective(what: str, fn, *args, **kwargs):
                            f"ranks disagree on what to exchange): {error}") from error
 
 
-def _check_same_layout(shapes: Sequence[tuple], what: str, group) -> None:
-    """ValueError on every rank unless every rank exchanges arrays of the same shapes (a
-    collective of one MAX all-reduce of two integers; the shapes are gathered only on a mismatch)."""
+def _check_same_layout(shapes: Sequence[tuple], what: str, group, weight: float = 0.0) -> float:
+    """ValueError on every rank unless every rank exchanges arrays of the same shapes; returns the
+    sum of `weight` over the ranks. One SUM all-reduce of five float64 values: two 20-bit hashes h
+    of the shapes and their squares (sum(h)^2 == ranks * sum(h^2) exactly when every rank's h is
+    the same; exact in float64 up to 8192 ranks) and the weight. The shapes are gathered only on a
+    mismatch, to name them."""
     digest = hashlib.sha256(repr([tuple(s) for s in shapes]).encode()).digest()
-    value = int.from_bytes(digest[:6], "little")  # exact in int64 with its negation
-    signature = torch.tensor([value, -value], dtype=torch.int64)
-    _collective(f"{what} (layout check)", dist.all_reduce, signature, op=dist.ReduceOp.MAX, group=group)
-    if int(signature[0]) == value and -int(signature[1]) == value:
-        return
-    gathered = [None] * world_size(group)
+    hashes = [int.from_bytes(digest[i:i + 3], "little") & 0xFFFFF for i in (0, 3)]
+    values = torch.tensor([hashes[0], hashes[0] ** 2, hashes[1], hashes[1] ** 2, weight], dtype=torch.float64)
+    _collective(f"{what} (layout check)", dist.all_reduce, values, group=group)
+    sums = [int(v) for v in values[:4].tolist()]
+    ranks = world_size(group)
+    if sums[0] ** 2 == ranks * sums[1] and sums[2] ** 2 == ranks * sums[3]:
+        return float(values[4])
+    gathered = [None] * ranks
     _collective(f"{what} (layout report)", dist.all_gather_object, gathered, [tuple(s) for s in shapes], group=group)
     lines = [f"rank {r}: {len(s)} arrays {s}" for r, s in enumerate(gathered)]
     raise ValueError(f"{what}: the ranks' gradient layouts differ (every rank must run the same graph with the same "
@@ -190,19 +195,16 @@ def all_reduce_gradients(states: Iterable, weight: Optional[float] = None, group
             seen.add(id(state))
             unique.append(state)
     views = [a for state in unique for a in gradient_arrays(state)]
-    _check_same_layout([a.shape for a in views], "all_reduce_gradients", group)
-    if weight is None:
-        return _reduce_arrays(views, "all_reduce_gradients", group, bucket_bytes, dist.ReduceOp.SUM,
-                              1.0 / world_size(group))
-    weight = float(weight)
-    if not weight > 0:
-        raise ValueError(f"weight: expected a positive number, got {weight!r}")
-    total = torch.tensor([weight], dtype=torch.float64)
-    _collective("all_reduce_gradients (weights)", dist.all_reduce, total, group=group)
-    for a in views:
-        a *= np.float32(weight)
-    return _reduce_arrays(views, "all_reduce_gradients", group, bucket_bytes, dist.ReduceOp.SUM,
-                          1.0 / float(total[0]))
+    if weight is not None:
+        weight = float(weight)
+        if not weight > 0:
+            raise ValueError(f"weight: expected a positive number, got {weight!r}")
+    total = _check_same_layout([a.shape for a in views], "all_reduce_gradients", group,
+                               1.0 if weight is None else weight)
+    if weight is not None:
+        for a in views:
+            a *= np.float32(weight)
+    return _reduce_arrays(views, "all_reduce_gradients", group, bucket_bytes, dist.ReduceOp.SUM, 1.0 / total)
 
 
 def all_reduce_arrays(arrays: Iterable[np.ndarray], group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:

@@ -2,14 +2,14 @@
 MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE in the environment like torchrun sets them).
 
     distributed_worker.py suite OUT
-    distributed_worker.py graph OUT [--bn] [--steps N] [--reference] [--die-after K] [--wide-fc]
+    distributed_worker.py graph OUT [--bn] [--steps N] [--reference] [--die-after K] [--wide-fc] [--uneven]
     distributed_worker.py syncbn OUT
 
 graph: trains a small graph (conv 3x3 -> [BN] -> ReLU -> FC -> softmax cross-entropy, mean over the
 batch) with SGD for a few steps on this rank's shard of a fixed global batch, the gradients averaged
 by mpsgrad.distributed.DataParallel; saves the final weights. --reference: one process, no
 torch.distributed, the whole batch. --die-after K: rank 1 exits abruptly after K steps.
---wide-fc: rank 1 builds a wider FC layer (a layout mismatch).
+--wide-fc: rank 1 builds a wider FC layer (a layout mismatch). --uneven: shards of 5 and 3 images.
 syncbn: one synchronized batch normalization training pass with the kernels on this rank's shard;
 saves the output, the input gradient and dγ/dβ.
 suite: in one process group (the launches dominate the test's time): graph without and with BN,
@@ -175,7 +175,13 @@ def train_graph(args):
         if args.die_after is not None and rank == 1 and step == args.die_after:
             os._exit(3)  # no clean shutdown: the peer sees a closed connection
         x, labels = global_batch(step)
-        mine = np.arange(N) if args.reference else mdist.shard(np.arange(N))
+        if args.reference:
+            mine = np.arange(N)
+        elif args.uneven:  # 5 and 3 images: the gradients weighted by the shard sizes
+            mine = np.arange(5) if rank == 0 else np.arange(5, N)
+            parallel.weight = float(len(mine))
+        else:
+            mine = mdist.shard(np.arange(N))
         onehot = np.eye(fc_out, dtype=np.float32)[labels[mine] % fc_out].reshape(-1, 1, 1, fc_out)
         states = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(t)) for t in onehot]
         cb = queue.command_buffer()
@@ -240,8 +246,9 @@ def train_syncbn(args):
 
 def suite(args):
     out = args.out
-    for name, bn in (("plain", False), ("bn", True)):
-        train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", name), "bn": bn}))
+    for name, bn, uneven in (("plain", False, False), ("bn", True, False), ("uneven", False, True)):
+        train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", name), "bn": bn,
+                                          "uneven": uneven}))
     train_syncbn(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "sync")}))
     try:
         train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "wide"), "wide_fc": True}))
@@ -258,6 +265,7 @@ def main(argv=None):
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--die-after", type=int, default=None)
     parser.add_argument("--wide-fc", action="store_true")
+    parser.add_argument("--uneven", action="store_true")
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
     {"suite": suite, "graph": train_graph, "syncbn": train_syncbn}[args.mode](args)

@@ -75,7 +75,7 @@ def suite(tmp_path_factory):
     results = _launch(tmp_path, "suite", "{name}{rank}.npz")
     for rank, (code, out) in enumerate(results):
         assert code == 0, f"rank {rank}:\n{out}"
-    loaded = {name: [np.load(tmp_path / f"{name}{r}.npz") for r in range(2)] for name in ("plain", "bn", "sync")}
+    loaded = {name: [np.load(tmp_path / f"{name}{r}.npz") for r in range(2)] for name in ("plain", "bn", "uneven", "sync")}
     return loaded, [out for _, out in results], tmp_path
 
 
@@ -98,6 +98,16 @@ def test_two_ranks_match_one_process_on_the_full_batch(suite):
     both ranks (rank 1 started from other weights: the broadcast) and equal the single-process run
     on the full batch (the mean of the shards' mean-loss gradients is the full batch's gradient)."""
     ranks = suite[0]["plain"]
+    reference = _reference(suite[2], "graph", "single{rank}.npz")
+    for name in NAMES:
+        assert np.array_equal(ranks[0][name], ranks[1][name]), name
+        np.testing.assert_allclose(ranks[0][name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_unequal_shards_weighted_by_their_sizes_match_the_full_batch(suite):
+    """Shards of 5 and 3 images with DataParallel.weight = shard size: the weighted mean of the
+    shards' mean-loss gradients is the full batch's gradient."""
+    ranks = suite[0]["uneven"]
     reference = _reference(suite[2], "graph", "single{rank}.npz")
     for name in NAMES:
         assert np.array_equal(ranks[0][name], ranks[1][name]), name
