@@ -302,7 +302,7 @@ class DataParallel:
 
 # ---- synchronized batch normalization (hand-written kernel loops) ------------------------------------------
 
-def _statistics_views(state):
+def _check_batch_normalization_state(state):
     if not isinstance(state, _m.CNNBatchNormalizationState):
         raise TypeError(f"state: expected a CNNBatchNormalizationState, got {type(state).__name__}")
     return state
@@ -316,7 +316,7 @@ def sync_batch_norm_statistics(state, count: int, group=None) -> int:
     afterwards (a new command buffer). Returns the total count (for the running variance's
     unbiasing)."""
     _require_group(group)
-    _statistics_views(state)
+    _check_batch_normalization_state(state)
     if int(count) < 1:
         raise ValueError(f"count: expected a positive number of values per channel, got {count!r}")
     mean, variance = state.mean, state.variance
@@ -345,7 +345,7 @@ def sync_batch_norm_gradients(state, count: int, group=None) -> None:
     what data-parallel training applies to gamma and beta (all_reduce_gradients leaves them as they
     are)."""
     _require_group(group)
-    _statistics_views(state)
+    _check_batch_normalization_state(state)
     if int(count) < 1:
         raise ValueError(f"count: expected a positive number of values per channel, got {count!r}")
     d_gamma, d_beta = state.gradient_for_gamma, state.gradient_for_beta
