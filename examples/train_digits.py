@@ -332,6 +332,9 @@ def parse_args(argv=None):
                         help="gpu (default): Adam on the command buffer (NNOptimizerAdam); cpu: NumPy Adam "
                              "from the completion handler")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--distributed", action="store_true",
+                        help="data-parallel over torch.distributed, one rank per process: run under torchrun "
+                             "--standalone --nproc_per_node N (examples/digits_distributed.py, docs/distributed.md)")
     return parser.parse_args(argv)
 
 
@@ -339,6 +342,10 @@ def main(argv=None):
     from tqdm import tqdm
 
     args = parse_args(argv)
+    if args.distributed:
+        from digits_distributed import main as distributed_main  # examples/, next to this script
+
+        return distributed_main(args, sys.modules[__name__])
     x_train, y_train, x_test, y_test = load_data(args.seed, args.train_limit)
     device = m.Device(args.device)
     net = DigitsNet(device, initial_parameters(args.seed), args.lr, seed=args.seed, training_style=args.training_style)

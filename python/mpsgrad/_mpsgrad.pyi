@@ -6205,6 +6205,14 @@ class NNGraph:
         -encodeWithCoder: the graph as bytes: every node, its parameters and properties, handles (as labels) and the weights of its data sources (docs/serialization.md "Graphs"). Call it when the graph's work has completed. ValueError naming the node for a node class or custom policy a graph blob cannot hold.
         """
     @property
+    def before_updates(self) -> typing.Any:
+        """
+        mpsgrad extension (docs/graph.md "Before the updates"): None or a callable(gradient_states) run once the command buffer completed, with the gradient states of every trainable gradient node (a list), before their data sources update; it may change the gradients in place (mpsgrad.distributed averages them across processes). The trainable nodes must train UPDATE_DEVICE_CPU.
+        """
+    @before_updates.setter
+    def before_updates(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def data_sources(self) -> list:
         """
         The data sources of the graph's nodes, each once: convolution / fully connected ones in node order, then batch normalization ones (the order of from_bytes' data_sources)

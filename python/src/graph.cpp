@@ -640,6 +640,25 @@ void bindShapeNodes(py::module_& m) {
              py::arg("source_image"), py::arg("gradient_state"), "+nodeWithSourceGradient:sourceImage:gradientState:");
 }
 
+namespace {
+// NNGraph.before_updates: the Python callable, called (with the GIL) from the completed handler
+// with the list of gradient states. Its exception becomes a C++ one with the same message, which
+// the command buffer reports on stderr; mpsgrad.distributed records and re-raises its own errors.
+struct PythonBeforeUpdates {
+    std::shared_ptr<PythonReference> callable;
+    void operator()(const std::vector<StatePtr>& states) const {
+        py::gil_scoped_acquire gil;
+        py::list list;
+        for (const auto& state : states) list.append(py::cast(state));
+        try {
+            callable->object(list);
+        } catch (py::error_already_set& e) {
+            throw std::runtime_error(std::string("before_updates: ") + e.what());
+        }
+    }
+};
+}  // namespace
+
 void bindNNGraph(py::module_& m) {
     py::class_<NNGraph, std::shared_ptr<NNGraph>>(m, "NNGraph", "MPSNNGraph")
         .def(py::init([](const DeviceArg& device, py::object result, py::object needed) {
@@ -663,6 +682,26 @@ void bindNNGraph(py::module_& m) {
              "-initWithDevice:resultImages:resultsAreNeeded: (a list of bools)")
         .def_property_readonly("device", &NNGraph::device)
         .def_readwrite("label", &NNGraph::label)
+        .def_property(
+            "before_updates",
+            [](const NNGraph& g) -> py::object {
+                auto* hook = g.beforeUpdates.target<PythonBeforeUpdates>();
+                return hook ? hook->callable->object : py::none();
+            },
+            [](NNGraph& g, py::object hook) {
+                if (hook.is_none()) {
+                    g.beforeUpdates = nullptr;
+                    return;
+                }
+                if (!PyCallable_Check(hook.ptr()))
+                    throwTypeError("before_updates: expected None or a callable(gradient_states), got ",
+                                   typeName(hook));
+                g.beforeUpdates = PythonBeforeUpdates{std::make_shared<PythonReference>(std::move(hook))};
+            },
+            "mpsgrad extension (docs/graph.md \"Before the updates\"): None or a callable(gradient_states) run "
+            "once the command buffer completed, with the gradient states of every trainable gradient node (a "
+            "list), before their data sources update; it may change the gradients in place (mpsgrad.distributed "
+            "averages them across processes). The trainable nodes must train UPDATE_DEVICE_CPU.")
         .def_property_readonly("source_image_handles", [](const NNGraph& g) { return handleList(g.sourceImageHandles()); })
         .def_property_readonly("source_state_handles", [](const NNGraph& g) { return handleList(g.sourceStateHandles()); })
         .def_property_readonly("intermediate_image_handles",

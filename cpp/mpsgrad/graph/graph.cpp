@@ -244,6 +244,34 @@ void notePooled(const IntermediatePool& pool, const NNImageNode* node, const Ima
 }
 }  // namespace
 
+bool NNGraph::defersUpdate(const NNFilterNode& node) const {
+    auto* style = const_cast<NNFilterNode&>(node).trainingStylePointer();
+    if (!style || *style == NNTrainingStyle::UpdateDeviceNone || !dynamic_cast<const NNGradientFilterNode*>(&node))
+        return false;
+    if (*style == NNTrainingStyle::UpdateDeviceGPU)
+        throwValueError("before_updates: ", node.className(), " trains with UPDATE_DEVICE_GPU, whose update is "
+                        "encoded before the hook could run; set its training_style to UPDATE_DEVICE_CPU");
+    return true;
+}
+
+namespace {
+// The handler that calls the hook, registered before the deferred nodes register their update
+// handlers (completed handlers run in the order they were added).
+void encodeBeforeUpdates(CommandBuffer& cb, const NNGraph::BeforeUpdatesHandler& hook,
+                         std::vector<std::pair<FilterNodePtr, std::vector<StateBatch>>>& deferred) {
+    std::vector<StatePtr> gradients;
+    for (const auto& [node, states] : deferred)
+        if (!states.empty())
+            for (const auto& state : states.front())
+                if (std::find(gradients.begin(), gradients.end(), state) == gradients.end())
+                    gradients.push_back(state);
+    cb.addCompletedHandler([hook, gradients](CommandBuffer& done) {
+        if (done.status() != CommandBufferStatus::Error) hook(gradients);
+    });
+    for (auto& [node, states] : deferred) node->afterEncode(cb, states);
+}
+}  // namespace
+
 ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>& sourceImages,
                                 const std::vector<StateBatch>& sourceStates,
                                 std::vector<ImageBatch>* intermediateImages,
@@ -266,6 +294,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
     }
 
     std::vector<TemporaryImage*> intermediates;  // temporaries the graph made, released at the end
+    std::vector<std::pair<FilterNodePtr, std::vector<StateBatch>>> deferredUpdates;  // with beforeUpdates
     lastEncode_ = GraphEncodeStatistics{};
     auto pool = std::make_shared<IntermediatePool>(lastEncode_);
     // Pooled buffers -> how many image nodes still to be read hold images in them.
@@ -313,7 +342,10 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
                            (isResult && (resultsNeeded_.front() || result->exportFromGraph));
         NodeEncodeResult encoded = fused ? fused->producer->encodeWithNeuron(ctx, inputs.at(0), fused->neuron)
                                          : node->encode(ctx, inputs, inputStates);
-        node->afterEncode(cb, inputStates);
+        if (beforeUpdates && defersUpdate(*node))
+            deferredUpdates.emplace_back(node, std::move(inputStates));
+        else
+            node->afterEncode(cb, inputStates);
         ++lastEncode_.encodedNodes;
         if (fused) ++lastEncode_.fusedPairs;
 
@@ -334,6 +366,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
             states[resultStates[i].get()] = std::move(encoded.states[i]);
     }
     guard.commit();
+    if (beforeUpdates) encodeBeforeUpdates(cb, beforeUpdates, deferredUpdates);
 
     // Read counts of what the graph made: exported temporaries 1 (2 for a result that is also
     // exported), everything else released now.

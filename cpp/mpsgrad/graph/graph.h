@@ -71,6 +71,16 @@ public:
     const std::vector<ImageNodePtr>& resultImages() const { return results_; }
     const std::vector<bool>& resultsAreNeeded() const { return resultsNeeded_; }
 
+    // mpsgrad extension (docs/graph.md "Before the updates", docs/distributed.md): when set, encode
+    // registers a completed handler that calls it with the gradient state(s) of every trainable
+    // gradient node (in encode order; one entry per state, a batch of per-image states appears
+    // image by image) before any of those nodes' data sources update, so that it can change the
+    // gradients in place (data-parallel training averages them across processes here). The updates
+    // then run from later completed handlers, so every trainable node must train UPDATE_DEVICE_CPU
+    // (encode raises ValueError otherwise: a GPU-style update would already have run).
+    using BeforeUpdatesHandler = std::function<void(const std::vector<StatePtr>& gradientStates)>;
+    BeforeUpdatesHandler beforeUpdates;
+
     // -reloadFromDataSources (the GPU work must be idle).
     void reloadFromDataSources();
 
@@ -108,6 +118,9 @@ private:
     bool leavesGraph(const ImageNodePtr& image) const;
     ImageFeatureChannelFormat storageFormat(const NNImageNode& image, bool leavesGraph) const;
     void checkFormats() const;
+    // True for a gradient node whose data source updates (its afterEncode is deferred when
+    // beforeUpdates is set); ValueError for one that trains UPDATE_DEVICE_GPU then.
+    bool defersUpdate(const NNFilterNode& node) const;
 
     Device device_;
     std::vector<ImageNodePtr> results_;
