@@ -41,6 +41,11 @@ CASES = [
     ("3x3 64->64 56x56 f16", 8, 2, 64, 56, 56, 64, 3, 1, False),
     ("1x1 256->64 56x56 f16", 8, 2, 256, 56, 56, 64, 1, 1, False),
     ("3x3 32->32 32x32 f16", 16, 4, 32, 32, 32, 32, 3, 1, False),
+    # the digits example's layers (examples/train_digits.py, batch 32) and a 5x5 of the same size:
+    # tiny images, where the fixed costs of an op dominate
+    ("digits 3x3 1->16 8x8", 32, 32, 1, 8, 8, 16, 3, 1, False),
+    ("digits 3x3 16->32 4x4", 32, 32, 16, 4, 4, 32, 3, 1, False),
+    ("digits 5x5 32->32 8x8", 32, 32, 32, 8, 8, 32, 5, 1, False),
     # a tiny row for smoke tests (tests/python/test_benchmarks.py)
     ("tiny 3x3 8->8 8x8", 2, 2, 8, 8, 8, 8, 3, 1, False),
 ]

@@ -151,11 +151,10 @@ bool CNNConvolutionNode::canFuseNeuron(const NNNeuronDescriptor& neuron) const {
 }
 
 bool CNNConvolutionNode::fusionPays() const {
-    // The CPU convolution applies a fused neuron per element in its epilogue, which costs more
-    // than a separate neuron pass (8x56x56x64 3x3 convolution + ReLU: 438 ms fused, 409 ms as two
-    // kernels, 401 ms without the neuron). A fully connected layer's result is one pixel: fusing
-    // saves a whole kernel for a few values.
-    return dynamic_cast<const CNNFullyConnectedNode*>(this) || !device_ || device_->name() != "cpu";
+    // Every device: the fused neuron saves a pass over the result. The CPU convolution's epilogue
+    // runs one loop per neuron type (backend/cpu/conv_epilogue.h), so fused is no slower there
+    // either (docs/graph.md: three 8x56x56x64 conv + ReLU pairs, 368 ms fused, 378 ms unfused).
+    return true;
 }
 
 NodeEncodeResult CNNConvolutionNode::encodeWithNeuron(NodeEncodeContext& ctx, const ImageBatch& sources,

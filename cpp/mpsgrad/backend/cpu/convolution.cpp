@@ -28,6 +28,7 @@
 
 #include "../../../../metal/neuron_math.h"
 #include "blas.h"
+#include "conv_epilogue.h"
 #include "fully_connected.h"
 #include "parallel.h"
 
@@ -116,21 +117,6 @@ inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int
     }
 }
 
-// Writes pre-neuron values v[0..count) of output channels [o0, o0 + count) for one pixel.
-inline void writeOutputs(const ConvolutionParams& p, const float* v, int o0, int count,
-                         const float* neuronData, float* dst, float* pre) {
-    if (pre) std::memcpy(pre + o0, v, sizeof(float) * size_t(count));
-    const NeuronParams& nr = p.neuron;
-    if (nr.type == kNeuronNone) {
-        std::memcpy(dst + o0, v, sizeof(float) * size_t(count));
-    } else {
-        for (int o = 0; o < count; ++o) {
-            float channelA = (nr.hasChannelData && neuronData) ? neuronData[o0 + o] : 0.0f;
-            dst[o0 + o] = neuronForward(nr.type, nr.a, nr.b, nr.c, channelA, v[o]);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Forward
 
@@ -147,6 +133,7 @@ void forwardDepthwise(const ConvolutionParams& p, const float* source, const flo
     for (int c = 0; c < C; ++c)
         for (int t = 0; t < taps; ++t) packed[size_t(t) * C + c] = weights[size_t(c) * taps + t];
 
+    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
     const int64_t rows = int64_t(p.batch) * p.clipHeight;
     const int64_t grain = std::max<int64_t>(1, 4096 / (int64_t(p.clipWidth) * C * taps + 1));
     parallelFor(rows, grain, [&](int64_t begin, int64_t end) {
@@ -166,13 +153,11 @@ void forwardDepthwise(const ConvolutionParams& p, const float* source, const flo
                         for (int c = 0; c < C; ++c) a[c] += px[c] * w[c];
                     }
                 }
-                // value = bias + sum, matching the general path.
-                for (int c = 0; c < C; ++c) acc[c] = (p.hasBias ? biases[c] : 0.0f) + acc[c];
                 float* dst = destination + pixelIndex(D, n, p.clipY + y, p.clipX + x);
                 float* pre = p.writePreactivation
                                  ? preactivation + pixelIndex(p.preactivation, n, y, x)
                                  : nullptr;
-                writeOutputs(p, acc.data(), 0, C, neuronData, dst, pre);
+                epilogue(acc.data(), 0, C, dst, pre);  // value = bias + sum, as the general path
             }
         }
     });
@@ -223,6 +208,7 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
     // fully connected layers still fill a block) x a group.
     const int MB = blockRows(totalPixels, Kg);
     const int64_t items = ceilDiv64(totalPixels, MB) * G;
+    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
 
     parallelFor(items, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> patch;
@@ -267,15 +253,9 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
                         0.0f, out.data(), Cog);
 
             // Epilogue: value = bias + sum (the order the depthwise path uses), then the neuron.
-            for (int m = 0; m < mb; ++m) {
-                float* v = out.data() + size_t(m) * Cog;
-                if (p.hasBias) {
-                    const float* b = biases + g * Cog;
-                    for (int oo = 0; oo < Cog; ++oo) v[oo] = b[oo] + v[oo];
-                }
-                writeOutputs(p, v, g * Cog, Cog, neuronData, destination + dstAt[size_t(m)],
-                             p.writePreactivation ? preactivation + preAt[size_t(m)] : nullptr);
-            }
+            for (int m = 0; m < mb; ++m)
+                epilogue(out.data() + size_t(m) * Cog, g * Cog, Cog, destination + dstAt[size_t(m)],
+                         p.writePreactivation ? preactivation + preAt[size_t(m)] : nullptr);
         }
     });
 }

@@ -21,8 +21,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../../../../metal/neuron_math.h"
 #include "blas.h"
+#include "conv_epilogue.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu::fc {
@@ -97,7 +97,7 @@ bool forward(const ConvolutionParams& p, const float* source, const float* weigh
 
     std::vector<float> out(size_t(N * O));
     const int64_t OT = tileColumns(O);
-    const NeuronParams& nr = p.neuron;
+    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
     parallelFor(ceilDiv(O, OT), 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t o0 = t * OT, ot = std::min(OT, O - o0);
@@ -112,12 +112,7 @@ bool forward(const ConvolutionParams& p, const float* source, const float* weigh
                 float* pre = p.writePreactivation ? preactivation + n * int64_t(p.preactivation.imageStride) +
                                                         p.preactivation.channelOffset
                                                   : nullptr;
-                for (int64_t o = o0; o < o0 + ot; ++o) {
-                    const float value = p.hasBias ? biases[o] + v[o] : v[o];
-                    if (pre) pre[o] = value;
-                    const float a = nr.hasChannelData && neuronData ? neuronData[o] : 0.0f;
-                    dst[o] = nr.type == kNeuronNone ? value : neuronForward(nr.type, nr.a, nr.b, nr.c, a, value);
-                }
+                epilogue(v + o0, int(o0), int(ot), dst, pre);
             }
         }
     });
