@@ -50,7 +50,8 @@ emulation_ctest() {
 }
 
 # Left out here, run in the README and sanitizer stages: the files and tests that never create a
-# Metal device (malformed serialized bytes, the benchmark smoke run, the CPU comparison script),
+# Metal device (malformed serialized bytes, the benchmark smoke run, the CPU comparison script, the
+# data-parallel workers),
 # which take about a third of the CPU suite's time and test nothing of the emulation build.
 emulation_pytest() {
     # The package from the source tree plus the emulation build's extension module.
@@ -60,7 +61,7 @@ emulation_pytest() {
     (export_coverage_env &&
         PYTHONPATH="$root/build/ci-metal/pkg" MPSGRAD_TEST_DEVICES=metal,cpu MPSGRAD_POISON_UNSPECIFIED_BUFFERS=1 \
             python3 -m pytest tests/python -q --ignore=tests/python/test_serialization_format.py \
-                --ignore=tests/python/test_benchmarks.py \
+                --ignore=tests/python/test_benchmarks.py --ignore=tests/python/test_distributed.py \
                 --deselect=tests/python/test_examples.py::test_compare_pytorch_prints_both_runs)
 }
 
