@@ -51,8 +51,8 @@ emulation_ctest() {
 
 # Left out here, run in the README and sanitizer stages: the files and tests that never create a
 # Metal device (malformed serialized bytes, the benchmark smoke run, the CPU comparison script, the
-# data-parallel workers),
-# which take about a third of the CPU suite's time and test nothing of the emulation build.
+# data-parallel workers), which take about a third of the CPU suite's time and test nothing of the
+# emulation build.
 emulation_pytest() {
     # The package from the source tree plus the emulation build's extension module.
     rm -rf build/ci-metal/pkg && mkdir -p build/ci-metal/pkg
