@@ -14,9 +14,12 @@ nodes hand their gradients to the data sources below, which take an Adam step:
   way): right after the gradient is encoded, `update_with_command_buffer` encodes an
   `NNOptimizerAdam` on the same command buffer and returns the updated weights state, which the
   kernels reload on that command buffer;
-* batch normalization's gamma and beta from the completion handler with a NumPy Adam
-  (mpsgrad's graph updates batch normalization at completion in both styles: docs/graph.md);
-* `--training-style cpu` trains the convolutions from the completion handler too
+* batch normalization's gamma and beta GPU style too: `update_gamma_and_beta_with_command_buffer`
+  encodes `NNOptimizerAdam` with the batch-normalization state into a
+  `CNNNormalizationGammaAndBetaState` the BN kernel reloads on that command buffer; the running mean
+  and variance (inference statistics) follow from the completion handler (no optimizer encodes a
+  running average; docs/graph.md "Trainable nodes and training styles");
+* `--training-style cpu` trains every layer from the completion handler instead
   (UPDATE_DEVICE_CPU, NumPy Adam).
 
 The 1797 digits ship with scikit-learn (no download); a stratified 20 % is held out for testing.
@@ -42,7 +45,7 @@ except ImportError:  # a source checkout with the extension built into python/mp
     import mpsgrad as m
 
 CLASSES = 10
-# --training-style: how the convolution and fully connected layers take their Adam step.
+# --training-style: how the convolution, fully connected and batch-normalization layers take their Adam step.
 TRAINING_STYLES = {"gpu": "UPDATE_DEVICE_GPU", "cpu": "UPDATE_DEVICE_CPU"}
 
 
@@ -139,13 +142,23 @@ class ConvWeights:
 
 class BatchNormParameters:
     """A batch-normalization data source: gamma and beta train with Adam, mean and variance are
-    PyTorch-style running averages (momentum 0.1, unbiased batch variance) used for inference."""
+    PyTorch-style running averages (momentum 0.1, unbiased batch variance) used for inference.
 
-    def __init__(self, channels, lr, momentum=0.1):
-        self.g, self.b = np.ones(channels, np.float32), np.zeros(channels, np.float32)
+    gamma() and beta() are views of a CNNNormalizationGammaAndBetaState. GPU style, the graph calls
+    update_gamma_and_beta_with_command_buffer right after encoding the BN gradient: NNOptimizerAdam
+    (its batch-normalization form) reads the state's gradients and the gamma/beta the forward used and
+    writes the new values into our state, which the graph reloads into the BN kernel on the same
+    command buffer. CPU style, update_gamma_and_beta_with_batch_normalization_state takes a NumPy Adam
+    step from the completion handler. The running statistics are updated from the completion handler
+    in both styles (update_mean_and_variance_with_batch_normalization_state)."""
+
+    def __init__(self, device, channels, lr, momentum=0.1):
+        self.device, self.lr, self.momentum = device, lr, momentum
+        self.state = m.CNNNormalizationGammaAndBetaState(device, np.ones(channels, np.float32),
+                                                         np.zeros(channels, np.float32))
+        self.g, self.b = self.state.gamma, self.state.beta  # writable views of the state
         self.mu, self.var = np.zeros(channels, np.float32), np.ones(channels, np.float32)
-        self.adam = Adam([self.g, self.b], lr)
-        self.momentum = momentum
+        self.optimizer = self.adam = None  # made by the first update of either style
 
     def number_of_feature_channels(self):
         return self.g.size
@@ -171,7 +184,16 @@ class BatchNormParameters:
     def purge(self):
         pass
 
+    def update_gamma_and_beta_with_command_buffer(self, command_buffer, state):
+        if self.optimizer is None:
+            self.optimizer = m.NNOptimizerAdam(self.device, self.lr)  # beta1 0.9, beta2 0.999, eps 1e-8
+            self.moments = [[m.Vector(self.device, self.g.size) for _ in range(2)] for _ in range(2)]
+        self.optimizer.encode(command_buffer, state, self.moments[0], self.moments[1], None, self.state)
+        return self.state
+
     def update_gamma_and_beta_with_batch_normalization_state(self, state):
+        if self.adam is None:
+            self.adam = Adam([self.g, self.b], self.lr)
         self.adam.step([state.gradient_for_gamma, state.gradient_for_beta])
         return True
 
@@ -203,7 +225,7 @@ class DigitsNet:
             raise ValueError(f"training_style: expected one of {sorted(TRAINING_STYLES)}, got {training_style!r}")
         self.device = device
         self.sources = {name: ConvWeights(device, w, b, lr) for name, (w, b) in params.items()}
-        self.bn = [BatchNormParameters(16, lr), BatchNormParameters(32, lr)]
+        self.bn = [BatchNormParameters(device, 16, lr), BatchNormParameters(device, 32, lr)]
         style = getattr(m.NNTrainingStyle, TRAINING_STYLES[training_style])
 
         x = m.NNImageNode(Name("digits"))
@@ -240,13 +262,16 @@ class DigitsNet:
         for graph in (self.train_graph, self.eval_graph):
             graph.format = m.ImageFeatureChannelFormat.FLOAT32
         self.queue = m.CommandQueue(device)
+        self.labels = {}  # batch size -> the label states (label_states)
 
     def train_step(self, x, labels):
         """One Adam step on a batch (N, 8, 8, 1) with integer labels; returns (loss, logits)."""
         for bn, pixels in zip(self.bn, (64, 16)):
             bn.pixels_per_batch = x.shape[0] * pixels
         onehot = np.eye(CLASSES, dtype=np.float32)[labels].reshape(-1, 1, 1, CLASSES)
-        states = [m.CNNLossLabels(self.device, m.CNNLossDataDescriptor(t)) for t in onehot]
+        states = self.label_states(len(onehot))
+        for state, t in zip(states, onehot):
+            state.labels_image.write_bytes(t)  # the new labels into the reused label images
         cb = self.queue.command_buffer()
         _, intermediates, _ = self.train_graph.encode_batch(cb, [m.batch_from_numpy(x, self.device)], [states],
                                                             return_intermediates=True)
@@ -254,6 +279,14 @@ class DigitsNet:
         cb.wait_until_completed()  # the Adam steps ran on the command buffer or in its completion handler
         loss = float(states[0].loss_image.to_numpy().ravel()[0])
         return loss, m.batch_to_numpy(intermediates[0]).reshape(-1, CLASSES)
+
+    def label_states(self, n):
+        """n CNNLossLabels made once per batch size and reused every step (new states every step cost
+        about 5 % of a step here): each holds a one-image labels image the step overwrites."""
+        if n not in self.labels:
+            self.labels[n] = [m.CNNLossLabels(self.device, m.Image.from_numpy(np.zeros((1, 1, CLASSES), np.float32),
+                                                                              self.device)) for _ in range(n)]
+        return self.labels[n]
 
     def logits(self, x):
         self.eval_graph.reload_from_data_sources()  # the FC node only the inference graph has

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import mpsgrad as m
@@ -72,3 +73,37 @@ def test_compare_pytorch_prints_both_runs():
     assert any(line.startswith("mpsgrad") and "ms per training step" in line for line in lines), out.stdout
     assert any(line.startswith("pytorch") and "ms per training step" in line for line in lines), out.stdout
     assert "pytorch / mpsgrad" in lines[-1]
+
+
+@pytest.mark.parametrize("style", ["gpu", "cpu"])
+def test_digits_network_steps_match_torch_adam(style):
+    """Three steps of the example's network (dropout keeping all but ~1e-6) against compare_pytorch's
+    TorchNet (torch.optim.Adam, BatchNorm2d) from the same weights: the losses and batch
+    normalization's gamma, beta and running statistics. GPU style, gamma/beta take NNOptimizerAdam's
+    batch-normalization encode on the step's command buffer; CPU style, the NumPy Adam."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import compare_pytorch
+        import train_digits
+    finally:
+        sys.path.pop(0)
+    x, y, _, _ = train_digits.load_data(0, 96)
+    params = train_digits.initial_parameters(0)
+    ours = train_digits.DigitsNet(m.Device("cpu"), params, 2e-3, keep_probability=1 - 1e-6, training_style=style)
+    theirs = compare_pytorch.TorchNet(params, 2e-3, keep_probability=1 - 1e-6)
+    for step in range(3):
+        batch = slice(32 * step, 32 * (step + 1))
+        loss, _ = ours.train_step(x[batch], y[batch])
+        assert loss == pytest.approx(theirs.train_step(x[batch], y[batch])[0], rel=1e-4)
+    for source, bn in zip(ours.bn, theirs.bn):
+        # The GPU-style path really ran (optimizer made by the command-buffer method) or the CPU one did.
+        assert (source.optimizer is not None) == (style == "gpu") and (source.adam is not None) == (style == "cpu")
+        gamma, beta = bn.weight.detach().numpy(), bn.bias.detach().numpy()
+        assert np.abs(gamma - 1).max() > 5e-3 and np.abs(beta).max() > 5e-3  # three Adam steps of ~lr each
+        np.testing.assert_allclose(source.gamma(), gamma, rtol=0, atol=2e-5)
+        np.testing.assert_allclose(source.beta(), beta, rtol=0, atol=2e-5)
+        # The convolution biases before BN have ~zero gradients, on which Adam takes steps of ~lr in
+        # directions set by rounding; they shift the batch means (not the normalized values) by ~lr.
+        np.testing.assert_allclose(source.mean(), bn.running_mean.numpy(), rtol=0, atol=2e-3)
+        np.testing.assert_allclose(source.variance(), bn.running_var.numpy(), rtol=0, atol=2e-4)

@@ -6,7 +6,9 @@ same graph with neuron_fusion = "none" and a float64 PyTorch / NumPy formula; th
 fuse (a second reader, an exported or result pre-neuron image, a gradient reader, a producer that
 cannot fuse) stay unfused; and an inference graph sharing its nodes with a training graph computes
 with the parameters of every training step (GPU-style updates reloaded on the command buffer,
-CPU-style updates from the completion handler, reload_from_data_sources).
+CPU-style updates from the completion handler, reload_from_data_sources), batch normalization's
+GPU-style gamma/beta updates included (the fused BN + ReLU kernel, "all" and "auto", against the unfused
+graph and PyTorch SGD in float64, step by step).
 
 Tolerance: FLOAT32 intermediates; fused and unfused run the same float32 arithmetic in another order
 of stores (1e-5 relative), PyTorch float64 within 1e-4 relative of the largest magnitude."""
@@ -19,7 +21,8 @@ import torch.nn.functional as F
 
 import mpsgrad as m
 from conftest import randn, rng
-from test_graph import GPUSource, ConvSource, Handle, close, exact_graph, images, nchw, nhwc, to_numpy, torch_weight
+from test_graph import (GPUBatchNormSource, GPUSource, ConvSource, Handle, close, exact_graph, images, nchw, nhwc,
+                        to_numpy, torch_weight)
 
 T = m.CNNNeuronType
 N, H, W, CIN, C = 2, 5, 6, 3, 4
@@ -349,3 +352,101 @@ def test_fused_inference_graph_follows_every_training_update(device, style):
     conv_ds.state = fc_ds.state = None
     inference.reload_from_data_sources()
     check()
+
+
+# ---- GPU-style batch-normalization updates under fusion ----------------------------------------------------
+
+
+def _torch_sgd_training(x, labels, params, lr, steps):
+    """float64 PyTorch: conv -> BN (batch statistics) -> ReLU -> FC -> softmax cross-entropy (sum), SGD on
+    every parameter; the parameters [w1, b1, gamma, beta, w2, b2] after each step (OHWI weights)."""
+    p = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in params]
+    T = torch.tensor(labels.reshape(labels.shape[0], -1).argmax(-1))
+    history = []
+    for _ in range(steps):
+        w1, b1, gamma, beta, w2, b2 = p
+        y = F.conv2d(nchw(x), w1.permute(0, 3, 1, 2), b1, padding=1)
+        y = F.relu(F.batch_norm(y, None, None, gamma, beta, training=True, eps=1e-5))
+        y = F.conv2d(y, w2.permute(0, 3, 1, 2), b2)
+        F.cross_entropy(y.reshape(y.shape[0], -1), T, reduction="sum").backward()
+        with torch.no_grad():
+            for q in p:
+                q -= lr * q.grad
+                q.grad = None
+        history.append([q.detach().numpy().copy() for q in p])
+    return history
+
+
+def _torch_bn_relu_logits(x, params):
+    """The inference graph's formula: BN with the data source's mean 0 / variance 1 (GPUBatchNormSource)."""
+    w1, b1, gamma, beta, w2, b2 = (torch.tensor(np.asarray(a, np.float64)) for a in params)
+    y = F.conv2d(nchw(x), w1.permute(0, 3, 1, 2), b1, padding=1)
+    y = F.relu(y / np.sqrt(1 + 1e-5) * gamma.view(1, -1, 1, 1) + beta.view(1, -1, 1, 1))
+    return nhwc(F.conv2d(y, w2.permute(0, 3, 1, 2), b2))
+
+
+@pytest.mark.parametrize("mode", ["all", "auto"])
+def test_fused_batch_normalization_follows_gpu_style_updates(device, mode):
+    """conv -> BN -> ReLU -> FC, every trainable node GPU style, BN through
+    update_gamma_and_beta_with_command_buffer (SGD encoded on the step's command buffer). The inference
+    graph sharing the nodes fuses BN + ReLU; after every training step, and encoded on the training
+    step's own command buffer after the update, it computes with the new gamma and beta (the fused
+    kernel copies the reloaded state there), equal to the unfused graph and to PyTorch SGD in float64."""
+    gen = rng(f"fusion-gpu-bn-{mode}")
+    x = randn(gen, N, H, W, CIN)
+    w1, b1 = randn(gen, C, 3, 3, CIN) * 0.4, randn(gen, C) * 0.1
+    w2, b2 = randn(gen, 3, H, W, C) * 0.2, randn(gen, 3) * 0.1
+    gamma, beta = 1.0 + 0.1 * randn(gen, C), 0.1 * randn(gen, C)
+    labels = np.eye(3, dtype=np.float32)[[0, 2]].reshape(N, 1, 1, 3)
+    lr, steps = 0.1, 3
+    conv_ds, fc_ds = GPUStateSource(device, w1, b1, lr), GPUStateSource(device, w2, b2, lr)
+    bn_ds = GPUBatchNormSource(device, gamma, beta, lr)
+
+    source = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(source, conv_ds)
+    bn = m.CNNBatchNormalizationNode(conv.result_image, bn_ds)
+    relu = m.CNNNeuronReLUNode(bn.result_image)
+    fc = m.CNNFullyConnectedNode(relu.result_image, fc_ds)
+    for node in (conv, bn, fc):
+        node.training_style = m.NNTrainingStyle.UPDATE_DEVICE_GPU
+    loss = m.CNNLossNode(fc.result_image,
+                         m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.SUM))
+    training = exact_graph(device, loss.training_graph()[0].result_image, False)
+    inference = exact_graph(device, fc.result_image)
+    training.neuron_fusion = inference.neuron_fusion = mode
+    assert training.fused_node_pairs == []
+    inference.neuron_fusion = "all"
+    assert [(a, b) for a, b in inference.fused_node_pairs] == [(bn, relu)]
+    inference.neuron_fusion = mode
+    fused_pairs = len(inference.fused_node_pairs)  # "auto": the device's choice (BN + ReLU on the CPU)
+    if device.name == "cpu":
+        assert fused_pairs == 1
+
+    def current():
+        return [*conv_ds.current(), bn_ds.g, bn_ds.b, *fc_ds.current()]
+
+    expected = _torch_sgd_training(x, labels, [w1, b1, gamma, beta, w2, b2], lr, steps)
+    queue = m.CommandQueue(device)
+    xs = images(device, x)
+    before = encode_mode(device, inference, xs, mode)
+    for step in range(steps):
+        cb = queue.command_buffer()
+        lab = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(labels[i])) for i in range(N)]
+        training.encode_batch(cb, [xs], [lab])
+        inference.neuron_fusion = mode  # encode_mode below leaves it at "none"
+        same_buffer = inference.encode_batch(cb, [xs])  # after the step's GPU-style updates
+        assert inference.last_encode_statistics["fused_pairs"] == fused_pairs
+        cb.commit()
+        cb.wait_until_completed()
+        assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
+        assert bn_ds.updates == conv_ds.updates == fc_ds.updates == step + 1
+        for ours, theirs in zip(current(), expected[step]):  # w1, b1, gamma, beta, w2, b2
+            close(np.asarray(ours).reshape(theirs.shape), theirs, rel=2e-4)
+        reference = _torch_bn_relu_logits(x, expected[step])
+        close(to_numpy(same_buffer), reference, rel=2e-4)
+        fused = encode_mode(device, inference, xs, mode)
+        unfused = encode_mode(device, inference, xs, "none")
+        close(fused, unfused, rel=1e-5)
+        close(fused, to_numpy(same_buffer), rel=1e-6)
+        assert np.abs(fused - before).max() > 1e-2  # the step changed the logits (so stale values would fail)
+        before = fused
