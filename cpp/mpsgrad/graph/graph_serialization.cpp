@@ -12,6 +12,7 @@
 
 #include "core/serialization.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_transpose.h"
 #include "graph/graph_serialization_coders.h"
 #include "kernels/serialization_support.h"
 
@@ -54,6 +55,8 @@ GraphIndex indexGraph(const NNGraph& graph) {
         index.addHandle(node->resultImage()->handle);
         for (const StateNodePtr& state : node->resultStates()) index.addHandle(state->handle);
         if (auto* conv = dynamic_cast<const CNNConvolutionNode*>(node.get())) index.addConvolution(conv->dataSource(), conv);
+        if (auto* transpose = dynamic_cast<const CNNConvolutionTransposeNode*>(node.get()))
+            index.addConvolution(transpose->dataSource(), transpose);
         index.addConvolution(explicitWeights(*node), nullptr);
         if (auto* bn = dynamic_cast<const CNNBatchNormalizationNode*>(node.get())) {
             if (index.objectIndex.emplace(bn->dataSource().get(), index.objects.batchNormalization.size()).second) {
@@ -129,29 +132,37 @@ void writeStateRef(serial::Writer& w, const GraphIndex& index, const StateNodePt
 
 
 // ---- captured data sources ---------------------------------------------------------------------------------
-// A node's kernel blob without the graph's per-encode policies (the graph sets its own allocator and
-// the node's padding on the kernel; neither belongs to the weights).
+// A node's kernel blob without the graph's per-encode policies (the graph sets its own allocator, the
+// node's padding and the node's label on the kernel when it encodes; none belongs to the weights, and
+// a blob must not depend on whether the graph has run).
 std::vector<uint8_t> weightsBlob(CNNKernel& kernel) {
     auto padding = std::move(kernel.padding);
     auto allocator = std::move(kernel.destinationImageAllocator);
+    std::string label = std::move(kernel.label);
+    auto restore = [&] {
+        kernel.padding = std::move(padding);
+        kernel.destinationImageAllocator = std::move(allocator);
+        kernel.label = std::move(label);
+    };
     kernel.padding = nullptr;
     kernel.destinationImageAllocator = nullptr;
+    kernel.label.clear();
     std::vector<uint8_t> blob;
     try {
         blob = kernel.serialize();
     } catch (...) {
-        kernel.padding = std::move(padding);
-        kernel.destinationImageAllocator = std::move(allocator);
+        restore();
         throw;
     }
-    kernel.padding = std::move(padding);
-    kernel.destinationImageAllocator = std::move(allocator);
+    restore();
     return blob;
 }
 
 // The weights the owner node's kernel computes with (the kernels' coder), or the data source's own.
 std::vector<uint8_t> captureConvolution(const GraphIndex& index, size_t i, const Device& device) {
     if (auto* owner = dynamic_cast<const CNNConvolutionNode*>(index.convolutionOwner[i]))
+        if (owner->kernel()) return weightsBlob(*owner->kernel());
+    if (auto* owner = dynamic_cast<const CNNConvolutionTransposeNode*>(index.convolutionOwner[i]))
         if (owner->kernel()) return weightsBlob(*owner->kernel());
     return CNNConvolution(device, index.objects.convolution[i]).serialize();
 }
@@ -160,7 +171,8 @@ std::shared_ptr<CNNConvolutionDataSource> decodeCapturedConvolution(serial::Read
     auto [data, size] = r.object("convolution_data_source");
     std::shared_ptr<Kernel> kernel = Kernel::deserialize(data, size, device);
     if (auto* conv = dynamic_cast<CNNConvolution*>(kernel.get())) return conv->dataSource();
-    r.fail("convolution_data_source", "expected a serialized CNNConvolution");
+    if (auto* transpose = dynamic_cast<CNNConvolutionTranspose*>(kernel.get())) return transpose->dataSource();
+    r.fail("convolution_data_source", "expected a serialized CNNConvolution or CNNConvolutionTranspose");
 }
 
 std::shared_ptr<CNNBatchNormalizationDataSource> decodeCapturedBatchNormalization(serial::Reader& r,
@@ -341,6 +353,7 @@ FilterNodePtr decodeNode(Decoder& d, DecodeContext& ctx) {
     uint64_t forward = r.u64("node.forward");
     if (forward > d.nodes.size()) r.fail("node.forward", "refers to a node that is not decoded yet");
     // The image and state records come before the class payload; read them into a scratch node.
+    ctx.forward = forward ? d.nodes[forward - 1] : nullptr;
     NNImageNode resultRecord;
     d.imageNode(resultRecord);
     uint64_t nResultStates = readCount(r, "node.result_states", 10);
@@ -403,7 +416,7 @@ std::shared_ptr<NNGraph> deserializeGraph(const uint8_t* data, size_t size, cons
     std::shared_ptr<ImageAllocator> allocator = readAllocator(r);
     uint64_t nHandles = readCount(r, "handles", 8);
     for (uint64_t i = 0; i < nHandles; ++i) d.handles.push_back(std::make_shared<LabelHandle>(r.string("handle")));
-    DecodeContext ctx{device, {}, {}, nullptr, {}, {}};
+    DecodeContext ctx{device, {}, {}, nullptr, nullptr, {}, {}};
     uint64_t nConv = readCount(r, "convolution_data_sources", 8);
     for (uint64_t i = 0; i < nConv; ++i) ctx.convolution.push_back(decodeCapturedConvolution(r, device));
     uint64_t nBN = readCount(r, "batch_normalization_data_sources", 8);

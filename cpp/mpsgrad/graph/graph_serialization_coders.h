@@ -1,6 +1,7 @@
 // The node coders of graph serialization (graph_serialization.h), shared by the files that hold the
 // per-class payloads: graph_serialization_nodes.cpp (convolution, batch normalization, neurons,
-// pooling, softmax, upsampling, dropout, shape, arithmetic, concatenation, losses). Internal to the graph serialization files.
+// pooling, softmax, upsampling, dropout, shape, arithmetic, concatenation, losses) and
+// graph_serialization_nodes_normalization.cpp (local normalization, spatial mean, Gram matrix). Internal to the graph serialization files.
 #pragma once
 
 #include <functional>
@@ -48,6 +49,7 @@ struct DecodeContext {
     std::vector<ImageNodePtr> sources;
     std::vector<StateNodePtr> states;
     std::shared_ptr<NNPadding> padding;
+    FilterNodePtr forward;  // the node's forward node (gradient nodes of the graph builder), or null
     std::vector<std::shared_ptr<CNNConvolutionDataSource>> convolution;
     std::vector<std::shared_ptr<CNNBatchNormalizationDataSource>> batchNormalization;
 
@@ -80,5 +82,7 @@ std::shared_ptr<CNNConvolutionDataSource> convolutionSource(serial::Reader& r, D
 
 // Every node class a graph blob can hold, by className().
 const NodeCoders& nodeCoders();
+// The normalization and reduction nodes' part of the table (graph_serialization_nodes_normalization.cpp).
+void addNormalizationNodeCoders(NodeCoders& coders);
 
 }  // namespace mpsgrad::graph_serial

@@ -1,10 +1,16 @@
 // The per-class payloads of graph serialization (graph_serialization_coders.h; the format is in
 // docs/serialization.md "Graphs"): convolution and fully connected, batch normalization, neurons,
-// pooling, softmax, upsampling, dropout, reshape and pad, arithmetic, losses, concatenation.
+// pooling, softmax, upsampling, dropout, reshape and pad, arithmetic, losses (the loss node and the
+// split forward / gradient loss nodes), concatenation, transposed convolution.
+//
+// A split loss node's propertyCallBack is an application object with no coder: the blob holds the
+// descriptor only and a decoded node has no callback (the caller re-attaches one).
 #include <map>
 
 #include "graph/filter_nodes.h"
 #include "graph/filter_nodes_concatenation.h"
+#include "graph/filter_nodes_loss.h"
+#include "graph/filter_nodes_transpose.h"
 #include "graph/graph_serialization_coders.h"
 #include "kernels/serialization_support.h"
 
@@ -118,6 +124,12 @@ FilterNodePtr readArithmetic(serial::Reader& r, DecodeContext& ctx) {
     return node;
 }
 
+// The descriptor of a nested CNNLoss blob (the kernels' coder validates it on decode).
+CNNLossDescriptor readLossDescriptor(serial::Reader& r, DecodeContext& ctx) {
+    auto [data, size] = r.object("node.loss_descriptor");
+    return Kernel::deserializeAs<CNNLoss>(std::vector<uint8_t>(data, data + size), ctx.device)->descriptor();
+}
+
 // The nested kernel blob of a loss node's descriptor (the kernels' coder validates it on decode).
 template <class LossKernel, class Node>
 FilterNodePtr readLoss(serial::Reader& r, DecodeContext& ctx) {
@@ -173,6 +185,31 @@ const std::map<std::string, NodeCoder>& nodeCoders() {
         };
         c["CNNConvolutionGradientNode"] = {convGradEncode, convGradDecode(false)};
         c["CNNFullyConnectedGradientNode"] = {convGradEncode, convGradDecode(true)};
+        // transposed convolution: like convolution; the optional state input is the upstream convolution's
+        c["CNNConvolutionTransposeNode"] = {
+            [](serial::Writer& w, const GraphIndex& index, const NNFilterNode& node, const Device&) {
+                const auto& n = as<CNNConvolutionTransposeNode>(node);
+                w.u64(index.objectIndex.at(n.dataSource().get()));
+                w.u32(uint32_t(n.trainingStyle));
+                w.u32(uint32_t(n.accumulatorPrecision));
+            },
+            [](serial::Reader& r, DecodeContext& ctx) -> FilterNodePtr {
+                auto source = convolutionSource(r, ctx);
+                StateNodePtr state = ctx.states.empty() ? nullptr : ctx.state(0, r);
+                auto node = std::make_shared<CNNConvolutionTransposeNode>(ctx.source(0, r), state, source);
+                node->trainingStyle = NNTrainingStyle(readTrainingStyle(r));
+                node->accumulatorPrecision =
+                    NNConvolutionAccumulatorPrecisionOption(r.oneOf("node.accumulator_precision", {0, 1}));
+                return node;
+            }};
+        c["CNNConvolutionTransposeGradientNode"] = {
+            convGradEncode, [](serial::Reader& r, DecodeContext& ctx) -> FilterNodePtr {
+                auto weights = optionalConvolutionSource(r, ctx);
+                auto node = std::make_shared<CNNConvolutionTransposeGradientNode>(ctx.source(0, r), ctx.source(1, r),
+                                                                                  ctx.state(0, r), weights);
+                node->trainingStyle = NNTrainingStyle(readTrainingStyle(r));
+                return node;
+            }};
         // batch normalization
         c["CNNBatchNormalizationNode"] = {
             [](serial::Writer& w, const GraphIndex& index, const NNFilterNode& node, const Device&) {
@@ -383,6 +420,28 @@ const std::map<std::string, NodeCoder>& nodeCoders() {
                                     w.object(CNNYOLOLoss(device, as<CNNYOLOLossNode>(node).descriptor()).serialize());
                                 },
                                 readLoss<CNNYOLOLoss, CNNYOLOLossNode>};
+        // split loss nodes: the descriptor as a loss kernel blob; the gradient node adds isLabelsGradientFilter
+        c["NNForwardLossNode"] = {
+            [](serial::Writer& w, const GraphIndex&, const NNFilterNode& node, const Device& device) {
+                w.object(CNNLoss(device, as<NNForwardLossNode>(node).descriptor()).serialize());
+            },
+            [](serial::Reader& r, DecodeContext& ctx) -> FilterNodePtr {
+                return std::make_shared<NNForwardLossNode>(ctx.sources, readLossDescriptor(r, ctx));
+            }};
+        c["NNLossGradientNode"] = {
+            [](serial::Writer& w, const GraphIndex&, const NNFilterNode& node, const Device& device) {
+                const auto& n = as<NNLossGradientNode>(node);
+                w.object(CNNLoss(device, n.descriptor()).serialize());
+                w.boolean(n.isLabelsGradientFilter());
+            },
+            [](serial::Reader& r, DecodeContext& ctx) -> FilterNodePtr {
+                CNNLossDescriptor descriptor = readLossDescriptor(r, ctx);
+                bool labels = r.boolean("node.is_labels_gradient_filter");
+                ImageNodePtr weights = ctx.sources.size() > 3 ? ctx.sources[3] : nullptr;
+                StateNodePtr state = ctx.states.empty() ? nullptr : ctx.state(0, r);
+                return std::make_shared<NNLossGradientNode>(ctx.source(0, r), ctx.source(1, r), ctx.source(2, r),
+                                                            weights, state, descriptor, labels);
+            }};
         c["NNInitialGradientNode"] = {none, [](serial::Reader& r, DecodeContext& ctx) -> FilterNodePtr {
                                           return std::make_shared<NNInitialGradientNode>(ctx.source(0, r));
                                       }};
@@ -399,6 +458,7 @@ const std::map<std::string, NodeCoder>& nodeCoders() {
                 return std::make_shared<NNConcatenationGradientNode>(ctx.source(0, r), ctx.source(1, r), ctx.state(0, r),
                                                                      size_t(i));
             }};
+        addNormalizationNodeCoders(c);
         return c;
     }();
     return coders;
