@@ -93,7 +93,7 @@ def test_reduction_nodes_round_trip_with_their_gradients(device):
     tanh = m.CNNNeuronTanHNode(x)
     mean = m.NNReductionSpatialMeanNode(tanh.result_image)
     gram = m.NNGramMatrixCalculationNode(tanh.result_image, alpha=0.25)
-    # Both reductions feed one result: sum their (1 x 1 x C) and (1 x 1 x C*C)... reshape to a row each.
+    # Both reductions feed one result: their 1 x 1 x C and C x C results, each reshaped to a row, concatenated.
     mean_row = m.NNReshapeNode(mean.result_image, 1, 1, 6)
     gram_row = m.NNReshapeNode(gram.result_image, 1, 1, 36)
     cat = m.NNConcatenationNode([mean_row.result_image, gram_row.result_image])

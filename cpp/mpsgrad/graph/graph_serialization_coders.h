@@ -1,7 +1,8 @@
 // The node coders of graph serialization (graph_serialization.h), shared by the files that hold the
 // per-class payloads: graph_serialization_nodes.cpp (convolution, batch normalization, neurons,
 // pooling, softmax, upsampling, dropout, shape, arithmetic, concatenation, losses) and
-// graph_serialization_nodes_normalization.cpp (local normalization, spatial mean, Gram matrix). Internal to the graph serialization files.
+// graph_serialization_nodes_normalization.cpp (local normalization, spatial mean, Gram matrix).
+// Internal to the graph serialization files.
 #pragma once
 
 #include <functional>
