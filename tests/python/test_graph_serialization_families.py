@@ -233,6 +233,35 @@ def test_truncated_and_mislabelled_family_blobs_raise_value_error(device):
         m.NNGraph.from_bytes(reseal(data), device)
 
 
+def test_every_byte_flip_of_a_transpose_and_split_loss_blob_raises_or_decodes(device):
+    """With the CRC recomputed, each flipped byte of a training graph holding the transposed
+    convolution and split loss nodes either raises ValueError or decodes; every truncation raises."""
+    from test_graph_serialization import reseal
+    gen = rng("gserial-flip")
+    x = m.NNImageNode(Handle("x"))
+    conv = m.CNNConvolutionNode(x, ConvSource(randn(gen, 2, 3, 3, 2), randn(gen, 2)))
+    transpose = m.CNNConvolutionTransposeNode(conv.result_image, conv.result_state,
+                                              ConvSource(randn(gen, 2, 3, 3, 2), randn(gen, 2)))
+    for node in (conv, transpose):
+        node.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    desc = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
+    loss = m.NNForwardLossNode(transpose.result_image, m.NNImageNode(Handle("t")), desc)
+    terminal = m.NNInitialGradientNode(loss.result_image).training_graph()
+    blob = m.NNGraph(device, terminal[0].result_image).to_bytes()
+    assert m.NNGraph.from_bytes(blob, device).to_bytes() == blob
+    for size in range(len(blob)):
+        with pytest.raises(ValueError):
+            m.NNGraph.from_bytes(blob[:size], device)
+    payload_start = 20 + len("NNGraph") + 8
+    for offset in range(payload_start, len(blob) - 4):
+        data = bytearray(blob)
+        data[offset] ^= 0xFF
+        try:
+            m.NNGraph.from_bytes(reseal(data), device)
+        except ValueError:
+            pass
+
+
 # ---- every other node family in one training graph, and the walk over every node class ----------------
 
 
