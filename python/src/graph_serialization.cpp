@@ -7,6 +7,7 @@
 // round trip) and the handle objects, which Python pickles itself.
 #include "bindings.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_transpose.h"
 #include "graph/graph_serialization.h"
 
 namespace mpsgrad::python {
@@ -50,6 +51,7 @@ std::string nodeHolding(const NNGraph& graph, const void* source) {
         if (auto* conv = dynamic_cast<const CNNConvolutionNode*>(node.get())) held = conv->dataSource().get();
         if (auto* grad = dynamic_cast<const CNNConvolutionGradientNode*>(node.get())) held = grad->explicitWeights().get();
         if (auto* bn = dynamic_cast<const CNNBatchNormalizationNode*>(node.get())) held = bn->dataSource().get();
+        if (auto* t = dynamic_cast<const CNNConvolutionTransposeNode*>(node.get())) held = t->dataSource().get();
         if (held == source) return std::string(node->className()) + " '" + node->label + "'";
     }
     return "a node";

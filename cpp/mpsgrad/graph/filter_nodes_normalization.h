@@ -184,6 +184,9 @@ public:
                             const std::vector<StateBatch>& states) override;
     float alpha;
     std::shared_ptr<NNGramMatrixCallback> propertyCallBack;
+    // The alpha of the last encode, which the builder's gradient nodes follow (graph serialization
+    // reconnects a decoded gradient node to it).
+    std::shared_ptr<const float> encodedAlpha() const { return encodedAlpha_; }
 
 protected:
     std::shared_ptr<CNNKernel> makeKernel(const Device& device) override;
