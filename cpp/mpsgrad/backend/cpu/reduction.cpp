@@ -12,17 +12,27 @@
 #include "../../../../metal/reduction_params.h"
 #include "blas.h"
 #include "cpu_ops.h"
+#include "elementwise.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
 namespace {
 
-// Channels the spatial mean sums per work item (kept on the stack).
-constexpr int64_t kMeanBlock = 256;
+// Channels the spatial mean sums per work item: 64 (8 vectors of 8 in registers) gives several
+// work items per image to balance the threads.
+constexpr int64_t kMeanBlock = 64;
 
 inline int64_t at(const ImageLayout& l, int64_t n, int64_t y, int64_t x) {
     return n * l.imageStride + (y * l.width + x) * int64_t(l.pixelStride) + l.channelOffset;
 }
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef float MeanLanes __attribute__((vector_size(32)));
+#define MPSGRAD_MEAN_INLINE inline __attribute__((always_inline))
+#else
+#error "the CPU backend's spatial mean needs GCC or Clang vector extensions"
+#endif
+constexpr int64_t kMeanLanes = int64_t(sizeof(MeanLanes) / sizeof(float));
 
 }  // namespace
 
@@ -80,34 +90,78 @@ void gramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gr
     });
 }
 
+namespace {
+
+// Channels [k0, k0 + L * Groups) of one image's region: per channel, the sum of each row's pixels
+// (in x order), the row sums added in row order, divided by the pixel count. The sums of a group
+// of channels stay in vector registers across the whole row (a float array would be loaded and
+// stored again for every pixel, which made the mean slower than the memory).
+template <int Groups>
+MPSGRAD_MEAN_INLINE void meanLanes(const SpatialMeanParams& p, const float* x, int64_t b, int64_t k0, float count,
+                                   float* o) {
+    MeanLanes total[Groups], rowSum[Groups];
+    for (int j = 0; j < Groups; ++j) total[j] = MeanLanes{};
+    for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
+        for (int j = 0; j < Groups; ++j) rowSum[j] = MeanLanes{};
+        const float* in = x + at(p.source, b, y, p.regionX) + k0;
+        for (int64_t xx = 0; xx < p.regionWidth; ++xx, in += p.source.pixelStride)
+            for (int j = 0; j < Groups; ++j) {
+                MeanLanes v;
+                std::memcpy(&v, in + j * kMeanLanes, sizeof v);
+                rowSum[j] += v;
+            }
+        for (int j = 0; j < Groups; ++j) total[j] += rowSum[j];
+    }
+    for (int j = 0; j < Groups; ++j) {
+        const MeanLanes mean = total[j] / count;
+        std::memcpy(o + j * kMeanLanes, &mean, sizeof mean);
+    }
+}
+
+// Channels [k0, k1) of image b, same order of additions as meanLanes, one channel at a time.
+void meanScalar(const SpatialMeanParams& p, const float* x, int64_t b, int64_t k0, int64_t k1, float count,
+                float* o) {
+    for (int64_t k = k0; k < k1; ++k) {
+        float total = 0.0f;
+        for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
+            float rowSum = 0.0f;
+            const float* in = x + at(p.source, b, y, p.regionX) + k;
+            for (int64_t xx = 0; xx < p.regionWidth; ++xx) rowSum += in[xx * p.source.pixelStride];
+            total += rowSum;
+        }
+        o[k - k0] = total / count;
+    }
+}
+
+// Work item i: image i / blocks, channels of block i % blocks (kMeanBlock channels at most).
+MPSGRAD_VECTOR_CLONES
+void meanItems(const SpatialMeanParams& p, const float* x, float* out, int64_t blocks, int64_t begin, int64_t end,
+               float count) {
+    const int64_t channels = p.source.channels;
+    for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
+        const int64_t k1 = std::min<int64_t>(channels, k0 + kMeanBlock);
+        float* o = out + at(p.destination, b, p.destinationY, p.destinationX);
+        int64_t k = k0;
+        for (; k + 4 * kMeanLanes <= k1; k += 4 * kMeanLanes) meanLanes<4>(p, x, b, k, count, o + k);
+        for (; k + kMeanLanes <= k1; k += kMeanLanes) meanLanes<1>(p, x, b, k, count, o + k);
+        meanScalar(p, x, b, k, k1, count, o + k);
+    }
+}
+
+}  // namespace
+
 void spatialMean(const SpatialMeanParams& p, const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
     const int64_t channels = p.source.channels;
     if (p.batch == 0 || channels == 0) return;
     const float* x = sourceSlice.floats();
     float* out = destinationSlice.floats();
     const float count = float(int64_t(p.regionWidth) * p.regionHeight);
-    // Work items: (image, block of kMeanBlock channels). A block's row sums are accumulated
-    // pixel by pixel over contiguous channels (vectorizable, cache-friendly), and each channel's
-    // total still adds its row sums in row order: the order the Metal kernel uses.
+    // Work items: (image, block of kMeanBlock channels). Each channel adds its pixels row by row in
+    // x order and its row sums in row order: the order the Metal kernel uses, whatever the grouping.
     const int64_t blocks = (channels + kMeanBlock - 1) / kMeanBlock;
-    parallelFor(int64_t(p.batch) * blocks, 1, [&](int64_t begin, int64_t end) {
-        float total[kMeanBlock], rowSum[kMeanBlock];
-        for (int64_t i = begin; i < end; ++i) {
-            const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
-            const int64_t width = std::min<int64_t>(kMeanBlock, channels - k0);
-            std::fill(total, total + width, 0.0f);
-            for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
-                std::fill(rowSum, rowSum + width, 0.0f);
-                for (int64_t xx = p.regionX; xx < p.regionX + p.regionWidth; ++xx) {
-                    const float* in = x + at(p.source, b, y, xx) + k0;
-                    for (int64_t k = 0; k < width; ++k) rowSum[k] += in[k];
-                }
-                for (int64_t k = 0; k < width; ++k) total[k] += rowSum[k];
-            }
-            float* o = out + at(p.destination, b, p.destinationY, p.destinationX) + k0;
-            for (int64_t k = 0; k < width; ++k) o[k] = total[k] / count;
-        }
-    });
+    parallelFor(int64_t(p.batch) * blocks, 1,
+                [&](int64_t begin, int64_t end) { meanItems(p, x, out, blocks, begin, end, count); });
 }
 
 void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradientSlice,
