@@ -170,11 +170,12 @@ def mean_oracle(x_arr, region, g_arr):
     return mean.detach().numpy(), xt.grad.numpy()
 
 
-# (height, width, channels, images, clip_rect_source or None). 107 channels = a block of 64 (two
-# groups of 32) and a block of 43 = 32 + 8 + 3: every path of the CPU mean's channel grouping.
+# (height, width, channels, images, clip_rect_source or None). 107 channels = 3 groups of 32, one
+# of 8 and 3 single channels; 300 = a block of 256 and one of 44: every path of the CPU mean's
+# channel grouping.
 MEAN_CASES = [(5, 4, 3, 1, None), (7, 9, 8, 2, None), (1, 1, 5, 1, None), (6, 8, 37, 3, None),
               (6, 7, 4, 2, ((1, 2, 0), (3, 4, 1))), (5, 5, 6, 1, ((-2, 3, 0), (4, 10, 1))),
-              (5, 6, 107, 2, None), (6, 7, 107, 2, ((1, 2, 0), (3, 4, 1)))]
+              (5, 6, 107, 2, None), (6, 7, 107, 2, ((1, 2, 0), (3, 4, 1))), (3, 4, 300, 2, None)]
 
 
 @pytest.mark.parametrize("h,w,c,n,rect", MEAN_CASES)

@@ -18,9 +18,8 @@
 namespace mpsgrad::cpu {
 namespace {
 
-// Channels the spatial mean sums per work item: 64 (8 vectors of 8 in registers) gives several
-// work items per image to balance the threads.
-constexpr int64_t kMeanBlock = 64;
+// Channels the spatial mean sums per work item (their totals kept on the stack).
+constexpr int64_t kMeanBlock = 256;
 
 inline int64_t at(const ImageLayout& l, int64_t n, int64_t y, int64_t x) {
     return n * l.imageStride + (y * l.width + x) * int64_t(l.pixelStride) + l.channelOffset;
@@ -92,60 +91,58 @@ void gramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gr
 
 namespace {
 
-// Channels [k0, k0 + L * Groups) of one image's region: per channel, the sum of each row's pixels
-// (in x order), the row sums added in row order, divided by the pixel count. The sums of a group
-// of channels stay in vector registers across the whole row (a float array would be loaded and
-// stored again for every pixel, which made the mean slower than the memory).
+// Adds the row sums of channel groups [0, L * Groups) of one row of `width` pixels (`in` at the
+// first pixel's first channel of the group) into total. Each row sum stays in a vector register
+// across the row (a float array would be loaded and stored again for every pixel, which made the
+// mean slower than the memory).
 template <int Groups>
-MPSGRAD_MEAN_INLINE void meanLanes(const SpatialMeanParams& p, const float* x, int64_t b, int64_t k0, float count,
-                                   float* o) {
-    MeanLanes total[Groups], rowSum[Groups];
-    for (int j = 0; j < Groups; ++j) total[j] = MeanLanes{};
-    for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
-        for (int j = 0; j < Groups; ++j) rowSum[j] = MeanLanes{};
-        const float* in = x + at(p.source, b, y, p.regionX) + k0;
-        for (int64_t xx = 0; xx < p.regionWidth; ++xx, in += p.source.pixelStride)
-            for (int j = 0; j < Groups; ++j) {
-                MeanLanes v;
-                std::memcpy(&v, in + j * kMeanLanes, sizeof v);
-                rowSum[j] += v;
-            }
-        for (int j = 0; j < Groups; ++j) total[j] += rowSum[j];
-    }
-    for (int j = 0; j < Groups; ++j) {
-        const MeanLanes mean = total[j] / count;
-        std::memcpy(o + j * kMeanLanes, &mean, sizeof mean);
-    }
-}
-
-// Channels [k0, k1) of image b, same order of additions as meanLanes, one channel at a time.
-void meanScalar(const SpatialMeanParams& p, const float* x, int64_t b, int64_t k0, int64_t k1, float count,
-                float* o) {
-    for (int64_t k = k0; k < k1; ++k) {
-        float total = 0.0f;
-        for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
-            float rowSum = 0.0f;
-            const float* in = x + at(p.source, b, y, p.regionX) + k;
-            for (int64_t xx = 0; xx < p.regionWidth; ++xx) rowSum += in[xx * p.source.pixelStride];
-            total += rowSum;
+MPSGRAD_MEAN_INLINE void addRowLanes(const float* in, int64_t stride, int64_t width, MeanLanes* total) {
+    MeanLanes rowSum[Groups];
+    for (int j = 0; j < Groups; ++j) rowSum[j] = MeanLanes{};
+    for (int64_t xx = 0; xx < width; ++xx, in += stride)
+        for (int j = 0; j < Groups; ++j) {
+            MeanLanes v;
+            std::memcpy(&v, in + j * kMeanLanes, sizeof v);
+            rowSum[j] += v;
         }
-        o[k - k0] = total / count;
-    }
+    for (int j = 0; j < Groups; ++j) total[j] += rowSum[j];
 }
 
-// Work item i: image i / blocks, channels of block i % blocks (kMeanBlock channels at most).
+// Work item i: image i / blocks, channels of block i % blocks (kMeanBlock channels at most). Per
+// channel: each row's pixels summed in x order, the row sums added in row order, divided by the
+// pixel count (the Metal kernel's order, whatever the grouping). The channel groups of a row are
+// taken one after the other while the row (at most a few tens of KB) is in the cache, so the image
+// is read from memory once.
 MPSGRAD_VECTOR_CLONES
 void meanItems(const SpatialMeanParams& p, const float* x, float* out, int64_t blocks, int64_t begin, int64_t end,
                float count) {
-    const int64_t channels = p.source.channels;
+    const int64_t channels = p.source.channels, stride = p.source.pixelStride;
+    MeanLanes total[kMeanBlock / kMeanLanes];
+    float tail[kMeanLanes];
     for (int64_t i = begin; i < end; ++i) {
         const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
-        const int64_t k1 = std::min<int64_t>(channels, k0 + kMeanBlock);
-        float* o = out + at(p.destination, b, p.destinationY, p.destinationX);
-        int64_t k = k0;
-        for (; k + 4 * kMeanLanes <= k1; k += 4 * kMeanLanes) meanLanes<4>(p, x, b, k, count, o + k);
-        for (; k + kMeanLanes <= k1; k += kMeanLanes) meanLanes<1>(p, x, b, k, count, o + k);
-        meanScalar(p, x, b, k, k1, count, o + k);
+        const int64_t width = std::min<int64_t>(kMeanBlock, channels - k0);
+        const int64_t vectors = width / kMeanLanes, grouped = vectors / 4 * 4, rest = width - vectors * kMeanLanes;
+        for (int64_t j = 0; j < vectors; ++j) total[j] = MeanLanes{};
+        std::fill(tail, tail + rest, 0.0f);
+        for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
+            const float* in = x + at(p.source, b, y, p.regionX) + k0;
+            int64_t j = 0;
+            for (; j < grouped; j += 4) addRowLanes<4>(in + j * kMeanLanes, stride, p.regionWidth, total + j);
+            for (; j < vectors; ++j) addRowLanes<1>(in + j * kMeanLanes, stride, p.regionWidth, total + j);
+            for (int64_t k = 0; k < rest; ++k) {
+                const float* c = in + vectors * kMeanLanes + k;
+                float rowSum = 0.0f;
+                for (int64_t xx = 0; xx < p.regionWidth; ++xx) rowSum += c[xx * stride];
+                tail[k] += rowSum;
+            }
+        }
+        float* o = out + at(p.destination, b, p.destinationY, p.destinationX) + k0;
+        for (int64_t j = 0; j < vectors; ++j) {
+            const MeanLanes mean = total[j] / count;
+            std::memcpy(o + j * kMeanLanes, &mean, sizeof mean);
+        }
+        for (int64_t k = 0; k < rest; ++k) o[vectors * kMeanLanes + k] = tail[k] / count;
     }
 }
 
