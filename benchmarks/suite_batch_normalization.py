@@ -17,6 +17,16 @@ so neither reaches this figure at copy bandwidth.
 |---------------------------|----------------------------------------------------------------|----------------------------------|
 | batch norm forward        | statistics + forward encode_batch (a new state each iteration) | aten.native_batch_norm           |
 | batch norm gradient       | statistics gradient + gradient encode_batch                    | aten.native_batch_norm_backward  |
+| batch norm fwd+bwd        | the four encodes above in one command buffer (a training step) | the two ops above                |
+| bn+relu fwd+bwd           | the same four kernels with a fused ReLU neuron (forward,       | native_batch_norm, relu_,        |
+|                           | statistics gradient and gradient all carry it)                 | threshold_backward(g, y, 0),     |
+|                           |                                                                | native_batch_norm_backward       |
+
+The fwd+bwd rows time a whole training step of the layer (forward and backward together), the
+figure issue 12's target is about. For BN followed by ReLU, PyTorch runs what autograd runs for
+torchvision's ResNet block (`nn.ReLU(inplace=True)`: an in-place relu_ on the normalized output,
+then threshold_backward on the ReLU's output); MPS fuses the ReLU into the normalization kernels, so
+mpsgrad moves the same bytes as for plain BN. Their bytes count X, Y, G and dX once each.
 """
 from __future__ import annotations
 
@@ -26,7 +36,7 @@ import torch
 import mpsgrad as m
 
 FAMILY = "batch_normalization"
-OPS = ("batch norm forward", "batch norm gradient")
+OPS = ("batch norm forward", "batch norm gradient", "batch norm fwd+bwd", "bn+relu fwd+bwd")
 # (label suffix, N, N with --quick, H, W, C)
 SHAPES = [
     (" conv2", 8, 2, 56, 56, 64),
@@ -105,6 +115,52 @@ def _rows(spec, quick, device, queue, rng):
     yield ("batch norm gradient", 3 * elements, lambda: _run(queue, lambda cb: gradient_pass(cb, state)),
            theirs_gradient, None)
 
+    def step(cb):  # a training step: a fresh state, forward, then backward
+        ys, state = forward_pass(cb)
+        return ys, gradient_pass(cb, state), state
+
+    def theirs_step():
+        y, mean, invstd = theirs_forward()
+        return torch.ops.aten.native_batch_norm_backward(tg, tx, tw, None, None, mean, invstd, True, EPSILON,
+                                                         [True, True, True])
+
+    yield "batch norm fwd+bwd", 4 * elements, lambda: _run(queue, step), theirs_step, check
+    yield ("bn+relu fwd+bwd", 4 * elements) + _relu_step(device, queue, label, source, xs, gs, n, tx, tg, tw, tb)
+
+
+def _relu_step(device, queue, label, source, xs, gs, n, tx, tg, tw, tb):
+    """(mine, theirs, check) of the BN + ReLU training step."""
+    relu = m.NNNeuronDescriptor(m.CNNNeuronType.RELU)
+    forward = m.CNNBatchNormalization(device, source, fused_neuron_descriptor=relu)
+    statistics = m.CNNBatchNormalizationStatistics(device)
+    statistics_gradient = m.CNNBatchNormalizationStatisticsGradient(device, fused_neuron_descriptor=relu)
+    gradient = m.CNNBatchNormalizationGradient(device, fused_neuron_descriptor=relu)
+    forward.destination_image_allocator = gradient.destination_image_allocator = m.ImageAllocator.persistent()
+
+    def step(cb):
+        state = forward.result_state(xs[0])
+        statistics.encode_batch(cb, xs, state)
+        ys = forward.encode_batch(cb, xs, state)
+        statistics_gradient.encode_batch(cb, gs, xs, state)
+        return ys, gradient.encode_batch(cb, gs, xs, [state] * n), state
+
+    def theirs():
+        z, mean, invstd = torch.ops.aten.native_batch_norm(tx, tw, tb, None, None, True, 0.1, EPSILON)
+        y = torch.relu_(z)
+        gz = torch.ops.aten.threshold_backward(tg, y, 0)
+        return (y,) + tuple(torch.ops.aten.native_batch_norm_backward(gz, tx, tw, None, None, mean, invstd, True,
+                                                                      EPSILON, [True, True, True]))
+
+    def check(compare):
+        ys, dxs, state = _run(queue, step)
+        y, dx, dw, db = theirs()
+        compare(label, "bn+relu forward", m.batch_to_numpy(ys), y.permute(0, 2, 3, 1))
+        compare(label, "bn+relu dX", m.batch_to_numpy(dxs), dx.permute(0, 2, 3, 1))
+        compare(label, "bn+relu dgamma", np.array(state.gradient_for_gamma), dw)
+        compare(label, "bn+relu dbeta", np.array(state.gradient_for_beta), db)
+
+    return lambda: _run(queue, step), theirs, check
+
 
 def rows(quick, device, queue, rng, selected):
     """Yields (family, label, op, unit, amount, mine, theirs, check) for the rows `selected` accepts."""
@@ -115,7 +171,8 @@ def rows(quick, device, queue, rng, selected):
         checked = False
         for op, amount, mine, theirs, check in _rows(spec, quick, device, queue, rng):
             if selected(f"{FAMILY} {label} {op}"):
-                if checked:
+                own_kernels = op.startswith("bn+relu")  # its check covers kernels the others do not
+                if checked and not own_kernels:
                     check = None
-                checked = checked or check is not None
+                checked = checked or (check is not None and not own_kernels)
                 yield FAMILY, label, op, "byte", amount, mine, theirs, check

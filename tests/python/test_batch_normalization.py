@@ -339,12 +339,14 @@ def test_results_are_bitwise_reproducible(device, queue):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("neuron", ["none", "relu"])
+@pytest.mark.parametrize("neuron", ["none", "relu", "leaky_relu", "linear", "tanh"])
 def test_large_images_match_torch_whatever_the_thread_count(device, queue, check, neuron):
     """Images of 37x41 = 1517 pixels: the CPU reductions cut each image into two chunks of 64-pixel
     blocks (batch_normalization.cpp), the Metal ones give every thread several pixels. The training
     pass matches autograd, and the CPU results are bitwise equal with 1, 2 and 3 threads (the chunk
-    partial sums are added in a fixed order)."""
+    partial sums are added in a fixed order). The CPU statistics gradient takes each fused neuron's
+    derivative lane by lane inside its vector-register sums (a select for ReLU, leaky ReLU, linear;
+    a libm call for tanh) and one channel at a time for the last 5."""
     n, h, w, c = 2, 37, 41, 29  # 29 = 16 + 8 + 5 channels: every path of the CPU reductions' grouping
     gen = rng(f"bn-large-{neuron}")
     x = (randn(gen, n, h, w, c) * 2.0 - 1.5).astype(np.float32)

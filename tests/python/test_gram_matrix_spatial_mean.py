@@ -170,9 +170,12 @@ def mean_oracle(x_arr, region, g_arr):
     return mean.detach().numpy(), xt.grad.numpy()
 
 
-# (height, width, channels, images, clip_rect_source or None)
+# (height, width, channels, images, clip_rect_source or None). 107 channels = 3 groups of 32, one
+# of 8 and 3 single channels; 300 = a block of 256 and one of 44: every path of the CPU mean's
+# channel grouping.
 MEAN_CASES = [(5, 4, 3, 1, None), (7, 9, 8, 2, None), (1, 1, 5, 1, None), (6, 8, 37, 3, None),
-              (6, 7, 4, 2, ((1, 2, 0), (3, 4, 1))), (5, 5, 6, 1, ((-2, 3, 0), (4, 10, 1)))]
+              (6, 7, 4, 2, ((1, 2, 0), (3, 4, 1))), (5, 5, 6, 1, ((-2, 3, 0), (4, 10, 1))),
+              (5, 6, 107, 2, None), (6, 7, 107, 2, ((1, 2, 0), (3, 4, 1))), (3, 4, 300, 2, None)]
 
 
 @pytest.mark.parametrize("h,w,c,n,rect", MEAN_CASES)
@@ -230,6 +233,30 @@ def test_spatial_mean_destination_pixel_and_channels(device, check):
     mask[0, 1, 2, 4:] = False
     assert np.all(out[mask] == 5.0)
     check(dx.to_numpy()[..., 4:], want_dx, "spatial mean gradient", tol=1e-6)
+
+
+def test_spatial_mean_gradient_of_a_channel_subset_zeroes_the_other_channels(device, check):
+    """A forward that read channels [0, 5) of an 8-channel image: the returned dX (8 channels) holds
+    the gradient in those channels and zeros in the others (the gradient skips the zero fill of its
+    destination only when it writes every channel; the poison of MPSGRAD_POISON_UNSPECIFIED_BUFFERS
+    would show here)."""
+    gen = rng("mean-channel-subset")
+    x_arr = randn(gen, 2, 3, 4, 8)
+    g_arr = randn(gen, 2, 5)
+    xs = [m.Image.from_numpy(x_arr[i:i + 1], device) for i in range(2)]
+    gs = [m.Image.from_numpy(g_arr[i].reshape(1, 1, 1, 5), device) for i in range(2)]
+    fwd, grad = m.NNReductionSpatialMean(device), m.NNReductionSpatialMeanGradient(device)
+    fwd.source_feature_channel_max_count = 5
+
+    def go(cb):
+        ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
+        return grad.encode_batch(cb, gs, xs, states)
+
+    dx = m.batch_to_numpy(run(device, go))
+    _, want_dx = mean_oracle(x_arr[..., :5], (0, 0, 4, 3), g_arr)
+    assert dx.shape == (2, 3, 4, 8)
+    check(dx[..., :5], want_dx, "spatial mean gradient", tol=1e-6)
+    assert np.all(dx[..., 5:] == 0.0)
 
 
 def test_spatial_mean_errors(device):

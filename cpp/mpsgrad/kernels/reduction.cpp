@@ -274,6 +274,7 @@ void NNReductionSpatialMeanGradient::checkGradientStateType(const State& state) 
 
 void NNReductionSpatialMeanGradient::configureFromSnapshot(const ForwardSnapshot& s) {
     configureChannelsFromSnapshot(*this, s);
+    writesAllChannels_ = s.sourceFeatureChannelOffset == 0 && s.sourceFeatureChannelCount == s.sourceFeatureChannels;
 }
 
 void NNReductionSpatialMeanGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,

@@ -102,6 +102,11 @@ class NNReductionSpatialMeanGradient final : public CNNGradientKernel {
 public:
     explicit NNReductionSpatialMeanGradient(const Device& device);
     const char* className() const override { return "NNReductionSpatialMeanGradient"; }
+    // Both backends write every pixel of dX (zeros outside the region), so a returning encode skips
+    // the zero fill, but only when the forward read all of its source's channels: otherwise dX has
+    // channels this kernel never writes. Set from the forward's snapshot (configureFromSnapshot),
+    // which the returning encodes read before they allocate.
+    bool writesEveryDestinationPixel() const override { return writesAllChannels_; }
 
     static std::shared_ptr<NNReductionSpatialMeanGradient> initWithCoder(serial::Reader& reader,
                                                                          const Device& device);
@@ -112,6 +117,9 @@ protected:
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;
+
+private:
+    bool writesAllChannels_ = false;
 };
 
 }  // namespace mpsgrad

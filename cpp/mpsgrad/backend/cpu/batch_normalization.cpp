@@ -268,17 +268,29 @@ MPSGRAD_BN_INLINE void statisticsGradientPixels(const Pass& s, int64_t n, int64_
     const float* __restrict gBase = s.gradient + at(s.p.gradient, n, 0);
     const float* __restrict xBase = s.source + at(s.p.source, n, 0);
     const int64_t gStride = s.p.gradient.pixelStride, xStride = s.p.source.pixelStride;
-    // Without a neuron the term is plain arithmetic and runs on Lanes; the neurons' derivatives are
-    // scalar functions, so with one each pixel is a loop across channels (which vectorizes).
-    reduceBlock<Type == kNeuronNone>(
+    // The sums stay in Lanes (vector registers) for every neuron type, the derivative taken lane by
+    // lane from the same scalar function (a select such as ReLU's becomes vector compares and
+    // blends). The alternative, a loop across channels per pixel with the sums in memory, measured
+    // 20-30x slower (8x56x56x64, 2 threads: ReLU 21-30 ms against 1.3-1.4 ms now, hard sigmoid
+    // 29 ms). Every channel sees the same float operations in the same order on both paths, so the
+    // results do not depend on the path (the last C % 8 channels still take the scalar one).
+    reduceBlock(
         s.p.source.channels, i0, i1,
         [&](int64_t i, int64_t c, auto& a, auto& b) {
             using V = std::decay_t<decltype(a)>;
             V g, x, m;
             load(g, gBase + i * gStride + c), load(x, xBase + i * xStride + c), load(m, mean + c);
             V gp = g;
-            if constexpr (std::is_same_v<V, float> && Type != kNeuronNone)
+            if constexpr (std::is_same_v<V, float> && Type != kNeuronNone) {
                 gp = g * neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c], x * scale[c] + shift[c]);
+            } else if constexpr (Type != kNeuronNone) {
+                V sc, sh, derivative;
+                load(sc, scale + c), load(sh, shift + c);
+                const V z = x * sc + sh;
+                for (int l = 0; l < int(sizeof(V) / sizeof(float)); ++l)
+                    derivative[l] = neuronDerivative(Type, nr.a, nr.b, nr.c, slope[c + l], z[l]);
+                gp = g * derivative;
+            }
             a += gp;
             b += gp * (x - m);
         },

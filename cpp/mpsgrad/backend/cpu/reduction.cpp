@@ -12,17 +12,26 @@
 #include "../../../../metal/reduction_params.h"
 #include "blas.h"
 #include "cpu_ops.h"
+#include "elementwise.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu {
 namespace {
 
-// Channels the spatial mean sums per work item (kept on the stack).
+// Channels the spatial mean sums per work item (their totals kept on the stack).
 constexpr int64_t kMeanBlock = 256;
 
 inline int64_t at(const ImageLayout& l, int64_t n, int64_t y, int64_t x) {
     return n * l.imageStride + (y * l.width + x) * int64_t(l.pixelStride) + l.channelOffset;
 }
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef float MeanLanes __attribute__((vector_size(32)));
+#define MPSGRAD_MEAN_INLINE inline __attribute__((always_inline))
+#else
+#error "the CPU backend's spatial mean needs GCC or Clang vector extensions"
+#endif
+constexpr int64_t kMeanLanes = int64_t(sizeof(MeanLanes) / sizeof(float));
 
 }  // namespace
 
@@ -80,34 +89,76 @@ void gramMatrixGradient(const GramMatrixGradientParams& p, const BufferSlice& gr
     });
 }
 
+namespace {
+
+// Adds the row sums of channel groups [0, L * Groups) of one row of `width` pixels (`in` at the
+// first pixel's first channel of the group) into total. Each row sum stays in a vector register
+// across the row (a float array would be loaded and stored again for every pixel, which made the
+// mean slower than the memory).
+template <int Groups>
+MPSGRAD_MEAN_INLINE void addRowLanes(const float* in, int64_t stride, int64_t width, MeanLanes* total) {
+    MeanLanes rowSum[Groups];
+    for (int j = 0; j < Groups; ++j) rowSum[j] = MeanLanes{};
+    for (int64_t xx = 0; xx < width; ++xx, in += stride)
+        for (int j = 0; j < Groups; ++j) {
+            MeanLanes v;
+            std::memcpy(&v, in + j * kMeanLanes, sizeof v);
+            rowSum[j] += v;
+        }
+    for (int j = 0; j < Groups; ++j) total[j] += rowSum[j];
+}
+
+// Work item i: image i / blocks, channels of block i % blocks (kMeanBlock channels at most). Per
+// channel: each row's pixels summed in x order, the row sums added in row order, divided by the
+// pixel count (the Metal kernel's order, whatever the grouping). The channel groups of a row are
+// taken one after the other while the row (at most a few tens of KB) is in the cache, so the image
+// is read from memory once.
+MPSGRAD_VECTOR_CLONES
+void meanItems(const SpatialMeanParams& p, const float* x, float* out, int64_t blocks, int64_t begin, int64_t end,
+               float count) {
+    const int64_t channels = p.source.channels, stride = p.source.pixelStride;
+    MeanLanes total[kMeanBlock / kMeanLanes];
+    float tail[kMeanLanes];
+    for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
+        const int64_t width = std::min<int64_t>(kMeanBlock, channels - k0);
+        const int64_t vectors = width / kMeanLanes, grouped = vectors / 4 * 4, rest = width - vectors * kMeanLanes;
+        for (int64_t j = 0; j < vectors; ++j) total[j] = MeanLanes{};
+        std::fill(tail, tail + rest, 0.0f);
+        for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
+            const float* in = x + at(p.source, b, y, p.regionX) + k0;
+            int64_t j = 0;
+            for (; j < grouped; j += 4) addRowLanes<4>(in + j * kMeanLanes, stride, p.regionWidth, total + j);
+            for (; j < vectors; ++j) addRowLanes<1>(in + j * kMeanLanes, stride, p.regionWidth, total + j);
+            for (int64_t k = 0; k < rest; ++k) {
+                const float* c = in + vectors * kMeanLanes + k;
+                float rowSum = 0.0f;
+                for (int64_t xx = 0; xx < p.regionWidth; ++xx) rowSum += c[xx * stride];
+                tail[k] += rowSum;
+            }
+        }
+        float* o = out + at(p.destination, b, p.destinationY, p.destinationX) + k0;
+        for (int64_t j = 0; j < vectors; ++j) {
+            const MeanLanes mean = total[j] / count;
+            std::memcpy(o + j * kMeanLanes, &mean, sizeof mean);
+        }
+        for (int64_t k = 0; k < rest; ++k) o[vectors * kMeanLanes + k] = tail[k] / count;
+    }
+}
+
+}  // namespace
+
 void spatialMean(const SpatialMeanParams& p, const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
     const int64_t channels = p.source.channels;
     if (p.batch == 0 || channels == 0) return;
     const float* x = sourceSlice.floats();
     float* out = destinationSlice.floats();
     const float count = float(int64_t(p.regionWidth) * p.regionHeight);
-    // Work items: (image, block of kMeanBlock channels). A block's row sums are accumulated
-    // pixel by pixel over contiguous channels (vectorizable, cache-friendly), and each channel's
-    // total still adds its row sums in row order: the order the Metal kernel uses.
+    // Work items: (image, block of kMeanBlock channels). Each channel adds its pixels row by row in
+    // x order and its row sums in row order: the order the Metal kernel uses, whatever the grouping.
     const int64_t blocks = (channels + kMeanBlock - 1) / kMeanBlock;
-    parallelFor(int64_t(p.batch) * blocks, 1, [&](int64_t begin, int64_t end) {
-        float total[kMeanBlock], rowSum[kMeanBlock];
-        for (int64_t i = begin; i < end; ++i) {
-            const int64_t b = i / blocks, k0 = (i % blocks) * kMeanBlock;
-            const int64_t width = std::min<int64_t>(kMeanBlock, channels - k0);
-            std::fill(total, total + width, 0.0f);
-            for (int64_t y = p.regionY; y < p.regionY + p.regionHeight; ++y) {
-                std::fill(rowSum, rowSum + width, 0.0f);
-                for (int64_t xx = p.regionX; xx < p.regionX + p.regionWidth; ++xx) {
-                    const float* in = x + at(p.source, b, y, xx) + k0;
-                    for (int64_t k = 0; k < width; ++k) rowSum[k] += in[k];
-                }
-                for (int64_t k = 0; k < width; ++k) total[k] += rowSum[k];
-            }
-            float* o = out + at(p.destination, b, p.destinationY, p.destinationX) + k0;
-            for (int64_t k = 0; k < width; ++k) o[k] = total[k] / count;
-        }
-    });
+    parallelFor(int64_t(p.batch) * blocks, 1,
+                [&](int64_t begin, int64_t end) { meanItems(p, x, out, blocks, begin, end, count); });
 }
 
 void spatialMeanGradient(const SpatialMeanGradientParams& p, const BufferSlice& gradientSlice,
