@@ -201,9 +201,10 @@ def test_transposed_convolution_training_graph_keeps_training_after_pickle(devic
     np.testing.assert_array_equal(run(device, decoded, arrays)[0], expected[0])
 
 
-def test_transposed_convolution_without_state_round_trips(device):
-    """Structure only: a transposed convolution node without a convolution gradient state is refused
-    at encode by the node itself today (its kernel wants one state per image), so nothing runs here."""
+def test_transposed_convolution_without_state_round_trips_and_runs(device):
+    """A transposed convolution node without a convolution gradient state encodes the kernel's
+    stateless form (sized by its padding policy): the graph, its two copies and the kernel itself
+    (tested against torch in test_convolution_transpose.py) give the same bits."""
     gen = rng("gserial-transpose-nostate")
     wt, bt = randn(gen, 3, 3, 3, 4) * 0.3, randn(gen, 3) * 0.1
     node = m.CNNConvolutionTransposeNode(m.NNImageNode(Handle("x")), None, ConvSource(wt, bt))
@@ -214,6 +215,16 @@ def test_transposed_convolution_without_state_round_trips(device):
     assert decoded.source_states == [] and \
         decoded.accumulator_precision == m.NNConvolutionAccumulatorPrecisionOption.HALF
     np.testing.assert_array_equal(np.asarray(copy.data_sources[0].weights).reshape(wt.shape), wt)
+
+    x = randn(gen, 2, 5, 6, 4)
+    assert_same_results(device, graph, {"x": x})
+    kernel = m.CNNConvolutionTranspose(device, ConvSource(wt, bt))
+    kernel.accumulator_precision_option = m.NNConvolutionAccumulatorPrecisionOption.HALF
+    cb = m.CommandQueue(device).command_buffer()
+    direct = kernel.encode_batch(cb, images(device, x))
+    cb.commit()
+    cb.wait_until_completed()
+    np.testing.assert_array_equal(run(device, graph, {"x": x})[0], to_numpy(direct))
 
 
 def test_truncated_and_mislabelled_family_blobs_raise_value_error(device):

@@ -148,6 +148,10 @@ ImagePtr CNNConvolutionTranspose::encode(CommandBuffer& cb, const ImagePtr& sour
 ImageBatch CNNConvolutionTranspose::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
                                                 const StateBatch& convolutionGradientStates,
                                                 StateBatch* destinationStates, bool destinationStateIsTemporary) {
+    // No states at all: the CNNKernel form, sized by the padding policy (a graph node built without
+    // a convolution gradient state encodes this way).
+    if (convolutionGradientStates.empty())
+        return CNNKernel::encodeBatch(cb, sources, destinationStates, destinationStateIsTemporary);
     if (convolutionGradientStates.size() != sources.size())
         throwValueError("convolution_gradient_states: expected one per source image (", sources.size(), "), got ",
                         convolutionGradientStates.size());
