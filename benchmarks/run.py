@@ -67,6 +67,34 @@ if ARGS is not None and ARGS.threads:
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPSGRAD_NUM_THREADS"):
         os.environ[_var] = str(ARGS.threads)
 
+
+
+def _keep_freed_memory():
+    """Tells glibc's malloc to keep freed memory instead of returning it to the system.
+
+    Freed blocks of megabytes go back to the system by default (above malloc's mmap threshold, or
+    trimmed from the top of its heap), and the next tensor of that size then page-faults on every
+    4 KB page it writes: more than an element-wise op itself costs. mpsgrad's CPU backend recycles
+    its own buffers (docs/performance.md, "Buffer recycling"); PyTorch relies on malloc, whose
+    behaviour also changes with what else the process has allocated. Blocks below 32 MiB from the
+    heap, never trimmed: PyTorch's tensors then land on resident memory as they would in its best
+    case, so the comparison does not flatter mpsgrad. Returns what was set (for the results).
+    """
+    if not sys.platform.startswith("linux"):
+        return "system default"
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        if libc.mallopt(m_trim_threshold, 1 << 30) == 1 and libc.mallopt(m_mmap_threshold, 32 << 20) == 1:
+            return "glibc mallopt: trim threshold 1 GiB, mmap threshold 32 MiB"
+    except (OSError, AttributeError):
+        pass
+    return "system default"
+
+
+MALLOC = _keep_freed_memory() if ARGS is not None else "system default"
+
 import numpy as np  # noqa: E402
 
 try:
@@ -178,6 +206,7 @@ def to_markdown(meta, rows, summary):
              f"- peak: SGEMM {meta['peak_gflops']:.1f} GFLOP/s, copy {meta['peak_gbps']:.1f} GB/s "
              f"(best seen at start)",
              f"- load average start / end: {meta['load_start']} / {meta['load_end']}",
+             f"- malloc: {meta.get('malloc', 'system default')}",
              f"- {meta['warmup']} warm-up + {meta['repeats']} timed pairs per row"
              + (", --quick" if meta["quick"] else ""), "",
              "ratio = PyTorch time / mpsgrad time (median over back-to-back pairs; > 1: mpsgrad faster); "
@@ -207,6 +236,7 @@ def main(args):
     print(f"mpsgrad {m.__version__} on {device!r} (BLAS: {_blas()}) | torch {torch.__version__} | "
           f"numpy {np.__version__} | python {platform.python_version()}")
     print(f"machine: {platform.machine()} {_cpu_model()} | {threads} threads for both libraries | load {load}")
+    print(f"malloc: {MALLOC} (both libraries)")
     peak_gflops, peak_gbps, peaks = measure_peaks(args.peak_seconds, args.quick)
     print(f"peak: SGEMM {peak_gflops:.1f} GFLOP/s, copy {peak_gbps:.1f} GB/s  "
           f"[{json.dumps(peaks, default=lambda v: round(v, 1))}]")
@@ -266,7 +296,8 @@ def main(args):
                 machine=f"{platform.machine()} {_cpu_model()} ({os.cpu_count()} CPUs)", threads=threads,
                 mpsgrad=m.__version__, blas=_blas(), torch=torch.__version__, numpy=np.__version__,
                 peak_gflops=peak_gflops, peak_gbps=peak_gbps, peaks=peaks, load_start=load, load_end=load_end,
-                quick=args.quick, repeats=args.repeats, warmup=args.warmup, only=args.only, device=args.device)
+                quick=args.quick, repeats=args.repeats, warmup=args.warmup, only=args.only, device=args.device,
+                malloc=MALLOC)
     if not args.no_save:
         out = pathlib.Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

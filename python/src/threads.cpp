@@ -1,10 +1,11 @@
-// Thread control of the CPU backend: mpsgrad.set_num_threads / get_num_threads, and which BLAS
-// the build uses (docs/performance.md).
+// Controls of the CPU backend: mpsgrad.set_num_threads / get_num_threads, which BLAS the build
+// uses, and the recycling of large host buffers (docs/performance.md).
 #include "bindings.h"
 
 #include <climits>
 
 #include "backend/cpu/blas.h"
+#include "backend/cpu/buffer_cache.h"
 #include "backend/cpu/parallel.h"
 
 namespace mpsgrad::python {
@@ -37,6 +38,15 @@ void bindThreads(py::module_& m) {
     m.def("blas_info", [] { return std::string(cpu::blas::name()); },
           "The BLAS the CPU backend's matrix products run on: OpenBLAS (scipy-openblas32) on Linux,\n"
           "Accelerate on macOS, with its build configuration.");
+    m.def("release_cached_buffers", &cpu::buffer_cache::releaseAll,
+          "Frees the large host buffers the CPU backend keeps for reuse after their images were\n"
+          "released (up to MPSGRAD_CPU_BUFFER_CACHE_MB MiB, default 1024; 0 turns reuse off).\n"
+          "Reuse spares each allocation the page faults of fresh memory; results never depend on it.");
+    m.def("cached_buffer_bytes", &cpu::buffer_cache::cachedBytes,
+          "Bytes of freed host buffers the CPU backend holds for reuse (see release_cached_buffers).");
+    m.def("buffer_cache_limit", &cpu::buffer_cache::budgetBytes,
+          "The most bytes of freed host buffers the CPU backend keeps for reuse: MPSGRAD_CPU_BUFFER_CACHE_MB\n"
+          "MiB (read at import; default 1024), 0 when reuse is off (always in AddressSanitizer builds).");
 }
 
 }  // namespace mpsgrad::python

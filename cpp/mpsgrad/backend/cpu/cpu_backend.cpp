@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/binding_checks.h"
+#include "backend/cpu/buffer_cache.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/parallel.h"
 #include "core/command_buffer.h"
@@ -28,12 +29,14 @@ public:
     CpuBuffer(size_t bytes, BufferFill fill) : length_(bytes) {
         if (bytes > size_t(PTRDIFF_MAX) - kAlignment) throw std::bad_alloc();  // rounding up would wrap
         size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-        data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+        allocated_ = rounded == 0 ? kAlignment : rounded;
+        data_ = cpu::buffer_cache::take(allocated_);  // resident pages of a freed buffer (buffer_cache.h)
+        if (!data_) data_ = std::aligned_alloc(kAlignment, allocated_);
         if (!data_) throw std::bad_alloc();
-        if (fill == BufferFill::Zero) zeroFill(static_cast<char*>(data_), rounded == 0 ? kAlignment : rounded);
-        else prepareUnspecifiedBuffer(data_, rounded == 0 ? kAlignment : rounded);
+        if (fill == BufferFill::Zero) zeroFill(static_cast<char*>(data_), allocated_);
+        else prepareUnspecifiedBuffer(data_, allocated_);
     }
-    ~CpuBuffer() override { std::free(data_); }
+    ~CpuBuffer() override { cpu::buffer_cache::give(data_, allocated_); }
     void* contents() override { return data_; }
     size_t length() const override { return length_; }
 
@@ -56,6 +59,7 @@ private:
 
     void* data_;
     size_t length_;
+    size_t allocated_;  // bytes of the block: length_ rounded up to the alignment
 };
 
 using WorkItem = std::function<void()>;
