@@ -2867,7 +2867,7 @@ class CNNInstanceNormalizationWeightsDataSource(CNNInstanceNormalizationDataSour
     """
     A ready-made MPSCNNInstanceNormalizationDataSource holding gamma and beta in memory (the methods return writable views: change them, then call the kernel's reload_gamma_and_beta_from_data_source()). Its CPU-style update applies gamma -= learning_rate·Σ dγ, beta -= learning_rate·Σ dβ, summed over the batch of states.
     """
-    def __init__(self, gamma: typing.Any, beta: typing.Any = None, epsilon: typing.Any = None, label: str = '') -> None:
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, epsilon: typing.Any = None, label: str = '', learning_rate: typing.Any = 0.009999999776482582) -> None:
         """
         epsilon None: the protocol's default (FLT_MIN)
         """
@@ -2998,7 +2998,7 @@ class CNNGroupNormalizationWeightsDataSource(CNNGroupNormalizationDataSource):
     """
     A ready-made MPSCNNGroupNormalizationDataSource holding gamma, beta (per channel) and the number of groups. Its CPU-style update applies SGD with the gradients summed over the batch of states.
     """
-    def __init__(self, gamma: typing.Any, beta: typing.Any = None, number_of_groups: typing.Any = 1, epsilon: typing.Any = None, label: str = '') -> None:
+    def __init__(self, gamma: typing.Any, beta: typing.Any = None, number_of_groups: typing.Any = 1, epsilon: typing.Any = None, label: str = '', learning_rate: typing.Any = 0.009999999776482582) -> None:
         """
         number_of_groups must divide len(gamma); epsilon None: the protocol's default (FLT_MIN)
         """

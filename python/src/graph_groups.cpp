@@ -24,6 +24,7 @@ public:
           cpu_(py::hasattr(object, cpuMethod)) {}
     bool gpu() const { return gpu_; }
     bool cpu() const { return cpu_; }
+    py::object object() const { return object_->object; }
 
     std::shared_ptr<CNNNormalizationGammaAndBetaState> withCommandBuffer(CommandBuffer& cb, const StateBatch& states) {
         py::gil_scoped_acquire gil;
@@ -78,6 +79,8 @@ public:
         return updates_.withCommandBuffer(cb, states);
     }
     bool updateGammaAndBetaWithStateBatch(const StateBatch& states) override { return updates_.withStateBatch(states); }
+    // The application object this wraps (what graph serialization gives back and pickles).
+    py::object object() const { return updates_.object(); }
 
 protected:
     std::shared_ptr<Protocol> inner_;
@@ -119,7 +122,34 @@ void bindFamily(py::module_& m, const char* name, const char* gradientName, cons
                        "MPSNNTrainableNode.trainingStyle (copied from the forward node by the builders)");
 }
 
+// The data source object of a node (graph.data_sources, pickle): the application object the node
+// wraps, or a decoded graph's ready-made one; None when only updatable ones are asked for and it
+// cannot update.
+template <class Protocol>
+py::object normalizationSourceObject(const std::shared_ptr<Protocol>& source, bool onlyUpdatable) {
+    if (auto* python = dynamic_cast<UpdatableNormalizationDataSource<Protocol>*>(source.get())) {
+        if (!onlyUpdatable || python->supportsGPUUpdate() || python->supportsCPUUpdate()) return python->object();
+        return py::none();
+    }
+    return onlyUpdatable ? py::none() : py::cast(source);
+}
+
 }  // namespace
+
+// ---- for graph_serialization.cpp ----------------------------------------------------------------
+py::object dataSourceObject(const std::shared_ptr<CNNInstanceNormalizationDataSource>& source, bool onlyUpdatable) {
+    return normalizationSourceObject(source, onlyUpdatable);
+}
+py::object dataSourceObject(const std::shared_ptr<CNNGroupNormalizationDataSource>& source, bool onlyUpdatable) {
+    return normalizationSourceObject(source, onlyUpdatable);
+}
+// What CNNInstanceNormalizationNode(data_source=) / CNNGroupNormalizationNode(data_source=) make of an object.
+std::shared_ptr<CNNInstanceNormalizationDataSource> graphInstanceNormalizationDataSource(const py::object& object) {
+    return std::make_shared<UpdatableInstanceNormalizationDataSource>(object);
+}
+std::shared_ptr<CNNGroupNormalizationDataSource> graphGroupNormalizationDataSource(const py::object& object) {
+    return std::make_shared<UpdatableGroupNormalizationDataSource>(object);
+}
 
 void bindGroupNormalizationNodes(py::module_& m) {
     bindFamily<CNNInstanceNormalizationNode, CNNInstanceNormalizationGradientNode,

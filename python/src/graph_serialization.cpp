@@ -7,6 +7,7 @@
 // round trip) and the handle objects, which Python pickles itself.
 #include "bindings.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_groups.h"
 #include "graph/filter_nodes_transpose.h"
 #include "graph/graph_serialization.h"
 
@@ -19,6 +20,11 @@ py::object dataSourceObject(const std::shared_ptr<CNNConvolutionDataSource>& sou
 py::object dataSourceObject(const std::shared_ptr<CNNBatchNormalizationDataSource>& source, bool onlyUpdatable);
 std::shared_ptr<CNNConvolutionDataSource> graphConvolutionDataSource(const py::object& object);
 std::shared_ptr<CNNBatchNormalizationDataSource> graphBatchNormalizationDataSource(const py::object& object);
+// graph_groups.cpp
+py::object dataSourceObject(const std::shared_ptr<CNNInstanceNormalizationDataSource>& source, bool onlyUpdatable);
+py::object dataSourceObject(const std::shared_ptr<CNNGroupNormalizationDataSource>& source, bool onlyUpdatable);
+std::shared_ptr<CNNInstanceNormalizationDataSource> graphInstanceNormalizationDataSource(const py::object& object);
+std::shared_ptr<CNNGroupNormalizationDataSource> graphGroupNormalizationDataSource(const py::object& object);
 
 namespace {
 
@@ -36,12 +42,31 @@ Device deviceArgument(const py::object& device) {
     throwTypeError("device: expected a Device, a device name ('cpu', 'metal') or None, got ", typeName(device));
 }
 
-// The data sources of the graph as Python objects, convolution ones first, in blob order.
+// The data sources of the graph as Python objects in blob order: convolution, batch, instance, then
+// group normalization ones.
 py::list dataSourceList(const GraphObjects& objects, bool onlyUpdatable) {
     py::list list;
-    for (const auto& source : objects.convolution) list.append(dataSourceObject(source, onlyUpdatable));
-    for (const auto& source : objects.batchNormalization) list.append(dataSourceObject(source, onlyUpdatable));
+    auto append = [&](const auto& table) {
+        for (const auto& source : table) list.append(dataSourceObject(source, onlyUpdatable));
+    };
+    append(objects.convolution);
+    append(objects.batchNormalization);
+    append(objects.instanceNormalization);
+    append(objects.groupNormalization);
     return list;
+}
+
+// The data source pointers in the same order (to name the node of an entry).
+std::vector<const void*> dataSourcePointers(const GraphObjects& objects) {
+    std::vector<const void*> pointers;
+    auto append = [&](const auto& table) {
+        for (const auto& source : table) pointers.push_back(source.get());
+    };
+    append(objects.convolution);
+    append(objects.batchNormalization);
+    append(objects.instanceNormalization);
+    append(objects.groupNormalization);
+    return pointers;
 }
 
 // The node that holds `source` (for error messages).
@@ -52,6 +77,8 @@ std::string nodeHolding(const NNGraph& graph, const void* source) {
         if (auto* grad = dynamic_cast<const CNNConvolutionGradientNode*>(node.get())) held = grad->explicitWeights().get();
         if (auto* bn = dynamic_cast<const CNNBatchNormalizationNode*>(node.get())) held = bn->dataSource().get();
         if (auto* t = dynamic_cast<const CNNConvolutionTransposeNode*>(node.get())) held = t->dataSource().get();
+        if (auto* in = dynamic_cast<const CNNInstanceNormalizationNode*>(node.get())) held = in->dataSource().get();
+        if (auto* gn = dynamic_cast<const CNNGroupNormalizationNode*>(node.get())) held = gn->dataSource().get();
         if (held == source) return std::string(node->className()) + " '" + node->label + "'";
     }
     return "a node";
@@ -62,14 +89,22 @@ void adopt(GraphObjects& captured, const py::object& dataSources, const py::obje
     if (!dataSources.is_none()) {
         py::list list(dataSources);
         size_t nConv = captured.convolution.size(), nBN = captured.batchNormalization.size();
-        if (list.size() != nConv + nBN)
-            throwValueError("data_sources: the serialized graph has ", nConv + nBN, " data source(s) (", nConv,
-                            " convolution, then ", nBN, " batch normalization), got ", list.size(), " entries");
-        for (size_t i = 0; i < nConv; ++i)
-            if (!list[i].is_none()) captured.convolution[i] = graphConvolutionDataSource(list[i]);
-        for (size_t i = 0; i < nBN; ++i)
-            if (!list[nConv + i].is_none())
-                captured.batchNormalization[i] = graphBatchNormalizationDataSource(list[nConv + i]);
+        size_t nIN = captured.instanceNormalization.size(), nGN = captured.groupNormalization.size();
+        if (list.size() != nConv + nBN + nIN + nGN)
+            throwValueError("data_sources: the serialized graph has ", nConv + nBN + nIN + nGN, " data source(s) (",
+                            nConv, " convolution, then ", nBN, " batch, ", nIN, " instance and ", nGN,
+                            " group normalization), got ", list.size(), " entries");
+        size_t next = 0;  // entries in the order of dataSourceList; None keeps the captured one
+        auto replace = [&](auto& table, auto convert) {
+            for (auto& entry : table) {
+                py::object object = list[next++];
+                if (!object.is_none()) entry = convert(object);
+            }
+        };
+        replace(captured.convolution, graphConvolutionDataSource);
+        replace(captured.batchNormalization, graphBatchNormalizationDataSource);
+        replace(captured.instanceNormalization, graphInstanceNormalizationDataSource);
+        replace(captured.groupNormalization, graphGroupNormalizationDataSource);
     }
     if (!handles.is_none()) {
         py::list list(handles);
@@ -89,9 +124,7 @@ py::tuple reduceGraph(const py::object& self) {
     py::object dumps = py::module_::import("pickle").attr("dumps");
     GraphObjects objects = graphObjects(graph);
     py::list sources = dataSourceList(objects, true);
-    std::vector<const void*> pointers;
-    for (const auto& s : objects.convolution) pointers.push_back(s.get());
-    for (const auto& s : objects.batchNormalization) pointers.push_back(s.get());
+    std::vector<const void*> pointers = dataSourcePointers(objects);
     for (size_t i = 0; i < sources.size(); ++i) {
         if (sources[i].is_none()) continue;
         try {
@@ -152,7 +185,7 @@ void bindGraphSerialization(py::module_& m) {
     py::setattr(cls, "data_sources", py::module_::import("builtins").attr("property")(py::cpp_function(
         [](const NNGraph& graph) { return dataSourceList(graphObjects(graph), false); }, py::is_method(cls),
         "The data sources of the graph's nodes, each once: convolution / fully connected ones in node order, then "
-        "batch normalization ones (the order of from_bytes' data_sources)")));
+        "batch, instance, then group normalization ones (the order of from_bytes' data_sources)")));
     auto reduce = [](py::object self) { return reduceGraph(self); };
     py::setattr(cls, "__reduce_ex__", py::cpp_function([reduce](py::object self, int) { return reduce(self); },
                                                        py::name("__reduce_ex__"), py::is_method(cls),

@@ -228,6 +228,29 @@ void bindWeightsDataSource(Class& c) {
             "the SGD step of the update method");
 }
 
+// Pickle (a pickled graph carries the data source of a node that can train): cls(*constructorArgs(s)),
+// learning_rate included. Values round-trip bit for bit (float32 -> float -> float32).
+template <class DS, class Class, class Args>
+void bindWeightsDataSourcePickle(Class& c, Args constructorArgs) {
+    c.def(
+        "__reduce_ex__",
+        [constructorArgs](py::object self, int) {
+            return py::make_tuple(py::type::handle_of(self), constructorArgs(self.cast<DS&>()));
+        },
+        py::arg("protocol"), "Pickle support: the constructor's arguments (learning_rate included)");
+}
+
+template <class DS>
+py::object betaOrNone(const DS& s) {
+    return s.beta_.empty() ? py::object(py::none()) : py::object(py::cast(s.beta_));
+}
+
+template <class DS>
+py::object epsilonOrNone(DS& s) {
+    const std::optional<float> e = s.epsilon();
+    return e ? py::object(py::float_(*e)) : py::object(py::none());
+}
+
 void bindInstanceNormalization(py::module_& m) {
     py::class_<CNNInstanceNormalizationDataSource, std::shared_ptr<CNNInstanceNormalizationDataSource>>(
         m, "CNNInstanceNormalizationDataSource",
@@ -245,14 +268,20 @@ void bindInstanceNormalization(py::module_& m) {
         "A ready-made MPSCNNInstanceNormalizationDataSource holding gamma and beta in memory (the methods return "
         "writable views: change them, then call the kernel's reload_gamma_and_beta_from_data_source()). Its CPU-style "
         "update applies gamma -= learning_rate·Σ dγ, beta -= learning_rate·Σ dβ, summed over the batch of states.");
-    ds.def(py::init([](py::handle gamma, py::handle beta, py::handle epsilon, std::string label) {
+    ds.def(py::init([](py::handle gamma, py::handle beta, py::handle epsilon, std::string label,
+                       py::handle learningRate) {
                std::vector<float> g = vectorOf(gamma, -1, "gamma");
                std::vector<float> b = beta.is_none() ? std::vector<float>() : vectorOf(beta, int64_t(g.size()), "beta");
-               return std::make_shared<DS>(std::move(g), std::move(b), epsilonArg(epsilon), std::move(label));
+               auto source = std::make_shared<DS>(std::move(g), std::move(b), epsilonArg(epsilon), std::move(label));
+               source->learningRate = float(toDouble(learningRate, "learning_rate"));
+               return source;
            }),
            py::arg("gamma"), py::arg("beta") = py::none(), py::arg("epsilon") = py::none(), py::arg("label") = "",
-           "epsilon None: the protocol's default (FLT_MIN)");
+           py::arg("learning_rate") = 0.01f, "epsilon None: the protocol's default (FLT_MIN)");
     bindWeightsDataSource<DS>(ds);
+    bindWeightsDataSourcePickle<DS>(ds, [](DS& s) {
+        return py::make_tuple(s.gamma_, betaOrNone(s), epsilonOrNone(s), s.label(), s.learningRate);
+    });
     ds.def("update_gamma_and_beta_with_instance_normalization_state_batch",
            [](DS& s, py::handle states) {
                return s.updateGammaAndBetaWithInstanceNormalizationStateBatch(familyStates<CNNInstanceNormalizationGradientState>(
@@ -315,16 +344,23 @@ void bindGroupNormalization(py::module_& m) {
         m, "CNNGroupNormalizationWeightsDataSource",
         "A ready-made MPSCNNGroupNormalizationDataSource holding gamma, beta (per channel) and the number of groups. "
         "Its CPU-style update applies SGD with the gradients summed over the batch of states.");
-    ds.def(py::init([](py::handle gamma, py::handle beta, py::handle groups, py::handle epsilon, std::string label) {
+    ds.def(py::init([](py::handle gamma, py::handle beta, py::handle groups, py::handle epsilon, std::string label,
+                       py::handle learningRate) {
                std::vector<float> g = vectorOf(gamma, -1, "gamma");
                std::vector<float> b = beta.is_none() ? std::vector<float>() : vectorOf(beta, int64_t(g.size()), "beta");
-               return std::make_shared<DS>(std::move(g), std::move(b), toInt64(groups, "number_of_groups"),
-                                           epsilonArg(epsilon), std::move(label));
+               auto source = std::make_shared<DS>(std::move(g), std::move(b), toInt64(groups, "number_of_groups"),
+                                                  epsilonArg(epsilon), std::move(label));
+               source->learningRate = float(toDouble(learningRate, "learning_rate"));
+               return source;
            }),
            py::arg("gamma"), py::arg("beta") = py::none(), py::arg("number_of_groups") = 1,
-           py::arg("epsilon") = py::none(), py::arg("label") = "",
+           py::arg("epsilon") = py::none(), py::arg("label") = "", py::arg("learning_rate") = 0.01f,
            "number_of_groups must divide len(gamma); epsilon None: the protocol's default (FLT_MIN)");
     bindWeightsDataSource<DS>(ds);
+    bindWeightsDataSourcePickle<DS>(ds, [](DS& s) {
+        return py::make_tuple(s.gamma_, betaOrNone(s), s.numberOfGroups(), epsilonOrNone(s), s.label(),
+                              s.learningRate);
+    });
     ds.def("number_of_groups", &DS::numberOfGroups, "-numberOfGroups")
         .def("set_number_of_groups", [](DS& s, py::handle groups) { s.setNumberOfGroups(toInt64(groups, "number_of_groups")); },
              py::arg("number_of_groups"),

@@ -25,6 +25,13 @@ import numpy as np
 
 import mpsgrad as m
 
+if __name__ == "__main__":
+    # The worker computes in float32 whatever the test pass: test_graph imports conftest, which in the
+    # float16 pass (MPSGRAD_TEST_IMAGE_FORMAT) would switch the image constructors to FLOAT16.
+    os.environ.pop("MPSGRAD_TEST_IMAGE_FORMAT", None)
+# The script's directory (tests/python) is first on sys.path, so the tests' data sources import.
+from test_graph import ConvSource, Handle  # noqa: E402
+
 N, H, W, C_IN, C_MID, CLASSES = 8, 6, 6, 2, 4, 3
 LR = 0.1
 
@@ -48,83 +55,13 @@ def initial_weights(seed, fc_out=CLASSES):
     }
 
 
-class Name:
-    def __init__(self, name):
-        self.name = name
-
-    def label(self):
-        return self.name
-
-
-class Weights:
-    """Convolution / FC weights in a state (writable views), SGD from the completion handler."""
-
-    def __init__(self, device, w, b):
-        out, kh, kw, inp = w.shape
-        self.desc = m.CNNConvolutionDescriptor(kw, kh, inp, out)
-        self.state = m.CNNConvolutionWeightsAndBiasesState(device, self.desc)
-        self.w, self.b = self.state.weights, self.state.biases
-        self.w[...], self.b[...] = w, b
-
-    def descriptor(self):
-        return self.desc
-
-    def weights(self):
-        return self.w
-
-    def bias_terms(self):
-        return self.b
-
-    def load(self):
-        return True
-
-    def purge(self):
-        pass
-
-    def update_with_gradient_state(self, gradient_state, source_state):
-        self.w -= LR * gradient_state.gradient_for_weights
-        self.b -= LR * gradient_state.gradient_for_biases
-        return True
-
-
-class Norm:
-    """Batch normalization gamma and beta with SGD; the running statistics are not used here."""
-
-    def __init__(self, g, b):
-        self.g, self.b = g.copy(), b.copy()
-        self.mu, self.var = np.zeros_like(g), np.ones_like(g)
-
-    def number_of_feature_channels(self):
-        return self.g.size
-
-    def gamma(self):
-        return self.g
-
-    def beta(self):
-        return self.b
-
-    def mean(self):
-        return self.mu
-
-    def variance(self):
-        return self.var
-
-    def epsilon(self):
-        return 1e-5
-
-    def load(self):
-        return True
-
-    def purge(self):
-        pass
-
-    def update_gamma_and_beta_with_batch_normalization_state(self, state):
-        self.g -= LR * state.gradient_for_gamma
-        self.b -= LR * state.gradient_for_beta
-        return True
-
-    def update_mean_and_variance_with_batch_normalization_state(self, state):
-        return False
+def batch_normalization_source(gamma, beta):
+    """gamma and beta trained with SGD from the completion handler (CPU style); momentum 0 keeps the
+    running statistics, which a training graph does not use, at their defaults."""
+    source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, epsilon=1e-5)
+    source.learning_rate = LR
+    source.momentum = 0.0
+    return source
 
 
 def _init(args):
@@ -147,11 +84,11 @@ def train_graph(args):
         mdist.broadcast_arrays([params[k] for k in ("conv_w", "conv_b", "bn_g", "bn_b")])
         if not args.wide_fc:
             mdist.broadcast_arrays([params["fc_w"], params["fc_b"]])
-    conv, fc = Weights(device, params["conv_w"], params["conv_b"]), Weights(device, params["fc_w"], params["fc_b"])
-    norm = Norm(params["bn_g"], params["bn_b"])
+    conv, fc = ConvSource(params["conv_w"], params["conv_b"], LR), ConvSource(params["fc_w"], params["fc_b"], LR)
+    norm = batch_normalization_source(params["bn_g"], params["bn_b"])
     cpu = m.NNTrainingStyle.UPDATE_DEVICE_CPU
 
-    x_node = m.NNImageNode(Name("x"))
+    x_node = m.NNImageNode(Handle("x"))
     c = m.CNNConvolutionNode(x_node, conv)
     c.training_style = cpu
     h = c.result_image
@@ -191,7 +128,8 @@ def train_graph(args):
         if parallel is not None:
             parallel.check()
 
-    weights = {"conv_w": conv.w, "conv_b": conv.b, "bn_g": norm.g, "bn_b": norm.b, "fc_w": fc.w, "fc_b": fc.b}
+    weights = {"conv_w": conv.w, "conv_b": conv.b, "bn_g": norm.gamma(), "bn_b": norm.beta(), "fc_w": fc.w,
+               "fc_b": fc.b}
     np.savez(args.out.format(rank=rank), **{k: np.array(v) for k, v in weights.items()})
     if parallel is not None:
         print("collectives", parallel.collectives, flush=True)

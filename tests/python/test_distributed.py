@@ -222,8 +222,8 @@ def test_before_updates_sees_every_gradient_before_the_updates_and_refuses_gpu_s
     init = w.initial_weights(seed=3)
 
     def one_step(scale, style=m.NNTrainingStyle.UPDATE_DEVICE_CPU):
-        conv, fc = w.Weights(device, init["conv_w"], init["conv_b"]), w.Weights(device, init["fc_w"], init["fc_b"])
-        c = m.CNNConvolutionNode(m.NNImageNode(w.Name("x")), conv)
+        conv, fc = w.ConvSource(init["conv_w"], init["conv_b"], w.LR), w.ConvSource(init["fc_w"], init["fc_b"], w.LR)
+        c = m.CNNConvolutionNode(m.NNImageNode(w.Handle("x")), conv)
         f = m.CNNFullyConnectedNode(m.CNNNeuronReLUNode(c.result_image).result_image, fc)
         c.training_style = f.training_style = style
         descriptor = m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.MEAN)
@@ -254,16 +254,16 @@ def test_before_updates_sees_every_gradient_before_the_updates_and_refuses_gpu_s
     assert np.abs(step1).max() > 0
     np.testing.assert_allclose(step3, 3 * step1, rtol=1e-4, atol=1e-7)
 
-    class GpuWeights(w.Weights):
+    class GpuWeights(w.ConvSource):
         def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
             return None
 
-    w.Weights, plain = GpuWeights, w.Weights
+    w.ConvSource, plain = GpuWeights, w.ConvSource
     try:
         with pytest.raises(ValueError, match="before_updates: .* UPDATE_DEVICE_GPU"):
             one_step(1.0, m.NNTrainingStyle.UPDATE_DEVICE_GPU)
     finally:
-        w.Weights = plain
+        w.ConvSource = plain
 
 
 def test_gradient_arrays_rejects_other_objects():

@@ -117,6 +117,48 @@ def test_pickled_training_graph_keeps_training_like_the_original(device, style):
         assert not np.array_equal(ds.w, conv_problem("gserial-train")[1].astype(np.float32))
 
 
+class TrackingGPUSource(GPUSource):
+    """GPU style, and the data source keeps its own copy of the weights current (from the step's
+    completion handler), as MPS asks of a data source whose weights must outlive the graph."""
+
+    def update_with_command_buffer(self, command_buffer, gradient_state, source_state):
+        result = super().update_with_command_buffer(command_buffer, gradient_state, source_state)
+
+        def keep(_):
+            self.w = np.array(result.weights, np.float32).reshape(self.w.shape)
+            self.b = np.array(result.biases, np.float32)
+
+        command_buffer.add_completed_handler(keep)
+        return result
+
+
+@pytest.mark.parametrize("source_class", [GPUSource, TrackingGPUSource])
+def test_gpu_style_trained_graph_copies_compute_with_what_was_captured(device, source_class):
+    """docs/serialization.md "Data sources after GPU-style training" (decision): to_bytes captures the
+    weights the kernels compute with (the trained ones); pickle carries the data source objects and the
+    copy's kernels load from them, as MPSNNGraph's coder encodes its data sources. GPUSource updates the
+    kernel's exported weights and keeps no copy, so its pickled copy computes with the initial weights;
+    TrackingGPUSource keeps its copy current, so its pickled copy computes with the trained ones."""
+    x, w, b = conv_problem("gserial-gpu-trained")
+    target = randn(rng("gserial-gpu-trained-t"), N, H, W, COUT)
+    ds = source_class(device, w, b, 0.05)
+    conv = m.CNNConvolutionNode(m.NNImageNode(Handle("x")), ds)
+    tanh = m.CNNNeuronTanHNode(conv.result_image)
+    training = exact_graph(device, mse_loss_node(tanh.result_image).training_graph()[0].result_image)
+    xs = images(device, x)
+    for _ in range(2):
+        run(device, training, [xs], [labels_for(device, target)])
+    inference = exact_graph(device, tanh.result_image)  # the same nodes: the trained kernels
+    trained = to_numpy(run(device, inference, [xs]))
+    untrained = to_numpy(run(device, exact_graph(device, m.CNNNeuronTanHNode(m.CNNConvolutionNode(
+        m.NNImageNode(Handle("x")), ConvSource(w, b)).result_image).result_image), [xs]))
+    assert not np.array_equal(trained, untrained)  # the test can fail
+    decoded = m.NNGraph.from_bytes(inference.to_bytes(), device)
+    np.testing.assert_array_equal(to_numpy(run(device, decoded, [xs])), trained)
+    unpickled = to_numpy(run(device, pickle.loads(pickle.dumps(inference)), [xs]))
+    np.testing.assert_array_equal(unpickled, trained if source_class is TrackingGPUSource else untrained)
+
+
 def test_training_graph_from_bytes_needs_updatable_data_sources(device):
     graph, ds, xs, target = training_graph(device, lambda w, b: ConvSource(w, b, 0.05),
                                            m.NNTrainingStyle.UPDATE_DEVICE_CPU)
@@ -181,7 +223,7 @@ def assert_flipped_bytes_decode_or_raise(blob, start, device):
 def test_payload_defects_with_valid_crc_raise_value_error(device):
     blob = bytearray(small_blob(device))
     wrong_version = bytearray(blob)
-    wrong_version[12:16] = struct.pack("<I", 2)
+    wrong_version[12:16] = struct.pack("<I", 3)  # this build reads versions 1 and 2
     with pytest.raises(ValueError, match="version"):
         m.NNGraph.from_bytes(reseal(wrong_version), device)
     # Every 8-byte window set to a huge count (where it lands on a size field it must be refused
@@ -195,6 +237,31 @@ def test_payload_defects_with_valid_crc_raise_value_error(device):
         except ValueError:
             pass
     assert_flipped_bytes_decode_or_raise(blob, tag_end, device)
+
+
+def version_1_blob(blob):
+    """A version-2 blob of a graph without data sources, rewritten as the version-1 blob of the same
+    graph: the empty instance and group normalization tables (two u64 counts) removed."""
+    tag_end = 20 + struct.unpack_from("<I", blob, 16)[0]
+    start = tag_end + 8
+    at = start + 8 + struct.unpack_from("<Q", blob, start)[0] + 4 + 1 + 1  # label, format, flag, allocator
+    handles = struct.unpack_from("<Q", blob, at)[0]
+    at += 8
+    for _ in range(handles):
+        at += 8 + struct.unpack_from("<Q", blob, at)[0]
+    assert struct.unpack_from("<4Q", blob, at) == (0, 0, 0, 0)  # the four data source tables: empty
+    at += 16
+    payload = blob[start:at] + blob[at + 16:-4]
+    header = blob[:12] + struct.pack("<I", 1) + blob[16:tag_end] + struct.pack("<Q", len(payload))
+    return reseal(header + payload + b"\0" * 4)
+
+
+def test_version_1_blobs_still_decode(device):
+    blob = small_blob(device)
+    assert struct.unpack_from("<I", blob, 12)[0] == 2
+    old = version_1_blob(blob)
+    assert len(old) == len(blob) - 16
+    assert m.NNGraph.from_bytes(old, device).to_bytes() == blob
 
 
 def test_bad_arguments(device):

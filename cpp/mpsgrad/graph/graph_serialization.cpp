@@ -9,9 +9,11 @@
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "core/serialization.h"
 #include "graph/filter_nodes.h"
+#include "graph/filter_nodes_groups.h"
 #include "graph/filter_nodes_transpose.h"
 #include "graph/graph_serialization_coders.h"
 #include "kernels/serialization_support.h"
@@ -26,6 +28,8 @@ using graph_serial::nodeCoders;
 using serial_support::asSerializationError;
 
 constexpr const char* kGraphTag = "NNGraph";
+// Version 2 added the instance and group normalization data source tables; version 1 blobs still read.
+constexpr uint32_t kGraphVersion = 2;
 constexpr uint8_t kRefInput = 0, kRefNode = 1;
 
 // ---- the walk shared by encoding and graphObjects() ------------------------------------------------
@@ -58,12 +62,13 @@ GraphIndex indexGraph(const NNGraph& graph) {
         if (auto* transpose = dynamic_cast<const CNNConvolutionTransposeNode*>(node.get()))
             index.addConvolution(transpose->dataSource(), transpose);
         index.addConvolution(explicitWeights(*node), nullptr);
-        if (auto* bn = dynamic_cast<const CNNBatchNormalizationNode*>(node.get())) {
-            if (index.objectIndex.emplace(bn->dataSource().get(), index.objects.batchNormalization.size()).second) {
-                index.objects.batchNormalization.push_back(bn->dataSource());
-                index.batchNormalizationOwner.push_back(bn);
-            }
-        }
+        if (auto* bn = dynamic_cast<const CNNBatchNormalizationNode*>(node.get()))
+            index.addNormalization(index.objects.batchNormalization, index.batchNormalizationOwner, bn->dataSource(), bn);
+        if (auto* in = dynamic_cast<const CNNInstanceNormalizationNode*>(node.get()))
+            index.addNormalization(index.objects.instanceNormalization, index.instanceNormalizationOwner,
+                                   in->dataSource(), in);
+        if (auto* gn = dynamic_cast<const CNNGroupNormalizationNode*>(node.get()))
+            index.addNormalization(index.objects.groupNormalization, index.groupNormalizationOwner, gn->dataSource(), gn);
     }
     return index;
 }
@@ -132,30 +137,40 @@ void writeStateRef(serial::Writer& w, const GraphIndex& index, const StateNodePt
 
 
 // ---- captured data sources ---------------------------------------------------------------------------------
-// A node's kernel blob without the graph's per-encode policies (the graph sets its own allocator, the
-// node's padding and the node's label on the kernel when it encodes; none belongs to the weights, and
-// a blob must not depend on whether the graph has run).
+// Gives `field` the value `value` until the guard goes out of scope.
+template <class T>
+class Substitute {
+public:
+    Substitute(T& field, T value) : field_(field), saved_(std::exchange(field, std::move(value))) {}
+    ~Substitute() { field_ = std::move(saved_); }
+    Substitute(const Substitute&) = delete;
+    Substitute& operator=(const Substitute&) = delete;
+
+private:
+    T& field_;
+    T saved_;
+};
+
+// A node's kernel blob with the kernel's per-encode settings at their defaults: at each encode the graph
+// sets the node's padding, allocator, label and accumulator precision on the kernel, and the padding
+// policy sets its offsets (a transposed convolution's kernel offsets too). None belongs to the weights
+// (the node record holds the node's own values), and a blob must not depend on whether the graph has run.
 std::vector<uint8_t> weightsBlob(CNNKernel& kernel) {
-    auto padding = std::move(kernel.padding);
-    auto allocator = std::move(kernel.destinationImageAllocator);
-    std::string label = std::move(kernel.label);
-    auto restore = [&] {
-        kernel.padding = std::move(padding);
-        kernel.destinationImageAllocator = std::move(allocator);
-        kernel.label = std::move(label);
-    };
-    kernel.padding = nullptr;
-    kernel.destinationImageAllocator = nullptr;
-    kernel.label.clear();
-    std::vector<uint8_t> blob;
-    try {
-        blob = kernel.serialize();
-    } catch (...) {
-        restore();
-        throw;
+    Substitute<std::shared_ptr<NNPadding>> padding(kernel.padding, nullptr);
+    Substitute<std::shared_ptr<ImageAllocator>> allocator(kernel.destinationImageAllocator, nullptr);
+    Substitute<std::string> label(kernel.label, {});
+    Substitute<Offset> offset(kernel.offset, {});
+    constexpr auto kFloat = NNConvolutionAccumulatorPrecisionOption::Float;
+    if (auto* conv = dynamic_cast<CNNConvolution*>(&kernel)) {  // and CNNFullyConnected
+        Substitute<NNConvolutionAccumulatorPrecisionOption> precision(conv->accumulatorPrecisionOption, kFloat);
+        return kernel.serialize();
     }
-    restore();
-    return blob;
+    if (auto* transpose = dynamic_cast<CNNConvolutionTranspose*>(&kernel)) {
+        Substitute<NNConvolutionAccumulatorPrecisionOption> precision(transpose->accumulatorPrecisionOption, kFloat);
+        Substitute<int64_t> x(transpose->kernelOffsetX, 0), y(transpose->kernelOffsetY, 0);
+        return kernel.serialize();
+    }
+    return kernel.serialize();
 }
 
 // The weights the owner node's kernel computes with (the kernels' coder), or the data source's own.
@@ -179,6 +194,27 @@ std::shared_ptr<CNNBatchNormalizationDataSource> decodeCapturedBatchNormalizatio
                                                                                   const Device& device) {
     auto [data, size] = r.object("batch_normalization_data_source");
     return Kernel::deserializeAs<CNNBatchNormalization>(std::vector<uint8_t>(data, data + size), device)->dataSource();
+}
+
+// An instance / group normalization kernel blob as a ready-made data source. The kernel coder leaves
+// its data source's epsilon unset (the kernel holds it); a node makes its kernel from the data source
+// alone, so the source gets the kernel's epsilon here.
+std::shared_ptr<CNNInstanceNormalizationDataSource> decodeCapturedInstanceNormalization(serial::Reader& r,
+                                                                                        const Device& device) {
+    auto [data, size] = r.object("instance_normalization_data_source");
+    auto kernel = Kernel::deserializeAs<CNNInstanceNormalization>(std::vector<uint8_t>(data, data + size), device);
+    auto& decoded = static_cast<CNNInstanceNormalizationWeightsDataSource&>(*kernel->dataSource());
+    return std::make_shared<CNNInstanceNormalizationWeightsDataSource>(decoded.gamma_, decoded.beta_, kernel->epsilon(),
+                                                                       decoded.label());
+}
+
+std::shared_ptr<CNNGroupNormalizationDataSource> decodeCapturedGroupNormalization(serial::Reader& r,
+                                                                                  const Device& device) {
+    auto [data, size] = r.object("group_normalization_data_source");
+    auto kernel = Kernel::deserializeAs<CNNGroupNormalization>(std::vector<uint8_t>(data, data + size), device);
+    auto& decoded = static_cast<CNNGroupNormalizationWeightsDataSource&>(*kernel->dataSource());
+    return std::make_shared<CNNGroupNormalizationWeightsDataSource>(
+        decoded.gamma_, decoded.beta_, decoded.numberOfGroups(), kernel->epsilon(), decoded.label());
 }
 
 // ---- decoding helpers -----------------------------------------------------------------------------------
@@ -260,6 +296,31 @@ struct Decoder {
     }
 };
 
+// Lets `adopt` replace the captured data sources and handles (same counts, no null data source).
+void adoptObjects(const std::function<void(GraphObjects& captured)>& adopt, DecodeContext& ctx,
+                  std::vector<HandlePtr>& handles) {
+    GraphObjects objects{ctx.convolution, ctx.batchNormalization, ctx.instanceNormalization, ctx.groupNormalization,
+                         handles};
+    adopt(objects);
+    if (objects.convolution.size() != ctx.convolution.size() ||
+        objects.batchNormalization.size() != ctx.batchNormalization.size() ||
+        objects.instanceNormalization.size() != ctx.instanceNormalization.size() ||
+        objects.groupNormalization.size() != ctx.groupNormalization.size() || objects.handles.size() != handles.size())
+        throwValueError("deserializeGraph: adopt may replace entries, not add or remove them");
+    auto checkNotNull = [](const auto& table) {
+        for (const auto& s : table) checkNodeNotNull(s.get(), "data source");
+    };
+    checkNotNull(objects.convolution);
+    checkNotNull(objects.batchNormalization);
+    checkNotNull(objects.instanceNormalization);
+    checkNotNull(objects.groupNormalization);
+    ctx.convolution = std::move(objects.convolution);
+    ctx.batchNormalization = std::move(objects.batchNormalization);
+    ctx.instanceNormalization = std::move(objects.instanceNormalization);
+    ctx.groupNormalization = std::move(objects.groupNormalization);
+    handles = std::move(objects.handles);
+}
+
 }  // namespace
 
 // ---- public functions --------------------------------------------------------------------------------------
@@ -280,6 +341,12 @@ std::vector<uint8_t> serializeGraph(const NNGraph& graph) {
     w.u64(index.objects.batchNormalization.size());
     for (const NNFilterNode* owner : index.batchNormalizationOwner)
         w.object(weightsBlob(*as<CNNBatchNormalizationNode>(*owner).kernel()));
+    w.u64(index.objects.instanceNormalization.size());
+    for (const NNFilterNode* owner : index.instanceNormalizationOwner)
+        w.object(weightsBlob(*as<CNNInstanceNormalizationNode>(*owner).kernel()));
+    w.u64(index.objects.groupNormalization.size());
+    for (const NNFilterNode* owner : index.groupNormalizationOwner)
+        w.object(weightsBlob(*as<CNNGroupNormalizationNode>(*owner).kernel()));
     w.u64(index.sourceImages.size());
     for (const ImageNodePtr& image : index.sourceImages) writeImageNode(w, index, *image, "source image");
     w.u64(index.sourceStates.size());
@@ -318,7 +385,7 @@ std::vector<uint8_t> serializeGraph(const NNGraph& graph) {
         w.u64(index.nodeIndex.at(results[i]->producer().get()));
         w.boolean(graph.resultsAreNeeded()[i]);
     }
-    return w.finish(kGraphTag, 1);
+    return w.finish(kGraphTag, kGraphVersion);
 }
 
 namespace {
@@ -408,7 +475,8 @@ FilterNodePtr decodeNode(Decoder& d, DecodeContext& ctx) {
 
 std::shared_ptr<NNGraph> deserializeGraph(const uint8_t* data, size_t size, const Device& device,
                                           const std::function<void(GraphObjects& captured)>& adopt) {
-    serial::Reader r = serial::openAs(data, size, kGraphTag, 1);
+    const uint32_t version = serial::open(data, size).classVersion;
+    serial::Reader r = serial::openAs(data, size, kGraphTag, kGraphVersion);
     Decoder d{r, device, {}, {}, {}, {}, {}};
     std::string label = r.string("label");
     auto format = ImageFeatureChannelFormat(r.oneOf("format", {3, 4}));
@@ -416,24 +484,19 @@ std::shared_ptr<NNGraph> deserializeGraph(const uint8_t* data, size_t size, cons
     std::shared_ptr<ImageAllocator> allocator = readAllocator(r);
     uint64_t nHandles = readCount(r, "handles", 8);
     for (uint64_t i = 0; i < nHandles; ++i) d.handles.push_back(std::make_shared<LabelHandle>(r.string("handle")));
-    DecodeContext ctx{device, {}, {}, nullptr, nullptr, {}, {}};
+    DecodeContext ctx{device, {}, {}, nullptr, nullptr, {}, {}, {}, {}};
     uint64_t nConv = readCount(r, "convolution_data_sources", 8);
     for (uint64_t i = 0; i < nConv; ++i) ctx.convolution.push_back(decodeCapturedConvolution(r, device));
     uint64_t nBN = readCount(r, "batch_normalization_data_sources", 8);
     for (uint64_t i = 0; i < nBN; ++i) ctx.batchNormalization.push_back(decodeCapturedBatchNormalization(r, device));
-    if (adopt) {
-        GraphObjects objects{ctx.convolution, ctx.batchNormalization, d.handles};
-        adopt(objects);
-        if (objects.convolution.size() != ctx.convolution.size() ||
-            objects.batchNormalization.size() != ctx.batchNormalization.size() ||
-            objects.handles.size() != d.handles.size())
-            throwValueError("deserializeGraph: adopt may replace entries, not add or remove them");
-        for (const auto& s : objects.convolution) checkNodeNotNull(s.get(), "data source");
-        for (const auto& s : objects.batchNormalization) checkNodeNotNull(s.get(), "data source");
-        ctx.convolution = std::move(objects.convolution);
-        ctx.batchNormalization = std::move(objects.batchNormalization);
-        d.handles = std::move(objects.handles);
+    if (version >= 2) {
+        uint64_t nIN = readCount(r, "instance_normalization_data_sources", 8);
+        for (uint64_t i = 0; i < nIN; ++i)
+            ctx.instanceNormalization.push_back(decodeCapturedInstanceNormalization(r, device));
+        uint64_t nGN = readCount(r, "group_normalization_data_sources", 8);
+        for (uint64_t i = 0; i < nGN; ++i) ctx.groupNormalization.push_back(decodeCapturedGroupNormalization(r, device));
     }
+    if (adopt) adoptObjects(adopt, ctx, d.handles);
     uint64_t nImages = readCount(r, "source_images", 16);
     for (uint64_t i = 0; i < nImages; ++i) {
         auto image = std::make_shared<NNImageNode>();

@@ -9,7 +9,8 @@
 // Data sources are application objects (MPS requires them to support NSSecureCoding). Here the
 // blob captures the weights each trainable node's kernel computes with, as the kernels' own coder
 // does: decoding alone gives ready-made data sources holding those weights
-// (CNNConvolutionWeightsDataSource, CNNBatchNormalizationWeightsDataSource), enough to run the
+// (CNNConvolutionWeightsDataSource, CNNBatchNormalizationWeightsDataSource,
+// CNNInstanceNormalizationWeightsDataSource, CNNGroupNormalizationWeightsDataSource), enough to run the
 // graph. To keep TRAINING a decoded graph, the caller passes back data sources that can update
 // (pickle does so with the pickled application objects) through deserializeGraph's `adopt`.
 #pragma once
@@ -22,6 +23,8 @@
 #include "graph/graph.h"
 #include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
+#include "kernels/group_normalization.h"
+#include "kernels/instance_normalization.h"
 
 namespace mpsgrad {
 
@@ -30,6 +33,8 @@ namespace mpsgrad {
 struct GraphObjects {
     std::vector<std::shared_ptr<CNNConvolutionDataSource>> convolution;
     std::vector<std::shared_ptr<CNNBatchNormalizationDataSource>> batchNormalization;
+    std::vector<std::shared_ptr<CNNInstanceNormalizationDataSource>> instanceNormalization;
+    std::vector<std::shared_ptr<CNNGroupNormalizationDataSource>> groupNormalization;
     std::vector<HandlePtr> handles;
 };
 

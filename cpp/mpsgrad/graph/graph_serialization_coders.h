@@ -1,7 +1,8 @@
 // The node coders of graph serialization (graph_serialization.h), shared by the files that hold the
 // per-class payloads: graph_serialization_nodes.cpp (convolution, batch normalization, neurons,
 // pooling, softmax, upsampling, dropout, shape, arithmetic, concatenation, losses) and
-// graph_serialization_nodes_normalization.cpp (local normalization, spatial mean, Gram matrix).
+// graph_serialization_nodes_normalization.cpp (local normalization, instance and group normalization,
+// spatial mean, Gram matrix).
 // Internal to the graph serialization files.
 #pragma once
 
@@ -26,7 +27,8 @@ struct GraphIndex {
     GraphObjects objects;
     std::unordered_map<const void*, size_t> objectIndex;  // data source / handle -> index in its table
     // Which node's kernel holds the weights of each captured data source (null: none).
-    std::vector<const NNFilterNode*> convolutionOwner, batchNormalizationOwner;
+    std::vector<const NNFilterNode*> convolutionOwner, batchNormalizationOwner, instanceNormalizationOwner,
+        groupNormalizationOwner;
 
     void addHandle(const HandlePtr& handle) {
         if (handle && objectIndex.emplace(handle.get(), objects.handles.size()).second)
@@ -41,6 +43,15 @@ struct GraphIndex {
             convolutionOwner[objectIndex[source.get()]] = owner;
         }
     }
+    // A normalization data source (batch, instance, group), owned by the forward node that names it.
+    template <class Source>
+    void addNormalization(std::vector<std::shared_ptr<Source>>& table, std::vector<const NNFilterNode*>& owners,
+                          const std::shared_ptr<Source>& source, const NNFilterNode* owner) {
+        if (objectIndex.emplace(source.get(), table.size()).second) {
+            table.push_back(source);
+            owners.push_back(owner);
+        }
+    }
 };
 
 // What a node's decoder reads besides its payload: its decoded inputs and padding, the data source
@@ -53,6 +64,8 @@ struct DecodeContext {
     FilterNodePtr forward;  // the node's forward node (gradient nodes of the graph builder), or null
     std::vector<std::shared_ptr<CNNConvolutionDataSource>> convolution;
     std::vector<std::shared_ptr<CNNBatchNormalizationDataSource>> batchNormalization;
+    std::vector<std::shared_ptr<CNNInstanceNormalizationDataSource>> instanceNormalization;
+    std::vector<std::shared_ptr<CNNGroupNormalizationDataSource>> groupNormalization;
 
     const ImageNodePtr& source(size_t i, serial::Reader& r) const {
         if (i >= sources.size()) r.fail("node.sources", "too few image inputs for the node's class");
@@ -83,7 +96,8 @@ std::shared_ptr<CNNConvolutionDataSource> convolutionSource(serial::Reader& r, D
 
 // Every node class a graph blob can hold, by className().
 const NodeCoders& nodeCoders();
-// The normalization and reduction nodes' part of the table (graph_serialization_nodes_normalization.cpp).
+// The local, instance and group normalization and reduction nodes' part of the table
+// (graph_serialization_nodes_normalization.cpp).
 void addNormalizationNodeCoders(NodeCoders& coders);
 
 }  // namespace mpsgrad::graph_serial

@@ -331,26 +331,28 @@ BufferSlice encodedCopy(Backend& backend, CommandBuffer& cb, const BufferSlice& 
     backend.copyBuffer(cb, from, to, floatBytes(count));
     return to;
 }
+
+// The two copy methods: encoded copies of `from`'s `first` and `second` vectors into new buffers of `to`.
+void copyVectorPair(Backend& backend, CommandBuffer& cb, const BatchNormalizationWeights& from,
+                    BatchNormalizationWeights& to, BufferSlice BatchNormalizationWeights::*first,
+                    BufferSlice BatchNormalizationWeights::*second) {
+    if (from.channels != to.channels)
+        throwValueError("from: has ", from.channels, " feature channels but this kernel has ", to.channels);
+    to.*first = encodedCopy(backend, cb, from.*first, to.channels);
+    to.*second = encodedCopy(backend, cb, from.*second, to.channels);
+}
 }  // namespace
 
 void CNNBatchNormalization::copyGammaAndBetaWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from) {
     checkCommandBuffer(cb);
-    if (from.weights_.channels != weights_.channels)
-        throwValueError("from: has ", from.weights_.channels, " feature channels but this kernel has ",
-                        weights_.channels);
-    Backend& backend = device_.backend();
-    weights_.gamma = encodedCopy(backend, cb, from.weights_.gamma, weights_.channels);
-    weights_.beta = encodedCopy(backend, cb, from.weights_.beta, weights_.channels);
+    copyVectorPair(device_.backend(), cb, from.weights_, weights_, &BatchNormalizationWeights::gamma,
+                   &BatchNormalizationWeights::beta);
 }
 
 void CNNBatchNormalization::copyMeanAndVarianceWithCommandBuffer(CommandBuffer& cb, const CNNBatchNormalization& from) {
     checkCommandBuffer(cb);
-    if (from.weights_.channels != weights_.channels)
-        throwValueError("from: has ", from.weights_.channels, " feature channels but this kernel has ",
-                        weights_.channels);
-    Backend& backend = device_.backend();
-    weights_.mean = encodedCopy(backend, cb, from.weights_.mean, weights_.channels);
-    weights_.variance = encodedCopy(backend, cb, from.weights_.variance, weights_.channels);
+    copyVectorPair(device_.backend(), cb, from.weights_, weights_, &BatchNormalizationWeights::mean,
+                   &BatchNormalizationWeights::variance);
 }
 
 void CNNBatchNormalization::reloadGammaAndBetaWithCommandBuffer(

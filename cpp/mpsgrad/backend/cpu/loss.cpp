@@ -31,7 +31,8 @@ void checkSameSize(const char* op, const char* name, const ImageLayout& l, const
         invalid(op, std::string(name) + " differs in size from the source");
 }
 
-// Softmax cross-entropy of pixels [i0, i1) of the batch (loss_math.h's lossPixel, same formula):
+// Softmax cross-entropy of pixels [i0, i1) of the batch (loss_math.h's lossPixel, same formula, with
+// its lossLabel and lossLabelScale for the label smoothing):
 //   lse = max + log Σ e^(y_c − max),  l_c = −w_c t_c (y_c − lse),
 //   dl/dy_c = e^(y_c − lse) Σ_j w_j t_j − w_c t_c   (labelGradients: dl/dt_c = −w_c (y_c − lse)·(1 − ls)),
 // with e^(y_c − lse) taken as e^(y_c − max) / Σ_j e^(y_j − max), so one exponential per element.
@@ -47,10 +48,6 @@ void softmaxCrossEntropyPixels(const LossElementsParams& p, int64_t pixels, int6
     using namespace elementwise;
     const int64_t C = p.source.channels;
     const bool perElement = p.reductionType == kReductionNone;
-    // lossLabel as t·a + b (a = 1, b = 0 without smoothing: t exactly).
-    const bool smoothed = p.labelSmoothing > 0.0f;
-    const float la = smoothed ? 1.0f - p.labelSmoothing : 1.0f;
-    const float lb = smoothed ? p.labelSmoothing / p.numberOfClasses : 0.0f;
     const float labelScale = lossLabelScale(p);
     float* __restrict e = scratch;             // e^(y_c - max)
     float* __restrict wt = scratch + C;    // w_c·t_c
@@ -67,10 +64,10 @@ void softmaxCrossEntropyPixels(const LossElementsParams& p, int64_t pixels, int6
         const float lse = m + std::log(sumE);
         bool anyWeight = false;
         if (w) {
-            for (int64_t c = 0; c < C; ++c) wt[c] = w[c] * (t[c] * la + lb);
+            for (int64_t c = 0; c < C; ++c) wt[c] = w[c] * lossLabel(p, t[c]);
             for (int64_t c = 0; c < C; ++c) anyWeight |= w[c] != 0.0f;
         } else {
-            for (int64_t c = 0; c < C; ++c) wt[c] = p.weight * (t[c] * la + lb);
+            for (int64_t c = 0; c < C; ++c) wt[c] = p.weight * lossLabel(p, t[c]);
             anyWeight = p.weight != 0.0f;
         }
         const float sumWt = fixedOrderSum(wt, C);
