@@ -229,3 +229,96 @@ def test_residual_image_stays_alive_until_its_last_reader(device):
     s = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
     np.testing.assert_allclose(out, s + np.tanh(np.tanh(np.tanh(s))), atol=1e-6, rtol=0)
     assert graph.last_encode_statistics["peak_live_buffers"] == 3
+
+
+# ---- the pool across encodes (graph_storage.h): buffers come back once a command buffer completed ----
+
+def conv_pool_chain(seed):
+    """x -> conv 3x3 -> tanh -> max pool 2 -> conv 3x3 -> tanh, and a torch function of any input. The
+    convolutions and the pooling do not overwrite every float of their destinations, so the pool must
+    zero-fill the buffers it hands them again."""
+    gen = rng(seed)
+    w1, b1 = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
+    w2, b2 = randn(gen, 5, 3, 3, 4) * 0.4, randn(gen, 5) * 0.1
+    image = m.NNImageNode(Handle("x"))
+    image = m.CNNNeuronTanHNode(m.CNNConvolutionNode(image, ConvSource(w1, b1)).result_image).result_image
+    image = m.CNNPoolingMaxNode(image, filter_size=2).result_image
+    image = m.CNNNeuronTanHNode(m.CNNConvolutionNode(image, ConvSource(w2, b2)).result_image).result_image
+
+    def oracle(x):
+        def conv(y, w, b):
+            return F.conv2d(y, torch.tensor(w, dtype=torch.float64).permute(0, 3, 1, 2),
+                            torch.tensor(b, dtype=torch.float64), padding=1)
+        y = F.max_pool2d(torch.tanh(conv(nchw(x), w1, b1)), 2)
+        return nhwc(torch.tanh(conv(y, w2, b2)))
+
+    return image, oracle
+
+
+def fresh_inputs(seed, n=N):
+    return randn(rng(seed), n, H, W, CIN)
+
+
+def test_later_encodes_reuse_the_pool_and_kept_results_stay(device):
+    result, oracle = conv_pool_chain("storage-across")
+    graph = exact_graph(device, result)
+    x1, x2 = fresh_inputs("across-1"), fresh_inputs("across-2")
+    out1 = run(device, graph, images(device, x1))
+    first = graph.last_encode_statistics
+    assert first["intermediate_buffers"] > 0
+    out2 = run(device, graph, images(device, x2))
+    second = graph.last_encode_statistics
+    # The first command buffer completed: every pooled intermediate comes from the pool.
+    assert second["intermediate_buffers"] == 0
+    assert second["reused_buffers"] == first["intermediate_buffers"] + first["reused_buffers"]
+    np.testing.assert_allclose(to_numpy(out2), oracle(x2), atol=1e-5, rtol=0)
+    # The first result is the caller's (the destination allocator's), not the pool's.
+    np.testing.assert_allclose(to_numpy(out1), oracle(x1), atol=1e-5, rtol=0)
+
+
+def test_batch_size_changes_between_encodes(device):
+    result, oracle = conv_pool_chain("storage-batch-size")
+    graph = exact_graph(device, result)
+    for n in (N, 1, N + 3, N):
+        x = fresh_inputs(f"batch-size-{n}", n)
+        np.testing.assert_allclose(to_numpy(run(device, graph, images(device, x))), oracle(x), atol=1e-5, rtol=0)
+
+
+def test_encodes_in_flight_do_not_share_pooled_buffers(device):
+    """Two encodes before either command buffer runs (two queues, no order between them): the second
+    cannot take the first's buffers."""
+    result, oracle = conv_pool_chain("storage-in-flight")
+    graph = exact_graph(device, result)
+    run(device, graph, images(device, fresh_inputs("in-flight-0")))  # fills the pool
+    xs = [fresh_inputs(f"in-flight-{i}") for i in (1, 2)]
+    buffers = [m.CommandQueue(device).command_buffer() for _ in xs]
+    outs = [graph.encode_batch(cb, [images(device, x)]) for cb, x in zip(buffers, xs)]
+    assert graph.last_encode_statistics["intermediate_buffers"] > 0  # the pool was lent to the first
+    for cb in reversed(buffers):
+        cb.commit()
+    for cb in buffers:
+        cb.wait_until_completed()
+    for out, x in zip(outs, xs):
+        np.testing.assert_allclose(to_numpy(out), oracle(x), atol=1e-5, rtol=0)
+
+
+def test_training_steps_allocate_no_pooled_buffers_after_the_first(device):
+    """A training graph encoded step after step (the digits example's pattern) takes all its pooled
+    intermediates from the pool once the first step has completed."""
+    gen = rng("storage-training-steady")
+    x = randn(gen, N, H, W, CIN)
+    w, b = randn(gen, 4, 3, 3, CIN) * 0.4, randn(gen, 4) * 0.1
+    conv = m.CNNConvolutionNode(m.NNImageNode(Handle("x")), GPUSource(device, w, b, 0.01))
+    relu = m.CNNNeuronReLUNode(conv.result_image)
+    pool = m.CNNPoolingMaxNode(relu.result_image, filter_size=2)
+    descriptor = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.MEAN)
+    loss = m.CNNLossNode(pool.result_image, descriptor)
+    terminal = loss.training_graph()
+    graph = exact_graph(device, [t.result_image for t in terminal])
+    target = randn(gen, N, H // 2, W // 2, 4)
+    allocated = []
+    for _ in range(3):
+        labels = [m.CNNLossLabels(device, m.Image.from_numpy(target[i], device)) for i in range(N)]
+        run(device, graph, images(device, x), [labels])
+        allocated.append(graph.last_encode_statistics["intermediate_buffers"])
+    assert allocated[0] > 0 and allocated[1:] == [0, 0]

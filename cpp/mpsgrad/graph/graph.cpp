@@ -175,6 +175,14 @@ int64_t NNGraph::readCountForSourceStateAtIndex(size_t index) const {
 namespace {
 // Holds the read counts of the temporary sources up during an encode, then leaves each one
 // decremented once (or untouched when the encode failed).
+// Abandons the pool's encode when encoding fails (endEncode already ended it on success).
+struct PoolEncodeGuard {
+    IntermediatePool* pool;
+    ~PoolEncodeGuard() {
+        if (pool->encoding()) pool->abandonEncode();
+    }
+};
+
 class SourceReadCountGuard {
 public:
     void hold(const ImagePtr& image) {
@@ -296,7 +304,12 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
     std::vector<TemporaryImage*> intermediates;  // temporaries the graph made, released at the end
     std::vector<std::pair<FilterNodePtr, std::vector<StateBatch>>> deferredUpdates;  // with beforeUpdates
     lastEncode_ = GraphEncodeStatistics{};
-    auto pool = std::make_shared<IntermediatePool>(lastEncode_);
+    // The graph's pool (graph_storage.h); an encode started while another is under way (from a
+    // callback) gets a pool of its own.
+    if (!pool_) pool_ = std::make_shared<IntermediatePool>();
+    auto pool = pool_->encoding() ? std::make_shared<IntermediatePool>() : pool_;
+    pool->beginEncode(lastEncode_);
+    PoolEncodeGuard poolGuard{pool.get()};
     // Pooled buffers -> how many image nodes still to be read hold images in them.
     std::unordered_map<const Buffer*, std::pair<std::shared_ptr<Buffer>, size_t>> live;
     std::unordered_map<const NNImageNode*, std::vector<const Buffer*>> pooledBuffers;
@@ -366,6 +379,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
             states[resultStates[i].get()] = std::move(encoded.states[i]);
     }
     guard.commit();
+    pool->endEncode(cb);
     if (beforeUpdates) encodeBeforeUpdates(cb, beforeUpdates, deferredUpdates);
 
     // Read counts of what the graph made: exported temporaries 1 (2 for a result that is also

@@ -11,8 +11,9 @@
 //
 // Storage (docs/graph.md "Formats and storage"): intermediates are stored in `format` (FLOAT16 by
 // default, as in MPS); results and exported images are FLOAT32 unless their image node's `format`
-// says otherwise. Intermediates that are not exported live in a per-encode pool (graph_storage.h):
-// their storage is reused as soon as the last node reading them was encoded.
+// says otherwise. Intermediates that are not exported live in the graph's pool (graph_storage.h):
+// their storage is reused as soon as the last node reading them was encoded, and by later encodes
+// once the command buffer that used it has completed.
 #pragma once
 
 #include <functional>
@@ -134,6 +135,7 @@ private:
     std::shared_ptr<CommandQueue> queue_;  // executeAsync's private queue
     std::unordered_map<const NNImageNode*, size_t> lastUse_;  // image -> index in order_ of its last reader
     GraphEncodeStatistics lastEncode_;
+    std::shared_ptr<IntermediatePool> pool_;  // pooled intermediates, reused across encodes
     NeuronFusionPlan fusion_;
 };
 
