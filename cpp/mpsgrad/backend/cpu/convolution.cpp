@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -76,20 +75,14 @@ void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* nam
         invalid(std::string(name) + " clip rectangle lies outside the image");
 }
 
-// TEMPORARY tuning knobs (env), removed before commit.
-inline int64_t knob(const char* name, int64_t fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::atoll(v) : fallback;
-}
-
-// The threads worth using for an op of `macs` multiply-adds. Handing work to a pool thread costs
-// tens of microseconds (far more on a loaded machine), about what one core needs for a million
-// multiply-adds: the small layers of the digits example ran slower on two threads than on one.
-// Chosen from the problem size only, never from timing, so results stay bitwise reproducible
-// for a given thread count.
+// The threads worth using for an op of `macs` multiply-adds: one per two million (about 100 us
+// of one core's work with its packing). Handing work to a pool thread costs tens of microseconds,
+// far more on a loaded machine: the small layers of the digits example ran slower on two threads
+// than on one. Chosen from the problem size only, never from timing, so results stay bitwise
+// reproducible for a given thread count.
 int threadsFor(int64_t macs) {
-    static const int64_t macsPerThread = knob("MPSGRAD_KNOB_MACS", int64_t(1) << 20);
-    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / macsPerThread)));
+    constexpr int64_t kMacsPerThread = int64_t(2) << 20;
+    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
 }
 
 // The grain for parallelFor over `items` work items on `threads` threads: all of them in one
@@ -102,8 +95,7 @@ inline int64_t grainFor(int64_t items, int threads) { return threads > 1 ? 1 : s
 // many blocks as a multiple of the thread count (7 blocks on 2 threads left one idle a seventh
 // of the time).
 int blockRows(int64_t rows, int64_t rowFloats, int threads) {
-    static const int64_t panelFloats = knob("MPSGRAD_KNOB_PANEL", int64_t(1) << 18);
-    int64_t mb = std::min<int64_t>(512, panelFloats / std::max<int64_t>(1, rowFloats));
+    int64_t mb = std::min<int64_t>(512, (int64_t(1) << 18) / std::max<int64_t>(1, rowFloats));
     if (threads > 1) mb = std::min(mb, ceilDiv64(rows, 2 * int64_t(threads)));
     mb = std::max<int64_t>(1, std::min(rows, std::max<int64_t>(16, mb)));
     if (threads > 1) {
@@ -766,8 +758,9 @@ void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const f
     // the partials are added in chunk order at the end. A single chunk (a small problem: see
     // threadsFor) sums straight into the results.
     const int64_t threads = threadsFor(pixels * Kg * C);
-    static const int64_t panelFloats = knob("MPSGRAD_KNOB_WPANEL", int64_t(1) << 20);
-    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, panelFloats / std::max(Kg, 1)));
+    // Patches of about 1 MB (4 MB made the 5x5 32->32 8x8 layer's weight gradient 1.5-2x slower:
+    // the patch no longer stayed in the cache between its packing and the product).
+    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(Kg, 1)));
     PB = std::max<int64_t>(16, std::min(PB, ceilDiv64(pixels, threads)));
     if (threads > 1 && pixels > 0)  // as many blocks as a multiple of the thread count
         PB = std::max<int64_t>(1, ceilDiv64(pixels, ceilDiv64(ceilDiv64(pixels, PB), threads) * threads));
