@@ -12,7 +12,9 @@
 //   3. an epilogue pass adds the bias and applies the neuron while writing only the channels
 //      [channelOffset, channelOffset + channels) of the destination pixels.
 //
-// Blocks run in parallel on the backend's pool. Every forward / data-gradient output element
+// Blocks run in parallel on the backend's pool, on as many threads as the problem is worth
+// (threadsFor: one per two million multiply-adds, so the tiny layers of the digits example run
+// on the calling thread without a hand-off). Every forward / data-gradient output element
 // comes from exactly one sgemm; the weight gradient sums its blocks in a fixed order into one
 // partial sum per chunk of blocks and adds the partials in chunk order. So results are bitwise
 // reproducible run to run for a given thread count.
