@@ -634,13 +634,13 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
 
     Backend& backend = device_.backend();
     std::map<const State*, int64_t> imageIndexInState;
-    const bool imageRuns = encodesImageRuns();
     for (size_t i = 0; i < states.size();) {
-        // Images [i, run) are encoded together: one image, or for a fully connected gradient every
-        // following image stored right after the previous one and sharing its state (its data and
-        // weight gradients are then each one matrix product over the batch on the CPU backend).
+        // Images [i, run) are encoded together: one image and every following image stored right
+        // after the previous one and sharing its state. One backend op then covers the run (on
+        // the CPU a few matrix products over the whole batch instead of a few per image: the
+        // fixed costs of an op dominate small layers such as the digits example's).
         size_t run = i + 1;
-        while (imageRuns && run < states.size() && states[run] == states[i] &&
+        while (run < states.size() && states[run] == states[i] &&
                sourceGradients[run - 1]->isFollowedBy(*sourceGradients[run]) &&
                sourceImages[run - 1]->isFollowedBy(*sourceImages[run]) &&
                destinations[run - 1]->isFollowedBy(*destinations[run]))
@@ -658,13 +658,13 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             // The inverse shuffle: E on the low-resolution grid of the forward's Io (zeros where
             // the forward wrote nothing); everything below is the regular convolution's gradient.
             ImageLayout low = sub_pixel::scratchLayout(state.lowResolutionWidth, state.lowResolutionHeight, out);
-            BufferSlice scratch = sub_pixel::newScratch(backend, low, 1);
+            BufferSlice scratch = sub_pixel::newScratch(backend, low, count);
             sub_pixel::LowResolutionGrid grid;
             grid.phaseX = state.subPixelPhaseX;
             grid.phaseY = state.subPixelPhaseY;
             Region whole{{0, 0, 0}, {uint64_t(gImage.width()), uint64_t(gImage.height()), 1}};
             backend.subPixelUnshuffle(
-                cb, sub_pixel::shuffleParams(low, gradientLayout, 1, d.subPixelScaleFactor, grid, whole), gradient,
+                cb, sub_pixel::shuffleParams(low, gradientLayout, count, d.subPixelScaleFactor, grid, whole), gradient,
                 scratch);
             gradientLayout = low;
             gradient = scratch;

@@ -313,9 +313,6 @@ protected:
     void encodeWithCoder(serial::Writer& writer) const override;
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
-    // Whether back-to-back images that share one gradient state may run as one backend op (the
-    // fully connected gradient: each of its products is then one matrix product over the batch).
-    virtual bool encodesImageRuns() const { return false; }
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;
 

@@ -48,9 +48,6 @@ public:
     const char* className() const override { return "CNNFullyConnectedGradient"; }
 
     static std::shared_ptr<CNNFullyConnectedGradient> initWithCoder(serial::Reader& reader, const Device& device);
-
-protected:
-    bool encodesImageRuns() const override { return true; }
 };
 
 }  // namespace mpsgrad

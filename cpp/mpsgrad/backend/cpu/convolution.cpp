@@ -12,7 +12,9 @@
 //   3. an epilogue pass adds the bias and applies the neuron while writing only the channels
 //      [channelOffset, channelOffset + channels) of the destination pixels.
 //
-// Blocks run in parallel on the backend's pool. Every forward / data-gradient output element
+// Blocks run in parallel on the backend's pool, on as many threads as the problem is worth
+// (threadsFor: one per two million multiply-adds, so the tiny layers of the digits example run
+// on the calling thread without a hand-off). Every forward / data-gradient output element
 // comes from exactly one sgemm; the weight gradient sums its blocks in a fixed order into one
 // partial sum per chunk of blocks and adds the partials in chunk order. So results are bitwise
 // reproducible run to run for a given thread count.
@@ -75,18 +77,42 @@ void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* nam
         invalid(std::string(name) + " clip rectangle lies outside the image");
 }
 
-// Rows per block of a product whose packed operand row holds `rowFloats` floats: scratch panels
-// of about 1 MB, between 16 rows (so the BLAS gets a real matrix, not a vector) and 512, and
-// small enough to give each thread two blocks when the problem is that large.
-int blockRows(int64_t rows, int64_t rowFloats) {
-    int64_t mb = std::min<int64_t>(512, (int64_t(1) << 18) / std::max<int64_t>(1, rowFloats));
-    mb = std::min(mb, ceilDiv64(rows, 2 * int64_t(threadCount())));
-    return int(std::max<int64_t>(1, std::min(rows, std::max<int64_t>(16, mb))));
+// The threads worth using for an op of `macs` multiply-adds: one per two million (about 100 us
+// of one core's work with its packing). Handing work to a pool thread costs tens of microseconds,
+// far more on a loaded machine: the small layers of the digits example ran slower on two threads
+// than on one. Chosen from the problem size only, never from timing, so results stay bitwise
+// reproducible for a given thread count.
+int threadsFor(int64_t macs) {
+    constexpr int64_t kMacsPerThread = int64_t(2) << 20;
+    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
 }
 
-// Copies `count` channels of one source pixel, or zeros when `pixel` is null.
+// The grain for parallelFor over `items` work items on `threads` threads: all of them in one
+// chunk (no hand-off at all) when one thread is worth using.
+inline int64_t grainFor(int64_t items, int threads) { return threads > 1 ? 1 : std::max<int64_t>(1, items); }
+
+// Rows per block of a product whose packed operand row holds `rowFloats` floats: scratch panels
+// of about 1 MB, between 16 rows (so the BLAS gets a real matrix, not a vector) and 512, small
+// enough to give each of `threads` threads two blocks when the problem is that large, and as
+// many blocks as a multiple of the thread count (7 blocks on 2 threads left one idle a seventh
+// of the time).
+int blockRows(int64_t rows, int64_t rowFloats, int threads) {
+    int64_t mb = std::min<int64_t>(512, (int64_t(1) << 18) / std::max<int64_t>(1, rowFloats));
+    if (threads > 1) mb = std::min(mb, ceilDiv64(rows, 2 * int64_t(threads)));
+    mb = std::max<int64_t>(1, std::min(rows, std::max<int64_t>(16, mb)));
+    if (threads > 1) {
+        const int64_t blocks = ceilDiv64(ceilDiv64(rows, mb), threads) * threads;
+        mb = std::max<int64_t>(1, ceilDiv64(rows, blocks));
+    }
+    return int(mb);
+}
+
+// Copies `count` channels of one source pixel, or zeros when `pixel` is null. One channel (a
+// grey-scale input layer) is a plain load: a memcpy call per float cost more than the product.
 inline void copyChannels(float* dst, const float* pixel, int count) {
-    if (pixel)
+    if (count == 1)
+        *dst = pixel ? *pixel : 0.0f;
+    else if (pixel)
         std::memcpy(dst, pixel, sizeof(float) * size_t(count));
     else
         std::fill(dst, dst + count, 0.0f);
@@ -108,8 +134,23 @@ inline const float* sourcePixel(const float* source, const ImageLayout& s, int n
 inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int n, int sy0,
                       int sx0, int kW, int kH, int dilationX, int dilationY, int edgeMode, int c0,
                       int count) {
+    // A tap row that lies inside the image needs no edge handling; when the taps are adjacent and
+    // the channels fill the pixels, it is one run of kW * count floats.
+    const bool columnsInside = sx0 >= 0 && sx0 + dilationX * (kW - 1) < S.width;
+    const bool oneRun = dilationX == 1 && count == S.pixelStride;
+    const int64_t tapStep = int64_t(dilationX) * S.pixelStride;
     for (int ky = 0; ky < kH; ++ky) {
         const int sy = sy0 + dilationY * ky;
+        if (columnsInside && sy >= 0 && sy < S.height) {
+            const float* px = source + pixelIndex(S, n, sy, sx0) + c0;
+            if (oneRun) {
+                std::memcpy(dst, px, sizeof(float) * size_t(kW) * size_t(count));
+                dst += size_t(kW) * size_t(count);
+            } else {
+                for (int kx = 0; kx < kW; ++kx, dst += count) copyChannels(dst, px + kx * tapStep, count);
+            }
+            continue;
+        }
         for (int kx = 0; kx < kW; ++kx, dst += count) {
             const float* px = sourcePixel(source, S, n, sy, sx0 + dilationX * kx, edgeMode);
             copyChannels(dst, px ? px + c0 : nullptr, count);
@@ -206,11 +247,12 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
 
     // Work item = a block of clip pixels (counted across rows and images, so small images and
     // fully connected layers still fill a block) x a group.
-    const int MB = blockRows(totalPixels, Kg);
+    const int threads = threadsFor(totalPixels * Kg * Cog * G);
+    const int MB = blockRows(totalPixels, Kg, threads);
     const int64_t items = ceilDiv64(totalPixels, MB) * G;
     const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
 
-    parallelFor(items, 1, [&](int64_t begin, int64_t end) {
+    parallelFor(items, grainFor(items, threads), [&](int64_t begin, int64_t end) {
         std::vector<float> patch;
         std::vector<float> out(size_t(MB) * Cog);
         std::vector<int64_t> dstAt(static_cast<size_t>(MB)), preAt(static_cast<size_t>(MB));
@@ -330,7 +372,8 @@ void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* 
     constexpr int kOB = 16;
     const int oBlocks = ceilDiv(Cog, kOB);
     std::vector<float> rotated(size_t(G) * Cig * taps * Cog);
-    parallelFor(int64_t(G) * oBlocks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t blocks = int64_t(G) * oBlocks;
+    parallelFor(blocks, grainFor(blocks, threadsFor(int64_t(rotated.size()) * 16)), [&](int64_t begin, int64_t end) {
         for (int64_t item = begin; item < end; ++item) {
             const int g = int(item / oBlocks), o0 = int(item % oBlocks) * kOB;
             const int o1 = std::min(Cog, o0 + kOB);
@@ -714,21 +757,29 @@ void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const f
 
     // Blocks of PB pixels, taken in order, in `chunks` contiguous runs: each chunk sums its
     // blocks into its own partial sums (the first product overwrites, the next ones add), and
-    // the partials are added in chunk order at the end.
-    const int64_t threads = threadCount();
-    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, (int64_t(1) << 20) / std::max(Kg, 1)));
+    // the partials are added in chunk order at the end. A single chunk (a small problem: see
+    // threadsFor) sums straight into the results.
+    const int64_t threads = threadsFor(pixels * Kg * C);
+    // Patches of about 1 MB (4 MB made the 5x5 32->32 8x8 layer's weight gradient 1.5-2x slower:
+    // the patch no longer stayed in the cache between its packing and the product).
+    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(Kg, 1)));
     PB = std::max<int64_t>(16, std::min(PB, ceilDiv64(pixels, threads)));
+    if (threads > 1 && pixels > 0)  // as many blocks as a multiple of the thread count
+        PB = std::max<int64_t>(1, ceilDiv64(pixels, ceilDiv64(ceilDiv64(pixels, PB), threads) * threads));
     const int64_t blocks = ceilDiv64(pixels, PB);
     const int chunks = int(std::min<int64_t>(blocks, threads));
+    const bool acc = p.accumulate != 0;
+    const bool direct = chunks == 1;
     const size_t partSize = wSize + size_t(C);
-    std::vector<float> partial(size_t(chunks) * partSize);
+    std::vector<float> partial(direct ? 0 : size_t(chunks) * partSize);
 
     parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> patch, eblk;
         for (int64_t c = begin; c < end; ++c) {
-            float* dW = partial.data() + size_t(c) * partSize;
-            float* dB = dW + wSize;
-            std::fill(dB, dB + C, 0.0f);
+            float* dW = direct ? weightGradient : partial.data() + size_t(c) * partSize;
+            float* dB = direct ? biasGradient : dW + wSize;
+            const bool addToResults = direct && acc;  // the first product adds to what is there
+            if (doB && !addToResults) std::fill(dB, dB + C, 0.0f);
             const int64_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;
             for (int64_t blk = b0; blk < b1; ++blk) {
                 const int64_t q0 = blk * PB;
@@ -783,15 +834,15 @@ void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const f
                     }
                     // dW_g[oo][k] (+)= sum_m E[m][g*Cog + oo] * P[m][k]
                     blas::sgemm(true, false, Cog, Kg, mb, 1.0f, eb + g * Cog, lde, P, ldp,
-                                blk == b0 ? 0.0f : 1.0f, dW + size_t(g) * Cog * Kg, Kg);
+                                blk == b0 && !addToResults ? 0.0f : 1.0f, dW + size_t(g) * Cog * Kg, Kg);
                 }
             }
         }
     });
 
+    if (direct) return;
     // Add the partials in chunk order (no chunk: an empty sum) and write or accumulate.
-    const bool acc = p.accumulate != 0;
-    parallelFor(C, 4, [&](int64_t begin, int64_t end) {
+    parallelFor(C, grainFor(C, int(threads)), [&](int64_t begin, int64_t end) {
         for (int64_t o = begin; o < end; ++o) {
             if (doW) {
                 float* w = weightGradient + o * Kg;

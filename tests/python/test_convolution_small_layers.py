@@ -1,0 +1,123 @@
+"""Small convolution layers (the digits example's and their neighbours) against PyTorch autograd.
+
+These shapes reach the CPU paths chosen by problem size (backend/cpu/convolution.cpp,
+docs/performance.md "Small layers"): a one-thread run below about a million multiply-adds, two
+or more threads above it with as many pixel blocks as a multiple of the thread count, the weight
+gradient summed straight into the state (one chunk) or through per-thread partial sums, and the
+im2col rows copied as one run per tap row (channels filling the pixels), per tap (group and
+channel-offset slices) or one float at a time (a single input channel). Each case runs on one
+and on two threads, as one encode over a contiguous batch (one backend op per gradient) and as a
+batch of separately allocated images (one op per image, the weight gradient accumulating).
+
+Oracle: conftest.conv_reference (F.conv2d in float64 under autograd). Bound: the ``check``
+fixture's (relative error 1e-4 in float32): the sums hold at most 5*5*32 products (forward, data
+gradient) or 32*8*8 pixels (weight gradient) of O(1) values. Each run is repeated to check the
+results are bitwise reproducible for a given thread count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import mpsgrad as m
+from conftest import ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
+
+PM = m.PaddingMethod
+SAME = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_SAME)
+VALID = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_VALID_ONLY)
+
+
+@dataclass
+class Case:
+    id: str
+    spec: ConvSpec
+    n: int
+    hw: tuple
+    method: int = SAME
+    src_off: int = 0      # source_feature_channel_offset (4 more channels after the slice when set)
+    edge: str = "zero"    # "clamp": weight and bias gradients only (MPS's data gradient assumes zero edges)
+
+
+CASES = [
+    # the digits example's two layers (one input channel: im2col one float at a time; 16 channels: one run per row)
+    Case("digits-1->16", ConvSpec(3, 3, 1, 16, neuron="relu"), 32, (8, 8)),
+    Case("digits-16->32", ConvSpec(3, 3, 16, 32), 32, (4, 4)),
+    # mid-size: two threads, pixel blocks balanced over them, per-thread partial weight sums
+    Case("5x5-32->32", ConvSpec(5, 5, 32, 32), 8, (8, 8)),
+    Case("3x3-16->32-12x12-valid", ConvSpec(3, 3, 16, 32, neuron="tanh"), 6, (12, 12), method=VALID),
+    # groups and a channel offset: the tap rows are slices of the pixels (one copy per tap)
+    Case("g2-3x3-d2", ConvSpec(3, 3, 16, 32, groups=2, dx=2, dy=2), 6, (10, 9)),
+    Case("src-off4-3x3", ConvSpec(3, 3, 4, 16), 16, (7, 6), src_off=4),
+    # strided (the data gradient's phase path) and a single channel with stride
+    Case("1->8-s2", ConvSpec(3, 3, 1, 8, sx=2, sy=2), 12, (9, 8)),
+    # clamp edges: the im2col edge path
+    Case("clamp-1->16", ConvSpec(3, 3, 1, 16), 32, (8, 8), edge="clamp"),
+    Case("clamp-16->32", ConvSpec(5, 5, 16, 32), 8, (6, 6), edge="clamp"),
+]
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = m.get_num_threads()
+    m.set_num_threads(request.param)
+    yield request.param
+    m.set_num_threads(before)
+
+
+def _run(device, queue, case, x_arr, e_arr, w, b, contiguous):
+    """Forward, then the data gradient (zero edges) and the weight and bias gradients of the batch."""
+    spec = case.spec
+    _, conv, grad = make_conv(device, spec, w, b)
+    conv.padding = m.NNDefaultPadding(case.method)
+    conv.source_feature_channel_offset = case.src_off
+    if case.src_off:
+        conv.source_feature_channel_max_count = spec.cin
+    if case.edge == "clamp":
+        conv.edge_mode = m.ImageEdgeMode.CLAMP
+        grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_WEIGHTS_AND_BIAS
+
+    def images(arr):
+        return m.batch_from_numpy(arr, device) if contiguous else [m.Image.from_numpy(a, device) for a in arr]
+
+    xs, es = images(x_arr), images(e_arr)
+    cb = queue.command_buffer()
+    ys, states = conv.encode_batch(cb, xs, destination_state_is_temporary=False)
+    dxs = grad.encode_batch(cb, es, xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED
+    dx = None if case.edge == "clamp" else m.batch_to_numpy(dxs)
+    return (m.batch_to_numpy(ys), dx, np.array(states[0].gradient_for_weights),
+            np.array(states[0].gradient_for_biases))
+
+
+@pytest.mark.parametrize("contiguous", [True, False], ids=["one-op", "per-image"])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_small_layers(device, queue, check, threads, case, contiguous):
+    spec = case.spec
+    gen = rng(case.id)
+    H, W = case.hw
+    cin_total = case.src_off + spec.cin + (4 if case.src_off else 0)
+    x_arr = randn(gen, case.n, H, W, cin_total)
+    w, b = spec.random_parameters(gen)
+    style = size_style(case.method)
+    ow, oh = dest_size(W, spec.sx, spec.kw_dil, style), dest_size(H, spec.sy, spec.kh_dil, style)
+    ox, oy = pad_offset(W, spec.sx, spec.kw_dil, case.method, "x"), pad_offset(H, spec.sy, spec.kh_dil, case.method, "y")
+    e_arr = randn(gen, case.n, oh, ow, spec.cout)
+
+    y, dx, dw, db = _run(device, queue, case, x_arr, e_arr, w, b, contiguous)
+    assert y.shape == (case.n, oh, ow, spec.cout)
+    ref = conv_reference(spec, x_arr[..., case.src_off:case.src_off + spec.cin], w, b, offset=(ox, oy),
+                         out_size=(ow, oh), edge=case.edge, e_nhwc=e_arr)
+    check(y, ref["y"], "forward")
+    if dx is not None:
+        check(dx[..., case.src_off:case.src_off + spec.cin], ref["dx"], "data gradient")
+    check(dw, ref["dw"], "weight gradient")
+    check(db, ref["db"], "bias gradient")
+
+    again = _run(device, queue, case, x_arr, e_arr, w, b, contiguous)
+    for name, a, b_ in zip(("forward", "data gradient", "weight gradient", "bias gradient"), (y, dx, dw, db), again):
+        if a is not None:
+            assert np.array_equal(a, b_), f"{name} differs between two identical runs on {threads} thread(s)"
