@@ -261,7 +261,8 @@ def test_batch_normalization_sync_is_called_at_host_points_of_the_command_buffer
     cb.commit()
     cb.wait_until_completed()
     assert [c for c in calls if isinstance(c, tuple)] == [("statistics", 18), ("gradients", 18)], calls
-    np.testing.assert_allclose(calls[1], x.reshape(-1, w.C_MID).mean(axis=0), rtol=1e-5, atol=1e-5)
+    # In the float16 pass (MPSGRAD_TEST_IMAGE_FORMAT=float16) the kernel's mean is up to 5e-4 (2^-11) from this one.
+    np.testing.assert_allclose(calls[1], x.reshape(-1, w.C_MID).mean(axis=0), rtol=2e-3, atol=2e-3)
     # With mean 0, variance 1 and zero dγ/dβ: y = γx + β and dX = γ·dY/sqrt(1 + eps), dY = 2(y - t).
     y = p["bn_g"] * x / np.sqrt(1 + 1e-5) + p["bn_b"]
     expected = p["bn_g"] / np.sqrt(1 + 1e-5) * 2 * (y - target)
