@@ -7,8 +7,9 @@ global batch of --batch-size images (the same sequence on every rank: one shuffl
 between the ranks; each rank runs the training graph on its shard, and before any Adam step the
 graph's before_updates hook averages the gradients across ranks (mpsgrad.distributed.DataParallel),
 weighted by the shard sizes, so the ranks take identical steps. Batch normalization normalizes with
-each rank's own shard statistics (as PyTorch DDP without SyncBatchNorm); the running mean and
-variance, which each rank accumulates from its shard, are averaged at the end of each epoch. Every
+each rank's own shard statistics (as PyTorch DDP without SyncBatchNorm), or with --sync-bn with the
+statistics of all ranks' images (torch.nn.SyncBatchNorm: host points in the graph's command buffer);
+the running mean and variance are averaged at the end of each epoch. Every
 rank ends with `test accuracy: ...` and `weights checksum: <hex>` (identical on all ranks) and rank
 0 with the step time and the exchange's share of it. docs/distributed.md.
 """
@@ -44,7 +45,7 @@ def main(args, digits):
     mdist.broadcast_arrays([a for pair in params.values() for a in pair])
     # The dropout masks differ per rank (their own images); everything else starts identical.
     net = digits.DigitsNet(device, params, args.lr, seed=args.seed + rank, training_style="cpu")
-    parallel = mdist.DataParallel(net.train_graph)
+    parallel = mdist.DataParallel(net.train_graph, sync_batch_norm=args.sync_bn)
     rng = np.random.default_rng(args.seed)  # the same global batches on every rank
     steps, step_seconds = 0, 0.0
     for epoch in range(1, args.epochs + 1):
@@ -69,7 +70,9 @@ def main(args, digits):
         exchange = parallel.seconds / max(steps, 1)
         print(f"{world} process(es): {steps} steps, step time {1e3 * step_seconds / max(steps, 1):.2f} ms, of which "
               f"the gradient all-reduce {1e3 * exchange:.2f} ms ({100 * parallel.seconds / step_seconds:.1f} %), "
-              f"{parallel.collectives / max(steps, 1):.0f} data collective(s) per step")
+              f"{parallel.collectives / max(steps, 1):.0f} data collective(s) per step" +
+              (f", synchronized BN {1e3 * parallel.sync_seconds / max(steps, 1):.2f} ms "
+               f"({100 * parallel.sync_seconds / step_seconds:.1f} %)" if args.sync_bn else ""))
     print(f"test accuracy: {100 * test_acc:.1f}%")
     print(f"weights checksum: {mdist.checksum(_all_arrays(net))}", flush=True)
     mdist.torch.distributed.destroy_process_group()

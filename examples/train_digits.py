@@ -368,6 +368,9 @@ def parse_args(argv=None):
     parser.add_argument("--distributed", action="store_true",
                         help="data-parallel over torch.distributed, one rank per process: run under torchrun "
                              "--standalone --nproc_per_node N (examples/digits_distributed.py, docs/distributed.md)")
+    parser.add_argument("--sync-bn", action="store_true",
+                        help="with --distributed: synchronized batch normalization (statistics over all ranks' "
+                             "images, as torch.nn.SyncBatchNorm)")
     return parser.parse_args(argv)
 
 

@@ -481,6 +481,10 @@ class CommandBuffer:
         """
         -[MTLCommandBuffer commit]: submit the encoded work (asynchronous).
         """
+    def encode_host_callback(self, callback: collections.abc.Callable[[], typing.Any]) -> None:
+        """
+        mpsgrad extension (docs/metal.md "Host points"): callback() runs on a host thread once all the work encoded before this call has completed and before any work encoded after it starts (it may read and write that work's images and states). An exception fails the command buffer: status ERROR, error 'host callback failed: ...', CommandBufferError at the wait. It must not wait for this command buffer.
+        """
     def fail_on_commit(self, message: str = '') -> None:
         """
         Test hook (not in Metal): when committed, the buffer fails with `message` instead of running its work: status ERROR, error set, handlers run, wait_until_completed raises CommandBufferError. See docs/verification.md.
@@ -6204,6 +6208,14 @@ class NNGraph:
         """
         -encodeWithCoder: the graph as bytes: every node, its parameters and properties, handles (as labels) and the weights of its data sources (docs/serialization.md "Graphs"). Call it when the graph's work has completed. ValueError naming the node for a node class or custom policy a graph blob cannot hold.
         """
+    @property
+    def batch_normalization_sync(self) -> typing.Any:
+        """
+        mpsgrad extension (docs/distributed.md "Synchronized batch normalization in a graph"): None or a callable(state, stage, count) run at host points of the command buffer: stage 'statistics' right after a batch normalization node computed its batch mean and variance (before the normalization reads them), stage 'gradients' right after its gradient node summed dgamma and dbeta (before the input gradient reads them); state is the node's CNNBatchNormalizationState, count the values per channel summarised on this process. It may replace the values in place (mpsgrad.distributed synchronizes them across processes). An exception fails the command buffer.
+        """
+    @batch_normalization_sync.setter
+    def batch_normalization_sync(self, arg1: typing.Any) -> None:
+        ...
     @property
     def before_updates(self) -> typing.Any:
         """

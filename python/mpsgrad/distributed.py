@@ -15,7 +15,8 @@ backend the user initializes); mpsgrad adds no network code.
 * `broadcast_arrays(arrays)` copies rank 0's initial weights to every rank; `shard(indices)`
   gives a rank its slice of a batch.
 * `sync_batch_norm_statistics` / `sync_batch_norm_gradients`: synchronized batch normalization
-  (torch.nn.SyncBatchNorm's semantics) for hand-written kernel loops.
+  (torch.nn.SyncBatchNorm's semantics) for hand-written kernel loops, and inside a graph with
+  `DataParallel(graph, sync_batch_norm=True)` (the graph's `batch_normalization_sync` host points).
 
 PyTorch is an optional dependency of mpsgrad: `import mpsgrad` never imports it; this module does.
 """
@@ -265,18 +266,45 @@ class DataParallel:
     trainable node are all-reduced (all_reduce_gradients) before any data source updates, so every
     rank applies the same step. The trainable nodes must train UPDATE_DEVICE_CPU. The hook runs in
     the command buffer's completion; call check() after wait_until_completed() to raise the
-    error a failed exchange left (a rank that died, a timeout, different layouts)."""
+    error a failed exchange left (a rank that died, a timeout, different layouts).
 
-    def __init__(self, graph, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
+    sync_batch_norm=True also sets graph.batch_normalization_sync: every batch normalization node
+    that computes batch statistics then normalizes with the statistics of all ranks' values
+    together, and its gradient node uses the ranks' summed dγ and dβ (torch.nn.SyncBatchNorm's
+    forward and backward; sync_batch_norm_statistics / sync_batch_norm_gradients at host points of
+    the command buffer). A failed exchange there fails the command buffer: wait_until_completed()
+    raises CommandBufferError naming it."""
+
+    def __init__(self, graph, group=None, bucket_bytes: int = DEFAULT_BUCKET_BYTES, sync_batch_norm: bool = False):
         if not isinstance(graph, _m.NNGraph):
             raise TypeError(f"graph: expected an NNGraph, got {type(graph).__name__}")
+        if not isinstance(sync_batch_norm, bool):
+            raise TypeError(f"sync_batch_norm: expected a bool, got {type(sync_batch_norm).__name__}")
         _require_group(group)
         self.graph, self.group, self.bucket_bytes = graph, group, bucket_bytes
         self.weight: Optional[float] = None  # set per step for unequal shards
         self.error: Optional[BaseException] = None
         self.collectives = 0  # data collectives issued so far
-        self.seconds = 0.0  # time spent in the exchange so far
+        self.seconds = 0.0  # time spent in the gradient exchange so far
+        self.sync_seconds = 0.0  # time spent synchronizing batch normalization so far
         graph.before_updates = self._before_updates
+        if sync_batch_norm:
+            graph.batch_normalization_sync = self._sync_batch_norm
+
+    def _sync_batch_norm(self, state, stage: str, count: int) -> None:
+        import time
+
+        start = time.perf_counter()
+        try:
+            if stage == "statistics":
+                sync_batch_norm_statistics(state, count, self.group)
+            else:
+                sync_batch_norm_gradients(state, count, self.group)
+        except BaseException as error:  # also fails the command buffer; recorded for check()
+            self.error = error
+            raise
+        finally:
+            self.sync_seconds += time.perf_counter() - start
 
     def _before_updates(self, states) -> None:
         import time
@@ -298,6 +326,7 @@ class DataParallel:
 
     def detach(self) -> None:
         self.graph.before_updates = None
+        self.graph.batch_normalization_sync = None
 
 
 # ---- synchronized batch normalization (hand-written kernel loops) ------------------------------------------

@@ -469,7 +469,26 @@ void bindCore(py::module_& m) {
                     PyErr_WriteUnraisable(callback->object.ptr());
                 }
             });
-        }, py::arg("handler"), "-[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.");
+        }, py::arg("handler"), "-[MTLCommandBuffer addCompletedHandler:]: handler(command_buffer) runs once the work is done.")
+        .def("encode_host_callback", [](CommandBuffer& cb, py::object callback) {
+            if (!PyCallable_Check(callback.ptr()))
+                throwTypeError("callback: expected a callable(), got ", typeName(callback));
+            auto reference = std::make_shared<PythonCallback>(std::move(callback));
+            cb.encodeHostCallback([reference] {
+                if (pythonFinalizing()) throw std::runtime_error("the Python interpreter is shutting down");
+                py::gil_scoped_acquire gil;
+                try {
+                    reference->object();
+                } catch (py::error_already_set& e) {
+                    throw std::runtime_error(e.what());  // fails the command buffer with the Python message
+                }
+            });
+        }, py::arg("callback"),
+             "mpsgrad extension (docs/metal.md \"Host points\"): callback() runs on a host thread once all the "
+             "work encoded before this call has completed and before any work encoded after it starts (it may "
+             "read and write that work's images and states). An exception fails the command buffer: status "
+             "ERROR, error 'host callback failed: ...', CommandBufferError at the wait. It must not wait for "
+             "this command buffer.");
 
     py::class_<CommandQueue, std::shared_ptr<CommandQueue>>(m, "CommandQueue", "MTLCommandQueue")
         .def(py::init([](const DeviceArg& device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),

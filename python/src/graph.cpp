@@ -657,6 +657,21 @@ struct PythonBeforeUpdates {
         }
     }
 };
+// NNGraph.batch_normalization_sync: the Python callable, called (with the GIL) at the host points
+// of the batch normalization nodes. Its exception fails the command buffer with its message.
+struct PythonBatchNormalizationSync {
+    std::shared_ptr<PythonReference> callable;
+    void operator()(const StatePtr& state, BatchNormalizationSyncStage stage, int64_t count) const {
+        if (pythonFinalizing()) throw std::runtime_error("batch_normalization_sync: the interpreter is shutting down");
+        py::gil_scoped_acquire gil;
+        const char* name = stage == BatchNormalizationSyncStage::Statistics ? "statistics" : "gradients";
+        try {
+            callable->object(py::cast(state), name, count);
+        } catch (py::error_already_set& e) {
+            throw std::runtime_error(std::string("batch_normalization_sync: ") + e.what());
+        }
+    }
+};
 }  // namespace
 
 void bindNNGraph(py::module_& m) {
@@ -702,6 +717,30 @@ void bindNNGraph(py::module_& m) {
             "once the command buffer completed, with the gradient states of every trainable gradient node (a "
             "list), before their data sources update; it may change the gradients in place (mpsgrad.distributed "
             "averages them across processes). The trainable nodes must train UPDATE_DEVICE_CPU.")
+        .def_property(
+            "batch_normalization_sync",
+            [](const NNGraph& g) -> py::object {
+                auto* hook = g.batchNormalizationSync.target<PythonBatchNormalizationSync>();
+                return hook ? hook->callable->object : py::none();
+            },
+            [](NNGraph& g, py::object hook) {
+                if (hook.is_none()) {
+                    g.batchNormalizationSync = nullptr;
+                    return;
+                }
+                if (!PyCallable_Check(hook.ptr()))
+                    throwTypeError("batch_normalization_sync: expected None or a callable(state, stage, count), got ",
+                                   typeName(hook));
+                g.batchNormalizationSync =
+                    PythonBatchNormalizationSync{std::make_shared<PythonReference>(std::move(hook))};
+            },
+            "mpsgrad extension (docs/distributed.md \"Synchronized batch normalization in a graph\"): None or a "
+            "callable(state, stage, count) run at host points of the command buffer: stage 'statistics' right "
+            "after a batch normalization node computed its batch mean and variance (before the normalization "
+            "reads them), stage 'gradients' right after its gradient node summed dgamma and dbeta (before the "
+            "input gradient reads them); state is the node's CNNBatchNormalizationState, count the values per "
+            "channel summarised on this process. It may replace the values in place (mpsgrad.distributed "
+            "synchronizes them across processes). An exception fails the command buffer.")
         .def_property_readonly("source_image_handles", [](const NNGraph& g) { return handleList(g.sourceImageHandles()); })
         .def_property_readonly("source_state_handles", [](const NNGraph& g) { return handleList(g.sourceStateHandles()); })
         .def_property_readonly("intermediate_image_handles",

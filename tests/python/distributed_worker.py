@@ -2,7 +2,7 @@
 MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE in the environment like torchrun sets them).
 
     distributed_worker.py suite OUT
-    distributed_worker.py graph OUT [--bn] [--steps N] [--reference] [--die-after K] [--wide-fc] [--uneven]
+    distributed_worker.py graph OUT [--bn [--sync-bn]] [--steps N] [--reference] [--die-after K] [--wide-fc] [--uneven]
     distributed_worker.py syncbn OUT
 
 graph: trains a small graph (conv 3x3 -> [BN] -> ReLU -> FC -> softmax cross-entropy, mean over the
@@ -10,10 +10,12 @@ batch) with SGD for a few steps on this rank's shard of a fixed global batch, th
 by mpsgrad.distributed.DataParallel; saves the final weights. --reference: one process, no
 torch.distributed, the whole batch. --die-after K: rank 1 exits abruptly after K steps.
 --wide-fc: rank 1 builds a wider FC layer (a layout mismatch). --uneven: shards of 5 and 3 images.
+--sync-bn: DataParallel(graph, sync_batch_norm=True), BN over all ranks' images (as one process on the
+whole batch); the weights after the first step are saved too (first_*: the first step's gradients).
 syncbn: one synchronized batch normalization training pass with the kernels on this rank's shard;
 saves the output, the input gradient and dγ/dβ.
 suite: in one process group (the launches dominate the test's time): graph without and with BN,
-syncbn, then graph --wide-fc, whose ValueError is printed; OUT names the files with {name} and {rank}.
+with sync-BN, syncbn, then graph --wide-fc, whose ValueError is printed; OUT names the files with {name} and {rank}.
 """
 from __future__ import annotations
 
@@ -105,7 +107,7 @@ def train_graph(args):
     terminal = loss.training_graph()
     graph = m.NNGraph(device, [t.result_image for t in terminal], [False] * len(terminal))
     graph.format = m.ImageFeatureChannelFormat.FLOAT32
-    parallel = None if args.reference else mdist.DataParallel(graph)
+    parallel = None if args.reference else mdist.DataParallel(graph, sync_batch_norm=args.sync_bn)
     queue = m.CommandQueue(device)
 
     for step in range(args.steps):
@@ -127,10 +129,12 @@ def train_graph(args):
         cb.wait_until_completed()
         if parallel is not None:
             parallel.check()
+        weights = {"conv_w": conv.w, "conv_b": conv.b, "bn_g": norm.gamma(), "bn_b": norm.beta(), "fc_w": fc.w,
+                   "fc_b": fc.b}
+        if step == 0:
+            first = {"first_" + k: np.array(v) for k, v in weights.items()}
 
-    weights = {"conv_w": conv.w, "conv_b": conv.b, "bn_g": norm.gamma(), "bn_b": norm.beta(), "fc_w": fc.w,
-               "fc_b": fc.b}
-    np.savez(args.out.format(rank=rank), **{k: np.array(v) for k, v in weights.items()})
+    np.savez(args.out.format(rank=rank), **{k: np.array(v) for k, v in weights.items()}, **first)
     if parallel is not None:
         print("collectives", parallel.collectives, flush=True)
 
@@ -184,9 +188,10 @@ def train_syncbn(args):
 
 def suite(args):
     out = args.out
-    for name, bn, uneven in (("plain", False, False), ("bn", True, False), ("uneven", False, True)):
+    for name, bn, uneven, sync_bn in (("plain", False, False, False), ("bn", True, False, False),
+                                      ("uneven", False, True, False), ("syncgraph", True, False, True)):
         train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", name), "bn": bn,
-                                          "uneven": uneven}))
+                                          "uneven": uneven, "sync_bn": sync_bn}))
     train_syncbn(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "sync")}))
     try:
         train_graph(argparse.Namespace(**{**vars(args), "out": out.replace("{name}", "wide"), "wide_fc": True}))
@@ -199,6 +204,7 @@ def main(argv=None):
     parser.add_argument("mode", choices=["suite", "graph", "syncbn"])
     parser.add_argument("out")
     parser.add_argument("--bn", action="store_true")
+    parser.add_argument("--sync-bn", action="store_true")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--die-after", type=int, default=None)

@@ -491,6 +491,41 @@ def test_command_buffer_misuse_raises(device, queue):
     assert issubclass(m.CommandBufferError, RuntimeError)
 
 
+def test_host_callback_runs_between_the_work_before_and_after_it(device, queue):
+    """encode_host_callback (docs/metal.md "Host points"): the callback sees the first convolution's
+    result, what it writes there is what the second convolution reads, and its exception fails the
+    buffer with the Python message."""
+    conv = _identity_conv(device)
+    x = m.Image.from_numpy(randn(rng(3), 3, 3, 4), device)
+    cb = queue.command_buffer()
+    y = conv.encode(cb, x)
+    seen = []
+
+    def midway():
+        seen.append(y.to_numpy())
+        y.write_bytes(np.full((3, 3, 4), 2.0, np.float32).tobytes())
+
+    cb.encode_host_callback(midway)
+    z = conv.encode(cb, y)
+    assert not seen
+    cb.commit()
+    cb.wait_until_completed()
+    assert len(seen) == 1
+    np.testing.assert_array_equal(seen[0], x.to_numpy())
+    np.testing.assert_array_equal(z.to_numpy().reshape(3, 3, 4), np.full((3, 3, 4), 2.0, np.float32))
+
+    cb = queue.command_buffer()
+    cb.encode_host_callback(lambda: 1 / 0)
+    later = []
+    cb.encode_host_callback(lambda: later.append(1))
+    cb.commit()
+    with pytest.raises(m.CommandBufferError, match="host callback failed: ZeroDivisionError"):
+        cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.ERROR and not later
+    with pytest.raises(TypeError, match="callback"):
+        queue.command_buffer().encode_host_callback(3)
+
+
 def test_commit_is_asynchronous_and_ordered(device, queue, check):
     """Two buffers on one queue run in commit order: the second reads what the first wrote, and
     while the first buffer's completed handler blocks, the second has not completed."""

@@ -61,6 +61,7 @@ def _launch(tmp_path, *args, world=2, wait=60):
 
 
 def _reference(tmp_path, *args):
+    """One process on the whole batch: `graph OUT [options]` with --reference; its npz."""
     out = subprocess.run([sys.executable, WORKER, *args, "--reference"], cwd=tmp_path, env=_environment({}),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert out.returncode == 0, out.stdout
@@ -75,7 +76,8 @@ def suite(tmp_path_factory):
     results = _launch(tmp_path, "suite", "{name}{rank}.npz")
     for rank, (code, out) in enumerate(results):
         assert code == 0, f"rank {rank}:\n{out}"
-    loaded = {name: [np.load(tmp_path / f"{name}{r}.npz") for r in range(2)] for name in ("plain", "bn", "uneven", "sync")}
+    loaded = {name: [np.load(tmp_path / f"{name}{r}.npz") for r in range(2)]
+              for name in ("plain", "bn", "uneven", "sync", "syncgraph")}
     return loaded, [out for _, out in results], tmp_path
 
 
@@ -181,6 +183,103 @@ def test_sync_batch_norm_matches_batch_norm_over_all_ranks(suite):
         np.testing.assert_allclose(r["dx"], dx[mine], rtol=1e-4, atol=2e-5)
         np.testing.assert_allclose(r["d_gamma"], gamma.grad.numpy() * len(mine) / n, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(r["d_beta"], beta.grad.numpy() * len(mine) / n, rtol=1e-5, atol=1e-5)
+
+
+def test_sync_batch_norm_in_a_graph_matches_one_process_on_the_full_batch(suite):
+    """conv -> BN -> ReLU -> FC -> mean loss, 4 SGD steps, DataParallel(graph, sync_batch_norm=True):
+    BN normalizes each rank's shard with the statistics of both shards together and its input
+    gradient uses both shards' dγ/dβ (torch.nn.SyncBatchNorm), so the weights after the first step
+    (the gradients) and after the last are bitwise identical on both ranks and equal to one process
+    on the full batch, and to PyTorch autograd on the full batch."""
+    ranks = suite[0]["syncgraph"]
+    reference = _reference(suite[2], "graph", "singlebn{rank}.npz", "--bn")
+    sys.path.insert(0, os.path.dirname(WORKER))
+    import distributed_worker as w
+    sys.path.pop(0)
+    expected = _torch_data_parallel(w.initial_weights(seed=7), 4, True, shards=1)
+    for name in NAMES:
+        for key in (name, "first_" + name):
+            assert np.array_equal(ranks[0][key], ranks[1][key]), key
+            np.testing.assert_allclose(ranks[0][key], reference[key], rtol=1e-5, atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(ranks[0][name], expected[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    # Without the sync each rank normalizes its own shard: other weights (the test can fail).
+    assert np.abs(suite[0]["bn"][0]["conv_w"] - ranks[0]["conv_w"]).max() > 1e-4
+
+
+def test_a_rank_that_dies_during_sync_batch_norm_fails_the_command_buffer(tmp_path):
+    """The exchange runs at a host point inside the command buffer: a dead peer fails the buffer
+    (CommandBufferError naming the sync) on the surviving rank within the timeout, no hang."""
+    results = _launch(tmp_path, "graph", "deadbn{rank}.npz", "--bn", "--sync-bn", "--die-after", "1", "--steps", "3",
+                      wait=2 * TIMEOUT + 30)
+    assert results[1][0] == 3
+    code, out = results[0]
+    assert code != 0 and "CommandBufferError" in out and "host callback failed" in out, out
+    assert "mpsgrad.distributed: sync_batch_norm_statistics" in out and "rank 0" in out, out
+
+
+def test_batch_normalization_sync_is_called_at_host_points_of_the_command_buffer(device):
+    """NNGraph.batch_normalization_sync without any process group: the hook sees the state at the
+    statistics stage before the normalization and at the gradients stage before the input
+    gradient; what it writes there is what the later kernels use; its exception fails the buffer."""
+    sys.path.insert(0, os.path.dirname(WORKER))
+    import distributed_worker as w
+    sys.path.pop(0)
+    p = w.initial_weights(seed=3)
+    norm = w.Norm(p["bn_g"], p["bn_b"])
+    x_node = m.NNImageNode(w.Name("x"))
+    bn = m.CNNBatchNormalizationNode(x_node, norm)
+    bn.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
+    descriptor = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
+    loss = m.CNNLossNode(bn.result_image, descriptor)
+    terminal = loss.training_graph()
+    graph = m.NNGraph(device, [t.result_image for t in terminal], [True] + [False] * (len(terminal) - 1))
+    graph.format = m.ImageFeatureChannelFormat.FLOAT32
+    assert graph.batch_normalization_sync is None
+    calls = []
+
+    def hook(state, stage, count):
+        calls.append((stage, count))
+        if stage == "statistics":
+            calls.append(np.array(state.mean))
+            state.mean[...] = 0.0  # the normalization must read these values
+            state.variance[...] = 1.0
+        else:
+            state.gradient_for_gamma[...] = 0.0  # and the input gradient these
+            state.gradient_for_beta[...] = 0.0
+
+    graph.batch_normalization_sync = hook
+    assert graph.batch_normalization_sync is hook
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 3, w.C_MID)).astype(np.float32) + 2.0
+    target = rng.standard_normal(x.shape).astype(np.float32)
+    labels = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(t)) for t in target]
+    queue = m.CommandQueue(device)
+    source = m.batch_from_numpy(x, device)
+    x = m.batch_to_numpy(source)  # as stored (rounded to float16 in the float16 test pass)
+    cb = queue.command_buffer()
+    dx = graph.encode_batch(cb, [source], [labels])
+    cb.commit()
+    cb.wait_until_completed()
+    assert [c for c in calls if isinstance(c, tuple)] == [("statistics", 18), ("gradients", 18)], calls
+    # In the float16 pass (MPSGRAD_TEST_IMAGE_FORMAT=float16) the kernel's mean is up to 5e-4 (2^-11) from this one.
+    np.testing.assert_allclose(calls[1], x.reshape(-1, w.C_MID).mean(axis=0), rtol=2e-3, atol=2e-3)
+    # With mean 0, variance 1 and zero dγ/dβ: y = γx + β and dX = γ·dY/sqrt(1 + eps), dY = 2(y - t).
+    y = p["bn_g"] * x / np.sqrt(1 + 1e-5) + p["bn_b"]
+    expected = p["bn_g"] / np.sqrt(1 + 1e-5) * 2 * (y - target)
+    np.testing.assert_allclose(m.batch_to_numpy(dx), expected, rtol=2e-3, atol=2e-3)
+
+    def failing(state, stage, count):
+        raise RuntimeError("no peer")
+
+    graph.batch_normalization_sync = failing
+    cb = queue.command_buffer()
+    graph.encode_batch(cb, [m.batch_from_numpy(x, device)], [labels])
+    cb.commit()
+    with pytest.raises(m.CommandBufferError, match="batch_normalization_sync: RuntimeError: no peer"):
+        cb.wait_until_completed()
+    graph.batch_normalization_sync = None
+    with pytest.raises(TypeError, match="batch_normalization_sync"):
+        graph.batch_normalization_sync = 3
 
 
 def test_a_rank_that_dies_is_an_error_not_a_hang(tmp_path):

@@ -76,6 +76,10 @@ public:
     virtual void commit(std::function<void(const std::string& error)> done) = 0;
     // Blocks until `done` has been called (backends that run work lazily run it here).
     virtual void wait() = 0;
+    // A host point (CommandBuffer::encodeHostCallback): `fn` runs on a host thread after all the
+    // work encoded before it has completed and before any work encoded after it starts. When `fn`
+    // throws, the command buffer fails with the exception's message (`done` gets it).
+    virtual void encodeHostCallback(std::function<void()> fn) = 0;
 };
 
 // The backend side of a command queue: buffers from one queue execute in commit order.

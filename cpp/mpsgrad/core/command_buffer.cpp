@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cxxabi.h>
 #include <exception>
+#include <stdexcept>
 
 #include "core/errors.h"
 
@@ -72,6 +73,23 @@ void CommandBuffer::addCompletedHandler(CompletedHandler handler) {
     if (status_ != CommandBufferStatus::NotEnqueued)
         throw CommandBufferError("add_completed_handler: the command buffer is already committed");
     handlers_.push_back(std::move(handler));
+}
+
+void CommandBuffer::encodeHostCallback(std::function<void()> fn) {
+    if (!fn) throwValueError("callback: expected a callable, got an empty function");
+    checkEncodable();
+    // One message on every backend, naming where the failure came from.
+    backend_->encodeHostCallback([fn = std::move(fn)] {
+        try {
+            fn();
+        } catch (abi::__forced_unwind&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw std::runtime_error(std::string("host callback failed: ") + e.what());
+        } catch (...) {
+            throw std::runtime_error("host callback failed: unknown exception");
+        }
+    });
 }
 
 void CommandBuffer::commit() {

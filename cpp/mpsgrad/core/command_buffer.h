@@ -60,6 +60,14 @@ public:
     void waitUntilCompleted();
     // Registers a handler run once the work completes (or fails); must precede commit().
     void addCompletedHandler(CompletedHandler handler);
+    // mpsgrad extension (docs/metal.md "Host points"): a host point in execution order. `fn` runs
+    // on a host thread once all the work encoded before this call has completed, and before any
+    // work encoded after it starts; it may read and write the storage of that work (images,
+    // states) through host memory. An exception from `fn` fails the command buffer (status Error,
+    // error() = "host callback failed: <message>"); the work after it then does not run on the CPU
+    // backend, and runs on undefined data on Metal (encoded GPU work cannot be withdrawn). `fn`
+    // must not wait for this command buffer or a later one of its queue.
+    void encodeHostCallback(std::function<void()> fn);
 
     std::string label;
 

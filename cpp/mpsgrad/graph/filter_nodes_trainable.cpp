@@ -156,6 +156,18 @@ void CNNFullyConnectedGradientNode::createKernels(const Device& device) {
 
 // ---- batch normalization ---------------------------------------------------------------------------------
 
+namespace {
+// With the graph's batchNormalizationSync set, a host point that hands it `state` once the sums the
+// stage names have been computed, before anything encoded later reads them.
+void encodeBatchNormalizationSync(NodeEncodeContext& ctx, const std::shared_ptr<CNNBatchNormalizationState>& state,
+                                  BatchNormalizationSyncStage stage, int64_t count) {
+    if (!ctx.batchNormalizationSync) return;
+    ctx.cb.encodeHostCallback([handler = *ctx.batchNormalizationSync, state, stage, count] {
+        handler(state, stage, count);
+    });
+}
+}  // namespace
+
 CNNBatchNormalizationNode::CNNBatchNormalizationNode(const ImageNodePtr& source,
                                                      std::shared_ptr<CNNBatchNormalizationDataSource> dataSource)
     : NNFilterNode({source}, {}), dataSource_(std::move(dataSource)) {
@@ -193,7 +205,10 @@ NodeEncodeResult CNNBatchNormalizationNode::encodeWith(CNNBatchNormalization& ke
     }
     auto state = std::static_pointer_cast<CNNBatchNormalizationState>(
         kernel.resultState(sources.at(0), {}, nullptr));
-    if (batchStatistics) statistics_->encodeBatch(ctx.cb, sources, state);  // a batch barrier
+    if (batchStatistics) {
+        statistics_->encodeBatch(ctx.cb, sources, state);  // a batch barrier
+        encodeBatchNormalizationSync(ctx, state, BatchNormalizationSyncStage::Statistics, state->statisticsCount);
+    }
     ImageDescriptor descriptor = kernel.destinationImageDescriptor(sources, {});
     ImageBatch destinations =
         ctx.allocator->imageBatchForCommandBuffer(ctx.cb, descriptor, &kernel, sources.size());
@@ -235,6 +250,10 @@ NodeEncodeResult CNNBatchNormalizationGradientNode::encode(NodeEncodeContext& ct
     if (!state) throwTypeError("gradient_state: expected a CNNBatchNormalizationState");
     // dγ and dβ over the whole batch first (they enter every image's dX), then dX.
     statisticsGradient_->encodeBatch(ctx.cb, images.at(0), images.at(1), state);
+    // Only batch statistics were synchronized in the forward pass; running ones are the same everywhere.
+    if (state->statisticsCount > 0)
+        encodeBatchNormalizationSync(ctx, state, BatchNormalizationSyncStage::Gradients,
+                                     state->statisticsGradientCount);
     return encodeGradientKernel(*kernel_, ctx, images, states);
 }
 

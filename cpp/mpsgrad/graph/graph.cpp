@@ -350,6 +350,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
             isResult ? destinationImageAllocator : pooled ? std::shared_ptr<ImageAllocator>(pool) : nodeAllocator;
         NodeEncodeContext ctx{cb, std::make_shared<FormatAllocator>(allocator, storageFormat(*result, leaves)),
                               wantStates};
+        if (batchNormalizationSync) ctx.batchNormalizationSync = &batchNormalizationSync;
         // Unread: no later node reads it, it is not exported, and it is the result nobody asked for.
         ctx.resultIsRead = lastUse_.count(result.get()) || contains(exportedImages_, result) ||
                            (isResult && (resultsNeeded_.front() || result->exportFromGraph));

@@ -82,6 +82,13 @@ public:
     using BeforeUpdatesHandler = std::function<void(const std::vector<StatePtr>& gradientStates)>;
     BeforeUpdatesHandler beforeUpdates;
 
+    // mpsgrad extension (docs/distributed.md "Synchronized batch normalization in a graph"): when
+    // set, every batch normalization node that computes batch statistics encodes a host point
+    // (CommandBuffer::encodeHostCallback) right after its statistics, and its gradient node one
+    // right after dγ/dβ, each calling this handler with the node's state, so that the handler can
+    // replace the sums in place before the normalization / the input gradient read them.
+    BatchNormalizationSyncHandler batchNormalizationSync;
+
     // -reloadFromDataSources (the GPU work must be idle).
     void reloadFromDataSources();
 

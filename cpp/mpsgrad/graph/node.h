@@ -126,11 +126,24 @@ enum class NNTrainingStyle : uint32_t { UpdateDeviceNone = 0, UpdateDeviceCPU = 
 
 // What a filter node's encode receives from NNGraph: one batch per input image, one per input
 // state, and where its destination images come from.
+// Synchronized batch normalization in a graph (NNGraph::batchNormalizationSync): which sums of a
+// training batch normalization node's state a host point offers to the handler.
+enum class BatchNormalizationSyncStage {
+    Statistics,  // the batch mean and variance, before the normalization reads them
+    Gradients,   // dγ = Σ G'·x̂ and dβ = Σ G', before the input gradient reads them
+};
+// Called at a host point of the command buffer with the node's CNNBatchNormalizationState, the
+// stage, and the number of values per channel the state's sums cover on this process.
+using BatchNormalizationSyncHandler =
+    std::function<void(const StatePtr& state, BatchNormalizationSyncStage stage, int64_t count)>;
+
 struct NodeEncodeContext {
     CommandBuffer& cb;
     std::shared_ptr<ImageAllocator> allocator;  // for the node's result images
     bool wantStates = false;                    // a consumer in this graph reads the result state(s)
     bool resultIsRead = true;                   // a later node or the caller reads the result image(s)
+    // Set while the graph's batchNormalizationSync is set (batch normalization nodes encode host points).
+    const BatchNormalizationSyncHandler* batchNormalizationSync = nullptr;
 };
 
 // What a filter node's encode produces.

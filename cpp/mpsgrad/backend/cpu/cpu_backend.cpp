@@ -179,6 +179,9 @@ public:
     explicit CpuCommandBuffer(std::shared_ptr<CpuQueue> queue) : queue_(std::move(queue)) {}
 
     void add(WorkItem item) { work_.push_back(std::move(item)); }
+    // The work runs in order on one thread, so a host point is a work item like any other: it runs
+    // after the items before it returned, and an exception stops the submission there.
+    void encodeHostCallback(std::function<void()> fn) override { add(std::move(fn)); }
 
     void commit(std::function<void(const std::string&)> done) override {
         id_ = queue_->submit(Submission{0, std::move(work_), std::move(done)});

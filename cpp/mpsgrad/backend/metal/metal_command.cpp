@@ -1,5 +1,6 @@
 #include "backend/metal/metal_command.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -98,8 +99,86 @@ struct Completion {
 
 }  // namespace
 
+// The segments of a command buffer split by host points, committed one after another. All are
+// enqueued at commit (so that buffers committed later on the queue run after the last one); the
+// completed handler of segment i runs host callback i (unless something failed before) and commits
+// segment i + 1, the last one's reports the first failure. Every enqueued segment is committed, even
+// after a failure: an enqueued buffer that is never committed would stall its queue for good.
+struct MetalCommandBuffer::Segments {
+    std::vector<Ref<MTL::CommandBuffer>> buffers;
+    std::vector<std::function<void()>> callbacks;  // callbacks[i] runs after buffers[i]
+    std::mutex mutex;
+    std::condition_variable committedMore;
+    size_t committed = 0;  // buffers[0 .. committed) are committed
+    std::string error;     // the first failure
+    std::function<void(const std::string&)> done;
+
+    void completed(size_t i, MTL::CommandBuffer* buffer) {
+        std::string failure = completionError(buffer);
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (error.empty()) error = failure;
+        }
+        if (i + 1 == buffers.size()) {
+            std::function<void(const std::string&)> fn;
+            std::string result;
+            {
+                std::lock_guard<std::mutex> lock(mutex);
+                fn.swap(done);
+                result = error;
+            }
+            callbacks.clear();
+            if (fn) fn(result);
+            return;
+        }
+        runCallback(i);
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            committed = i + 2;
+        }
+        buffers[i + 1]->commit();
+        committedMore.notify_all();
+    }
+
+    void runCallback(size_t i) {
+        std::function<void()> fn = std::move(callbacks[i]);
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!error.empty()) return;  // the data it would read may be wrong
+        }
+        std::string failure;
+        try {
+            fn();
+        } catch (const std::exception& e) {
+            failure = e.what();
+        } catch (...) {
+            failure = "host callback failed: unknown exception";
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure.empty() && error.empty()) error = "mpsgrad Metal backend: " + failure;
+    }
+
+    void waitForCommit(size_t i) {
+        std::unique_lock<std::mutex> lock(mutex);
+        committedMore.wait(lock, [&] { return committed > i; });
+    }
+};
+
+void MetalCommandBuffer::encodeHostCallback(std::function<void()> fn) {
+    endEncoding();
+    AutoreleaseScope pool;
+    auto next = retain(queue_->commandBuffer());
+    if (!next) throw MetalError("Metal returned no command buffer for a host point (too many command buffers in flight?)");
+    closed_.emplace_back(std::move(buffer_), std::move(fn));
+    buffer_ = std::move(next);
+}
+
 void MetalCommandBuffer::commit(std::function<void(const std::string&)> done) {
     endEncoding();
+    if (!closed_.empty()) {
+        commitSegments(std::move(done));
+        return;
+    }
     auto completion = std::make_shared<Completion>();
     completion->done = std::move(done);
     // `keep`: finishing may release the last reference to the MTLCommandBuffer and with it this
@@ -112,8 +191,52 @@ void MetalCommandBuffer::commit(std::function<void(const std::string&)> done) {
     committed_ = true;
 }
 
+void MetalCommandBuffer::commitSegments(std::function<void(const std::string&)> done) {
+    auto segments = std::make_shared<Segments>();
+    for (auto& [buffer, callback] : closed_) {
+        segments->buffers.push_back(std::move(buffer));
+        segments->callbacks.push_back(std::move(callback));
+    }
+    closed_.clear();
+    segments->buffers.push_back(buffer_);
+    segments->done = std::move(done);
+    // The handlers hold the chain weakly (it holds the buffers, which hold the handlers); this
+    // object and the chain's `done` (the core command buffer, until it completes) keep it alive.
+    std::weak_ptr<Segments> weak = segments;
+    for (size_t i = 0; i < segments->buffers.size(); ++i) {
+        MTL::CommandBuffer* buffer = segments->buffers[i].get();
+        buffer->addCompletedHandler([weak, i](MTL::CommandBuffer* completed) {
+            if (auto chain = weak.lock()) {
+                try {
+                    chain->completed(i, completed);
+                } catch (const std::exception& e) {
+                    std::fprintf(stderr, "mpsgrad: Metal completion failed: %s\n", e.what());
+                } catch (...) {
+                    std::fprintf(stderr, "mpsgrad: Metal completion failed\n");
+                }
+            }
+        });
+        buffer->enqueue();
+    }
+    segments_ = segments;
+    segments->committed = 1;
+    segments->buffers.front()->commit();
+    committed_ = true;
+}
+
 void MetalCommandBuffer::wait() {
-    if (committed_) buffer_->waitUntilCompleted();
+    if (!committed_) return;
+    if (!segments_) {
+        buffer_->waitUntilCompleted();
+        return;
+    }
+    // Segment i + 1 is committed by segment i's completed handler; a lazy device (the Linux
+    // emulation) runs that handler inside the wait on segment i.
+    auto segments = segments_;
+    for (size_t i = 0; i < segments->buffers.size(); ++i) {
+        segments->waitForCommit(i);
+        segments->buffers[i]->waitUntilCompleted();
+    }
 }
 
 MetalCommandBuffer& metalCommandBuffer(CommandBuffer& cb) {

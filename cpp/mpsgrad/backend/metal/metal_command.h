@@ -10,6 +10,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -43,14 +45,25 @@ public:
     void endEncoding();
 
     // Registers `done` as the MTLCommandBuffer's completed handler and commits it. `done` gets
-    // "" or Metal's description of the failure, once, on a Metal thread.
+    // "" or Metal's description of the failure, once, on a Metal thread. With host points, the
+    // segments are enqueued in order (keeping their place in the queue) and each is committed by
+    // the completed handler of the one before, after running the host callback between them.
     void commit(std::function<void(const std::string& error)> done) override;
-    // -[MTLCommandBuffer waitUntilCompleted].
+    // -[MTLCommandBuffer waitUntilCompleted] on each segment in turn.
     void wait() override;
+    // Ends the current MTLCommandBuffer (a segment) and starts a new one; `fn` runs between them.
+    void encodeHostCallback(std::function<void()> fn) override;
+
+    // The host-point chain of a committed buffer (metal_command.cpp).
+    struct Segments;
 
 private:
     Ref<MTL::CommandQueue> queue_;  // a command buffer must not outlive its queue
-    Ref<MTL::CommandBuffer> buffer_;
+    Ref<MTL::CommandBuffer> buffer_;  // the segment being encoded
+    // The segments closed by host points, each with the callback that runs after it.
+    std::vector<std::pair<Ref<MTL::CommandBuffer>, std::function<void()>>> closed_;
+    std::shared_ptr<Segments> segments_;  // once committed with host points
+    void commitSegments(std::function<void(const std::string& error)> done);
     Ref<MTL::ComputeCommandEncoder> compute_;
     Ref<MTL::BlitCommandEncoder> blit_;
     bool committed_ = false;
