@@ -225,8 +225,8 @@ def test_batch_normalization_sync_is_called_at_host_points_of_the_command_buffer
     import distributed_worker as w
     sys.path.pop(0)
     p = w.initial_weights(seed=3)
-    norm = w.Norm(p["bn_g"], p["bn_b"])
-    x_node = m.NNImageNode(w.Name("x"))
+    norm = w.batch_normalization_source(p["bn_g"], p["bn_b"])
+    x_node = m.NNImageNode(w.Handle("x"))
     bn = m.CNNBatchNormalizationNode(x_node, norm)
     bn.training_style = m.NNTrainingStyle.UPDATE_DEVICE_NONE
     descriptor = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
