@@ -3,8 +3,9 @@
 
 Each row times one op (forward or gradient) of mpsgrad and its PyTorch equivalent on the same
 machine, in the same run, with the same thread count (mpsgrad.set_num_threads and
-torch.set_num_threads), alternating one mpsgrad and one PyTorch iteration so that load from
-other processes hits both alike. Before timing, each case checks that both libraries compute
+torch.set_num_threads), alternating blocks of back-to-back mpsgrad and PyTorch iterations (a short
+pause before each block lets the other library's threads fall asleep) so that load from other
+processes hits both alike. Before timing, each case checks that both libraries compute
 the same values, so the rows compare like with like.
 
 Per row: median times, ratio = PyTorch time / mpsgrad time (the median of the ratios of the
@@ -38,7 +39,12 @@ def _parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller batches and fewer repeats")
-    parser.add_argument("--repeats", type=int, default=None, help="timed pairs per row (default 15, --quick 5)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed pairs of blocks per row (default 7, --quick 3)")
+    parser.add_argument("--block", type=int, default=3,
+                        help="back-to-back iterations of one library per block (default 3)")
+    parser.add_argument("--settle-ms", type=float, default=10.0,
+                        help="pause before each block, so the other library's threads fall asleep (default 10)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed pairs first (default 2, --quick 1)")
     parser.add_argument("--only", action="append", default=[],
                         help="only rows whose 'family label op' contains this text (repeatable: any of them)")
@@ -51,11 +57,11 @@ def _parse(argv):
                         help="where the JSON and markdown results go (default benchmarks/results)")
     parser.add_argument("--no-save", action="store_true", help="print only, write no files")
     args = parser.parse_args(argv)
-    args.repeats = args.repeats if args.repeats is not None else (5 if args.quick else 15)
+    args.repeats = args.repeats if args.repeats is not None else (3 if args.quick else 7)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     args.peak_seconds = args.peak_seconds if args.peak_seconds is not None else (1.0 if args.quick else 2.5)
-    if args.repeats < 1 or args.warmup < 0 or args.peak_seconds <= 0:
-        parser.error("--repeats must be >= 1, --warmup >= 0, --peak-seconds > 0")
+    if args.repeats < 1 or args.block < 1 or args.warmup < 0 or args.peak_seconds <= 0 or args.settle_ms < 0:
+        parser.error("--repeats and --block must be >= 1, --warmup and --settle-ms >= 0, --peak-seconds > 0")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
     return args
@@ -164,14 +170,32 @@ def _compare(label, what, ours, ref):
                            "the timings would not compare like with like")
 
 
-def time_row(mine, theirs, warmup, repeats):
+def _settle(seconds):
+    """Lets the other library's idle threads fall asleep before the next one is timed.
+
+    PyTorch's OpenMP team spins for a while after each parallel region (libgomp's default wait
+    policy) before it sleeps; an op timed right after a PyTorch op shares the cores with those
+    spinning threads. mpsgrad's pool sleeps on a condition variable at once. A short pause at
+    each switch of library lets either one run as it would in a program that uses only it."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def time_row(mine, theirs, warmup, repeats, block=3, settle=0.01):
+    """Medians and ratios of `repeats` pairs of blocks: `block` back-to-back mpsgrad iterations,
+    a pause, `block` back-to-back PyTorch iterations, a pause. Each library runs its iterations
+    back to back, as in a training loop that uses only it (its threads warm, the other's asleep);
+    the blocks alternate so that drifting load from other processes hits both alike. A block's
+    time is the median of its iterations; the ratio is the median of the per-pair ratios."""
     for _ in range(warmup):
         mine()
         theirs()
     ours, their = [], []
     for _ in range(repeats):
-        ours.append(_times(mine))
-        their.append(_times(theirs))
+        for fn, out in ((mine, ours), (theirs, their)):
+            _settle(settle)
+            samples = [_times(fn) for _ in range(block)]
+            out.append((statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)))
     # The median of per-pair ratios: each pair ran back to back, so drifting load cancels out.
     ratio = statistics.median(b[0] / a[0] for a, b in zip(ours, their))
     # The same with process CPU time: on an oversubscribed machine wall time mostly measures
@@ -207,9 +231,10 @@ def to_markdown(meta, rows, summary):
              f"(best seen at start)",
              f"- load average start / end: {meta['load_start']} / {meta['load_end']}",
              f"- malloc: {meta.get('malloc', 'system default')}",
-             f"- {meta['warmup']} warm-up + {meta['repeats']} timed pairs per row"
+             f"- {meta['warmup']} warm-up pairs, then {meta['repeats']} pairs of blocks of {meta.get('block', 1)} "
+             f"back-to-back iterations per library, {meta.get('settle_ms', 0):g} ms pause before each block"
              + (", --quick" if meta["quick"] else ""), "",
-             "ratio = PyTorch time / mpsgrad time (median over back-to-back pairs; > 1: mpsgrad faster); "
+             "ratio = PyTorch time / mpsgrad time (median over the pairs of blocks; > 1: mpsgrad faster); "
              "CPU-time ratio: the same with process CPU time (all threads); rate and % peak are mpsgrad's.", "",
              "| family | case | op | mpsgrad ms | torch ms | ratio | CPU-time ratio | rate | % peak |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -262,7 +287,8 @@ def main(args):
                 except RuntimeError as error:  # reported and kept in the results, not hidden
                     mismatch = str(error)
                     print(f"CHECK FAILED: {mismatch}", flush=True)
-            t_ours, t_torch, ratio, cpu_ratio = time_row(mine, theirs, args.warmup, args.repeats)
+            t_ours, t_torch, ratio, cpu_ratio = time_row(mine, theirs, args.warmup, args.repeats, args.block,
+                                                         args.settle_ms / 1e3)
             rate = amount / t_ours / 1e9
             peak = peak_gflops if unit == "flop" else peak_gbps
             rate_unit = "GFLOP/s" if unit == "flop" else "GB/s"
@@ -296,7 +322,8 @@ def main(args):
                 machine=f"{platform.machine()} {_cpu_model()} ({os.cpu_count()} CPUs)", threads=threads,
                 mpsgrad=m.__version__, blas=_blas(), torch=torch.__version__, numpy=np.__version__,
                 peak_gflops=peak_gflops, peak_gbps=peak_gbps, peaks=peaks, load_start=load, load_end=load_end,
-                quick=args.quick, repeats=args.repeats, warmup=args.warmup, only=args.only, device=args.device,
+                quick=args.quick, repeats=args.repeats, block=args.block, settle_ms=args.settle_ms,
+                warmup=args.warmup, only=args.only, device=args.device,
                 malloc=MALLOC)
     if not args.no_save:
         out = pathlib.Path(args.output_dir)
