@@ -142,7 +142,7 @@ void forwardRowsFor(const HalfBindings& f, const ArithmeticOperand& primary, con
 
 // One segment of the arithmetic forward: count pixels, C channels.
 template <int32_t Op, bool PC, bool SC, int32_t Mode>
-void arithmeticSegment(int64_t count, int64_t C, const float* x, int64_t xs, const float* y, int64_t ys,
+MPSGRAD_VECTOR_CLONES void arithmeticSegment(int64_t count, int64_t C, const float* x, int64_t xs, const float* y, int64_t ys,
                        float* d, int64_t ds, float* st, int64_t sts, float pS, float sS, float bias,
                        float lo, float hi) {
     for (int64_t i = 0; i < count; ++i) {
@@ -271,6 +271,54 @@ void gradientSegment(int64_t count, int64_t C, int64_t x0, const float* const* p
 
 using GradientSegmentFn = void (*)(int64_t, int64_t, int64_t, const float* const*, const int64_t*, float*,
                                    int64_t, float, float, float, float);
+
+// The gradient without broadcasting (the input had the gradient's shape): each term is one dX
+// element, written straight into dX (pixel i at d + i * ds) instead of summed through a
+// zeroed row buffer and copied out, with the same per-element arithmetic as gradientSegment.
+template <int32_t Op, bool ForSecondary, int32_t Mode>
+MPSGRAD_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t C, const float* const* ptrs,
+                                                 const int64_t* strides, float* d, int64_t ds, float pS, float sS,
+                                                 float lo, float hi) {
+    const float pSsS = pS * sS;
+    for (int64_t i = 0; i < count; ++i) {
+        const float* g = ptrs[0] + i * strides[0];
+        const float* x = ptrs[1] + i * strides[1];
+        const float* y = ptrs[2] + i * strides[2];
+        const float* m = ptrs[3] + i * strides[3];
+        float* out = d + i * ds;
+        for (int64_t k = 0; k < C; ++k) {
+            float gk = g[k];
+            if constexpr (Mode == kArithmeticClampMask) gk = gk * m[k];
+            else if constexpr (Mode == kArithmeticClampUnclamped) gk = gk * maskValue(m[k], lo, hi);
+            float t;
+            if constexpr (Op == kArithmeticAdd) t = gk * (ForSecondary ? sS : pS);
+            else if constexpr (Op == kArithmeticSubtract) t = gk * (ForSecondary ? -sS : pS);
+            else if constexpr (Op == kArithmeticMultiply) t = gk * (pSsS * (ForSecondary ? x[k] : y[k]));
+            else if constexpr (!ForSecondary) t = gk * (pS / (sS * y[k]));
+            else t = gk * (-(pS * x[k]) / (sS * y[k] * y[k]));
+            out[k] = 0.0f + t;  // as summed from zero by gradientSegment: a -0 term stores +0
+        }
+    }
+}
+
+using DirectGradientSegmentFn = void (*)(int64_t, int64_t, const float* const*, const int64_t*, float*, int64_t,
+                                         float, float, float, float);
+
+// [op][forSecondary][clamp mode] (a table of addresses: the AVX2 clones are resolved by the
+// loader, and taking their addresses inside nested lambdas made GCC 12 warn falsely).
+template <int32_t Op, bool ForSecondary>
+constexpr DirectGradientSegmentFn kDirectModes[3] = {&directGradientSegment<Op, ForSecondary, kArithmeticClampNone>,
+                                                     &directGradientSegment<Op, ForSecondary, kArithmeticClampMask>,
+                                                     &directGradientSegment<Op, ForSecondary, kArithmeticClampUnclamped>};
+template <int32_t Op>
+constexpr const DirectGradientSegmentFn* kDirectInputs[2] = {kDirectModes<Op, false>, kDirectModes<Op, true>};
+constexpr const DirectGradientSegmentFn* const* kDirectOps[4] = {
+    kDirectInputs<kArithmeticAdd>, kDirectInputs<kArithmeticSubtract>, kDirectInputs<kArithmeticMultiply>,
+    kDirectInputs<kArithmeticDivide>};
+
+DirectGradientSegmentFn selectDirectGradientSegment(int32_t op, bool forSecondary, int32_t mode) {
+    return kDirectOps[op - kArithmeticAdd][forSecondary ? 1 : 0][mode];
+}
 
 GradientSegmentFn selectGradientSegment(int32_t op, bool forSecondary, bool xc, bool yc, int32_t mode,
                                         bool sx, bool sch) {
@@ -445,6 +493,38 @@ void gradientRows(const ArithmeticGradientParams& p, GradientSegmentFn fn, bool 
         }
     };
 
+    // No broadcast (every forward row feeds its own dX row, and the operands the terms read have
+    // every channel) into a float32 dX that holds whole rows: the terms go straight to dX.
+    const bool direct = std::is_same<DT, float>::value && S == 1 && DW == W && DC == C &&
+                        (!needX || p.primary.strideChannels != 0) && (!needY || p.secondary.strideChannels != 0) &&
+                        p.destinationX >= 0 && int64_t(p.destinationX) + W <= p.destination.width;
+    if (direct) {
+        const DirectGradientSegmentFn dfn = selectDirectGradientSegment(p.op, p.forSecondary != 0, p.clampMode);
+        parallelFor(outRows, rowGrain(int64_t(W) * C), [&](int64_t o0, int64_t o1) {
+            std::vector<float> zeros(size_t(C), 0.0f);
+            Readers r = readers();
+            for (int64_t o = o0; o < o1; ++o) {
+                const int64_t n = o / H;
+                const int32_t py = int32_t(o % H);
+                const int64_t yy = p.destinationY + py;
+                if (yy < 0 || yy >= p.destination.height) continue;
+                RowRuns in[4] = {
+                    r.g.runs(n, p.gradientX, p.gradientY + py, 1, W, kEdgeZero, zeros.data()),
+                    needX ? operandRow(p.primary, r.x, n, py, W, zeros.data()) : constantRow(zeros.data(), W),
+                    needY ? operandRow(p.secondary, r.y, n, py, W, zeros.data()) : constantRow(zeros.data(), W),
+                    p.clampMode != kArithmeticClampNone
+                        ? rowRuns(p.clampState, clampState, n, 0, py, 1, W, kEdgeZero, zeros.data())
+                        : constantRow(zeros.data(), W)};
+                float* dRow = reinterpret_cast<float*>(destination) + pixelIndex(p.destination, n, p.destinationX, yy);
+                const int64_t ds = p.destination.pixelStride;
+                forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
+                    dfn(e - b, C, ptrs, strides, dRow + int64_t(b) * ds, ds, p.primaryScale, p.secondaryScale,
+                        p.minimumValue, p.maximumValue);
+                });
+            }
+        });
+        return;
+    }
     if (blocks <= 1) {
         parallelFor(outRows, rowGrain(int64_t(W) * C * S), [&](int64_t o0, int64_t o1) {
             std::vector<float> zeros(size_t(C), 0.0f), acc(static_cast<size_t>(rowLen));

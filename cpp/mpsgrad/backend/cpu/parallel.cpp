@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -17,17 +18,53 @@
 #if defined(__linux__)
 #include <sched.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace mpsgrad::cpu {
 namespace {
 
 thread_local bool insideParallelRegion = false;
 
+// Tells the core a spin-wait is in progress (less power, and the sibling hyper-thread runs).
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+// Spins until ready() or `budget` has passed; returns ready(). A training loop issues its ops
+// back to back, tens of microseconds apart: a worker that went to sleep after one op must be
+// woken through the kernel for the next (a futex wake-up and a reschedule, tens of
+// microseconds, as much as a whole element-wise op on an L3-resident tensor). Spinning a
+// little first keeps the pool warm across consecutive ops, as OpenMP runtimes do.
+template <class Ready>
+bool spinUntil(Ready ready, std::chrono::microseconds budget) {
+    if (budget.count() <= 0) return ready();
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (ready()) return true;
+            cpuRelax();
+        }
+        if (std::chrono::steady_clock::now() >= deadline) return ready();
+    }
+}
+
+int usableCpus();
+int spinMicroseconds();
+
 // Persistent workers; each parallelFor publishes one job that the workers and the
 // caller drain chunk by chunk.
 class Pool {
 public:
-    explicit Pool(int threads) {
+    // `spin`: how long idle threads spin before they sleep (none when the pool has more threads
+    // than the CPUs it may use: a spinning thread would then hold a CPU another one needs).
+    Pool(int threads, std::chrono::microseconds spin)
+        : spin_(threads <= usableCpus() ? spin : std::chrono::microseconds(0)) {
         int extra = threads - 1;
         for (int i = 0; i < extra; ++i) workers_.emplace_back([this] { workerLoop(); });
     }
@@ -47,14 +84,15 @@ public:
             job_ = &chunk;
             chunkCount_ = chunks;
             nextChunk_ = 0;
-            pending_ = chunks;
+            pending_.store(chunks, std::memory_order_relaxed);
             error_ = nullptr;
-            ++generation_;
+            generation_.fetch_add(1, std::memory_order_release);
         }
-        wake_.notify_all();
+        wake_.notify_all();  // no system call when every worker is spinning
         drain();
+        spinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; }, spin_);
         std::unique_lock<std::mutex> lock(mutex_);
-        done_.wait(lock, [this] { return pending_ == 0; });
+        done_.wait(lock, [this] { return pending_.load(std::memory_order_relaxed) == 0; });
         job_ = nullptr;
         if (error_) std::rethrow_exception(error_);
     }
@@ -63,11 +101,12 @@ private:
     void workerLoop() {
         uint64_t seen = 0;
         for (;;) {
+            spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; }, spin_);
             {
                 std::unique_lock<std::mutex> lock(mutex_);
-                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+                wake_.wait(lock, [&] { return stopping_ || generation_.load(std::memory_order_relaxed) != seen; });
                 if (stopping_) return;
-                seen = generation_;
+                seen = generation_.load(std::memory_order_relaxed);
             }
             drain();
         }
@@ -91,7 +130,7 @@ private:
                 if (!error_) error_ = std::current_exception();
             }
             std::lock_guard<std::mutex> lock(mutex_);
-            if (--pending_ == 0) done_.notify_all();
+            if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.notify_all();
         }
         insideParallelRegion = false;
     }
@@ -101,9 +140,12 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_, done_;
     const std::function<void(int64_t)>* job_ = nullptr;
-    int64_t chunkCount_ = 0, nextChunk_ = 0, pending_ = 0;
-    uint64_t generation_ = 0;
+    int64_t chunkCount_ = 0, nextChunk_ = 0;
+    // Written under mutex_; atomic so that spinning threads may read them without it.
+    std::atomic<int64_t> pending_{0};
+    std::atomic<uint64_t> generation_{0};
     bool stopping_ = false;
+    const std::chrono::microseconds spin_;
     std::exception_ptr error_;
 };
 
@@ -115,7 +157,7 @@ std::atomic<int> currentCount{0};
 
 std::shared_ptr<Pool> pool() {
     std::lock_guard<std::mutex> lock(poolMutex);
-    if (!currentPool) currentPool = std::make_shared<Pool>(threadCount());
+    if (!currentPool) currentPool = std::make_shared<Pool>(threadCount(), std::chrono::microseconds(spinMicroseconds()));
     return currentPool;
 }
 
@@ -145,18 +187,44 @@ int cgroupQuotaCpus() {
     return std::max(1, int(std::ceil(quota / period)));
 }
 
+// The CPUs this process may use: its CPU affinity mask (sched_getaffinity), capped by a cgroup
+// CPU quota rounded up; std::thread::hardware_concurrency() where neither is available; >= 1.
+int usableCpus() {
+    static const int cpus = [] {
+        int count = int(std::thread::hardware_concurrency());
+#if defined(__linux__)
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        if (sched_getaffinity(0, sizeof set, &set) == 0) count = CPU_COUNT(&set);
+#endif
+        if (int quota = cgroupQuotaCpus()) count = count > 0 ? std::min(count, quota) : quota;
+        return std::max(1, count);
+    }();
+    return cpus;
+}
+
+// How long idle pool threads spin before sleeping: MPSGRAD_SPIN_MICROSECONDS when it holds an
+// integer in [0, 100000] (0: sleep at once), else 100 us (longer than the Python work between
+// two ops of a training loop, short enough to cost nothing visible when the program stops
+// issuing ops).
+int spinMicroseconds() {
+    static const int micros = [] {
+        const char* text = std::getenv("MPSGRAD_SPIN_MICROSECONDS");
+        if (text && *text) {
+            char* end = nullptr;
+            long v = std::strtol(text, &end, 10);
+            if (end && *end == '\0' && v >= 0 && v <= 100000) return int(v);
+        }
+        return 100;
+    }();
+    return micros;
+}
+
 }  // namespace
 
 int defaultThreadCount() {
     if (int fromEnv = parsePositive(std::getenv("MPSGRAD_NUM_THREADS"))) return fromEnv;
-    int count = int(std::thread::hardware_concurrency());
-#if defined(__linux__)
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) count = CPU_COUNT(&set);
-#endif
-    if (int quota = cgroupQuotaCpus()) count = count > 0 ? std::min(count, quota) : quota;
-    return std::max(1, count);
+    return usableCpus();
 }
 
 int threadCount() {
