@@ -672,10 +672,53 @@ struct PythonBatchNormalizationSync {
         }
     }
 };
+// A read-write NNGraph property holding a Python callable in the hook `member` through the
+// wrapper Hook (which keeps a PythonReference named `callable`): None clears it, anything else
+// that is not callable is a TypeError saying what was `expected`.
+template <class Hook, class Function>
+void bindHookProperty(py::class_<NNGraph, std::shared_ptr<NNGraph>>& graph, const char* name,
+                      Function NNGraph::*member, const char* expected, const char* doc) {
+    const std::string prefix = std::string(name) + ": expected None or " + expected + ", got ";
+    graph.def_property(
+        name,
+        [member](const NNGraph& g) -> py::object {
+            auto* hook = (g.*member).template target<Hook>();
+            return hook ? hook->callable->object : py::none();
+        },
+        [member, prefix](NNGraph& g, py::object hook) {
+            if (hook.is_none()) {
+                g.*member = nullptr;
+                return;
+            }
+            if (!PyCallable_Check(hook.ptr())) throwTypeError(prefix, typeName(hook));
+            g.*member = Hook{std::make_shared<PythonReference>(std::move(hook))};
+        },
+        doc);
+}
+
+constexpr const char* kBeforeUpdatesDoc =
+    "mpsgrad extension (docs/graph.md \"Before the updates\"): None or a callable(gradient_states) run "
+    "once the command buffer completed, with the gradient states of every trainable gradient node (a "
+    "list), before their data sources update; it may change the gradients in place (mpsgrad.distributed "
+    "averages them across processes). The trainable nodes must train UPDATE_DEVICE_CPU.";
+constexpr const char* kBatchNormalizationSyncDoc =
+    "mpsgrad extension (docs/distributed.md \"Synchronized batch normalization in a graph\"): None or a "
+    "callable(state, stage, count) run at host points of the command buffer: stage 'statistics' right "
+    "after a batch normalization node computed its batch mean and variance (before the normalization "
+    "reads them), stage 'gradients' right after its gradient node summed dgamma and dbeta (before the "
+    "input gradient reads them); state is the node's CNNBatchNormalizationState, count the values per "
+    "channel summarised on this process. It may replace the values in place (mpsgrad.distributed "
+    "synchronizes them across processes). An exception fails the command buffer.";
 }  // namespace
 
 void bindNNGraph(py::module_& m) {
-    py::class_<NNGraph, std::shared_ptr<NNGraph>>(m, "NNGraph", "MPSNNGraph")
+    py::class_<NNGraph, std::shared_ptr<NNGraph>> graph(m, "NNGraph", "MPSNNGraph");
+    bindHookProperty<PythonBeforeUpdates>(graph, "before_updates", &NNGraph::beforeUpdates,
+                                          "a callable(gradient_states)", kBeforeUpdatesDoc);
+    bindHookProperty<PythonBatchNormalizationSync>(graph, "batch_normalization_sync",
+                                                   &NNGraph::batchNormalizationSync,
+                                                   "a callable(state, stage, count)", kBatchNormalizationSyncDoc);
+    graph
         .def(py::init([](const DeviceArg& device, py::object result, py::object needed) {
                  Device d = toDevice(device);
                  if (py::isinstance<NNImageNode>(result))
@@ -697,50 +740,6 @@ void bindNNGraph(py::module_& m) {
              "-initWithDevice:resultImages:resultsAreNeeded: (a list of bools)")
         .def_property_readonly("device", &NNGraph::device)
         .def_readwrite("label", &NNGraph::label)
-        .def_property(
-            "before_updates",
-            [](const NNGraph& g) -> py::object {
-                auto* hook = g.beforeUpdates.target<PythonBeforeUpdates>();
-                return hook ? hook->callable->object : py::none();
-            },
-            [](NNGraph& g, py::object hook) {
-                if (hook.is_none()) {
-                    g.beforeUpdates = nullptr;
-                    return;
-                }
-                if (!PyCallable_Check(hook.ptr()))
-                    throwTypeError("before_updates: expected None or a callable(gradient_states), got ",
-                                   typeName(hook));
-                g.beforeUpdates = PythonBeforeUpdates{std::make_shared<PythonReference>(std::move(hook))};
-            },
-            "mpsgrad extension (docs/graph.md \"Before the updates\"): None or a callable(gradient_states) run "
-            "once the command buffer completed, with the gradient states of every trainable gradient node (a "
-            "list), before their data sources update; it may change the gradients in place (mpsgrad.distributed "
-            "averages them across processes). The trainable nodes must train UPDATE_DEVICE_CPU.")
-        .def_property(
-            "batch_normalization_sync",
-            [](const NNGraph& g) -> py::object {
-                auto* hook = g.batchNormalizationSync.target<PythonBatchNormalizationSync>();
-                return hook ? hook->callable->object : py::none();
-            },
-            [](NNGraph& g, py::object hook) {
-                if (hook.is_none()) {
-                    g.batchNormalizationSync = nullptr;
-                    return;
-                }
-                if (!PyCallable_Check(hook.ptr()))
-                    throwTypeError("batch_normalization_sync: expected None or a callable(state, stage, count), got ",
-                                   typeName(hook));
-                g.batchNormalizationSync =
-                    PythonBatchNormalizationSync{std::make_shared<PythonReference>(std::move(hook))};
-            },
-            "mpsgrad extension (docs/distributed.md \"Synchronized batch normalization in a graph\"): None or a "
-            "callable(state, stage, count) run at host points of the command buffer: stage 'statistics' right "
-            "after a batch normalization node computed its batch mean and variance (before the normalization "
-            "reads them), stage 'gradients' right after its gradient node summed dgamma and dbeta (before the "
-            "input gradient reads them); state is the node's CNNBatchNormalizationState, count the values per "
-            "channel summarised on this process. It may replace the values in place (mpsgrad.distributed "
-            "synchronizes them across processes). An exception fails the command buffer.")
         .def_property_readonly("source_image_handles", [](const NNGraph& g) { return handleList(g.sourceImageHandles()); })
         .def_property_readonly("source_state_handles", [](const NNGraph& g) { return handleList(g.sourceStateHandles()); })
         .def_property_readonly("intermediate_image_handles",

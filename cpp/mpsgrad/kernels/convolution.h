@@ -238,6 +238,8 @@ public:
 
     int64_t kernelWidth() const override { return weights_.descriptor.kernelWidth; }
     int64_t kernelHeight() const override { return weights_.descriptor.kernelHeight; }
+    // Every output pixel of the clip is one product (plus bias and neuron) for every channel.
+    bool writesEveryDestinationPixel() const override { return true; }
     int64_t strideInPixelsX() const override { return weights_.descriptor.strideInPixelsX; }
     int64_t strideInPixelsY() const override { return weights_.descriptor.strideInPixelsY; }
     int64_t dilationRateX() const override { return weights_.descriptor.dilationRateX; }

@@ -44,6 +44,9 @@ public:
     int64_t dilationRateX() const override { return dilationX_; }
     int64_t dilationRateY() const override { return dilationY_; }
     PoolingKind kind() const { return kind_; }
+    // Every output pixel of the clip is its window's max / mean / L2 norm, even a window that reads
+    // only edge pixels.
+    bool writesEveryDestinationPixel() const override { return true; }
 
     // -initWithCoder:device: for the four forward classes (kernels/serialization.cpp).
     template <class T>
