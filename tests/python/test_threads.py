@@ -1,5 +1,5 @@
-"""Thread control of the CPU backend: mpsgrad.set_num_threads / get_num_threads and
-MPSGRAD_NUM_THREADS. Results stay right (against PyTorch) and bitwise reproducible on any count."""
+"""Thread control of the CPU backend: mpsgrad.set_num_threads / get_num_threads,
+MPSGRAD_NUM_THREADS and MPSGRAD_SPIN_MICROSECONDS. Results stay right (against PyTorch) and bitwise reproducible on any count."""
 from __future__ import annotations
 
 import os
@@ -52,6 +52,34 @@ def test_environment_variable_sets_the_default():
     env["MPSGRAD_NUM_THREADS"] = "zero"  # not an integer >= 1: ignored, the default applies
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(out.stdout.strip()) >= 1
+
+
+_SPIN_CODE = """
+import numpy as np, mpsgrad as m
+m.set_num_threads(2)
+device = m.Device("cpu")
+queue = m.CommandQueue(device)
+relu = m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
+x = np.random.default_rng(3).standard_normal((4, 64, 64, 16), dtype=np.float32)
+xs = m.batch_from_numpy(x, device)
+for _ in range(20):  # back-to-back ops: the pool's threads find the next job while spinning
+    cb = queue.command_buffer()
+    ys = relu.encode_batch(cb, xs)
+    cb.commit()
+    cb.wait_until_completed()
+    assert np.array_equal(m.batch_to_numpy(ys), np.maximum(x, 0)), "wrong result"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("spin", ["0", "100", "100000", "-5", "often"])
+def test_spin_environment_variable(spin):
+    """MPSGRAD_SPIN_MICROSECONDS: 0 (sleep at once), the default, the longest spin (0.1 s, and the
+    process still exits at once: stopping the pool does not wait out a spin by more than that),
+    and values outside 0-100000 (ignored: the default applies). Every setting computes the same."""
+    env = dict(os.environ, MPSGRAD_SPIN_MICROSECONDS=spin)
+    out = subprocess.run([sys.executable, "-c", _SPIN_CODE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def _conv_all(device, x, w, b, dy):
