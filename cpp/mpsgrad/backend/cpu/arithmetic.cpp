@@ -142,9 +142,10 @@ void forwardRowsFor(const HalfBindings& f, const ArithmeticOperand& primary, con
 
 // One segment of the arithmetic forward: count pixels, C channels.
 template <int32_t Op, bool PC, bool SC, int32_t Mode>
-MPSGRAD_VECTOR_CLONES void arithmeticSegment(int64_t count, int64_t C, const float* x, int64_t xs, const float* y, int64_t ys,
-                       float* d, int64_t ds, float* st, int64_t sts, float pS, float sS, float bias,
-                       float lo, float hi) {
+MPSGRAD_TEMPLATE_VECTOR_CLONES void arithmeticSegment(int64_t count, int64_t C, const float* x, int64_t xs,
+                                                      const float* y, int64_t ys, float* d, int64_t ds, float* st,
+                                                      int64_t sts, float pS, float sS, float bias, float lo,
+                                                      float hi) {
     for (int64_t i = 0; i < count; ++i) {
         const float* xp = x + i * xs;
         const float* yp = y + i * ys;
@@ -276,7 +277,7 @@ using GradientSegmentFn = void (*)(int64_t, int64_t, int64_t, const float* const
 // element, written straight into dX (pixel i at d + i * ds) instead of summed through a
 // zeroed row buffer and copied out, with the same per-element arithmetic as gradientSegment.
 template <int32_t Op, bool ForSecondary, int32_t Mode>
-MPSGRAD_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t C, const float* const* ptrs,
+MPSGRAD_TEMPLATE_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t C, const float* const* ptrs,
                                                  const int64_t* strides, float* d, int64_t ds, float pS, float sS,
                                                  float lo, float hi) {
     const float pSsS = pS * sS;
@@ -307,9 +308,10 @@ using DirectGradientSegmentFn = void (*)(int64_t, int64_t, const float* const*, 
 // [op][forSecondary][clamp mode] (a table of addresses: the AVX2 clones are resolved by the
 // loader, and taking their addresses inside nested lambdas made GCC 12 warn falsely).
 template <int32_t Op, bool ForSecondary>
-constexpr DirectGradientSegmentFn kDirectModes[3] = {&directGradientSegment<Op, ForSecondary, kArithmeticClampNone>,
-                                                     &directGradientSegment<Op, ForSecondary, kArithmeticClampMask>,
-                                                     &directGradientSegment<Op, ForSecondary, kArithmeticClampUnclamped>};
+constexpr DirectGradientSegmentFn kDirectModes[3] = {
+    &directGradientSegment<Op, ForSecondary, kArithmeticClampNone>,
+    &directGradientSegment<Op, ForSecondary, kArithmeticClampMask>,
+    &directGradientSegment<Op, ForSecondary, kArithmeticClampUnclamped>};
 template <int32_t Op>
 constexpr const DirectGradientSegmentFn* kDirectInputs[2] = {kDirectModes<Op, false>, kDirectModes<Op, true>};
 constexpr const DirectGradientSegmentFn* const* kDirectOps[4] = {

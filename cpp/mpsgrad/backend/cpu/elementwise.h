@@ -141,6 +141,13 @@ inline float fixedOrderMax(const float* v, int64_t count) {
 #else
 #define MPSGRAD_VECTOR_CLONES
 #endif
+// The same for function templates, which only GCC can multi-version (Clang 16: "multiversioned
+// functions do not yet support function templates"); Clang builds keep the baseline loops there.
+#if (defined(__GNUC__) && !defined(__clang__)) && defined(__x86_64__) && defined(__ELF__) && !defined(__APPLE__)
+#define MPSGRAD_TEMPLATE_VECTOR_CLONES MPSGRAD_VECTOR_CLONES
+#else
+#define MPSGRAD_TEMPLATE_VECTOR_CLONES
+#endif
 
 // e^x in float, written without branches or library calls so that loops over it vectorize
 // (std::exp is a scalar call: it made softmax compute-bound). Cody-Waite reduction

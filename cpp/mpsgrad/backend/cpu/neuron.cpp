@@ -33,10 +33,10 @@ struct PixelSpan {
     int64_t ds;
 };
 
-// AVX2 clones (MPSGRAD_VECTOR_CLONES): the simple neurons stream at L3 speed, where 128-bit
+// AVX2 clones (MPSGRAD_TEMPLATE_VECTOR_CLONES, GCC): the simple neurons stream at L3 speed, where 128-bit
 // baseline vectors left the loop instruction-bound.
 template <int32_t Type>
-MPSGRAD_VECTOR_CLONES void forwardSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
+MPSGRAD_TEMPLATE_VECTOR_CLONES void forwardSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
     const float a = np.a, b = np.b, c = np.c;
     for (int64_t i = 0; i < s.count; ++i) {
         const float* x = s.x + i * s.xs;
@@ -47,7 +47,7 @@ MPSGRAD_VECTOR_CLONES void forwardSpan(const PixelSpan& s, const NeuronParams& n
 }
 
 template <int32_t Type>
-MPSGRAD_VECTOR_CLONES void gradientSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
+MPSGRAD_TEMPLATE_VECTOR_CLONES void gradientSpan(const PixelSpan& s, const NeuronParams& np, const float* channelA) {
     const float a = np.a, b = np.b, c = np.c;
     for (int64_t i = 0; i < s.count; ++i) {
         const float* x = s.x + i * s.xs;

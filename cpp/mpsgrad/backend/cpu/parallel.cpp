@@ -157,7 +157,8 @@ std::atomic<int> currentCount{0};
 
 std::shared_ptr<Pool> pool() {
     std::lock_guard<std::mutex> lock(poolMutex);
-    if (!currentPool) currentPool = std::make_shared<Pool>(threadCount(), std::chrono::microseconds(spinMicroseconds()));
+    if (!currentPool)
+        currentPool = std::make_shared<Pool>(threadCount(), std::chrono::microseconds(spinMicroseconds()));
     return currentPool;
 }
 
