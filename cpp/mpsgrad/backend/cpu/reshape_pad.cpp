@@ -39,10 +39,19 @@ constexpr int64_t kPixelGrain = 256;
 // element index `flat` reads the source element with the same HWC index. Within one pixel
 // on each side the channels are contiguous, so the copy proceeds in runs that end where
 // either side's pixel ends.
+// True when the layout's pixels hold exactly its channels, back to back (no channel offset, no
+// padding lanes): element i of the image's HWC order is then float i of the image.
+inline bool denseLayout(const ImageLayout& l) { return l.channelOffset == 0 && l.pixelStride == l.channels; }
+
 void reshapePixels(const ReshapeParams& p, const float* x, float* y, int64_t n, int64_t first, int64_t last) {
     const ImageLayout& s = p.source;
     const ImageLayout& d = p.destination;
     const int64_t sc0 = first * d.channels;  // HWC index of the first element copied
+    if (denseLayout(s) && denseLayout(d)) {  // the same HWC range on both sides: one copy, not one per pixel
+        std::memcpy(y + n * d.imageStride + sc0, x + n * s.imageStride + sc0,
+                    size_t((last - first) * d.channels) * sizeof(float));
+        return;
+    }
     int64_t sPixel = sc0 / s.channels, sc = sc0 % s.channels;
     for (int64_t dPixel = first; dPixel < last; ++dPixel) {
         float* out = y + pixelAt(d, n, dPixel);
