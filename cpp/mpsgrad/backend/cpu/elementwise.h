@@ -187,8 +187,12 @@ inline float fastExp(float input) {
 // Vectors are passed by reference and the helpers always inlined: a 32-byte vector passed by value
 // to, or returned from, a function of the baseline clone would change its ABI.
 #if defined(__GNUC__) || defined(__clang__)
-#define MPSGRAD_FLOATS8 1
 #define MPSGRAD_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define MPSGRAD_ALWAYS_INLINE inline
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define MPSGRAD_FLOATS8 1
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints8 __attribute__((vector_size(32)));
 typedef uint32_t Bits8 __attribute__((vector_size(32)));
