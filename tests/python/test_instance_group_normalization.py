@@ -38,6 +38,8 @@ CASES = [
     ("group", (2, 12, 13, 12), 4),        # 3 channels x 156 pixels = 468 values per group
     ("group", (2, 6, 9, 10), 1),          # one group: layer normalization over C·H·W
     ("group", (2, 4, 5, 7), 7),           # groups == channels: instance normalization
+    ("group", (2, 6, 5, 40), 8),          # CPU reductions: two whole 16-channel blocks and a tail of 8
+    ("instance", (2, 4, 3, 16), 16),      # one whole 16-channel block
 ]
 
 

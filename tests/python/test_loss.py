@@ -184,6 +184,20 @@ def test_larger_images(device, queue, check, loss_type, reduction, across_batch)
     check(grad, ref_grad, "gradient")
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4, 21), (3, 2, 2, 64)], ids=["21ch", "64ch"])
+@pytest.mark.parametrize("reduction", [R.MEAN, R.NONE])
+def test_softmax_cross_entropy_channel_blocks(device, queue, check, shape, reduction):
+    """Channel counts that reach the CPU loops' 8-float blocks (21: two blocks and a tail; 64: blocks only)."""
+    gen = rng(f"softmax-ce-blocks-{shape[-1]}-{reduction.name}")
+    y, t = _inputs(gen, T.SOFTMAX_CROSS_ENTROPY, shape)
+    w, _ = _weights(gen, "weights_image", shape)
+    d = m.CNNLossDescriptor(T.SOFTMAX_CROSS_ENTROPY, reduction)
+    values, grad = _run_loss(device, queue, d, y, t, w)
+    ref_values, ref_grad = _reference(d, y, t, w)
+    check(values, ref_values, "loss")
+    check(grad, ref_grad, "gradient")
+
+
 @pytest.mark.parametrize("loss_type", [T.SOFTMAX_CROSS_ENTROPY, T.SIGMOID_CROSS_ENTROPY])
 @pytest.mark.parametrize("reduction", [R.MEAN, R.NONE])
 def test_label_smoothing(device, queue, check, loss_type, reduction):

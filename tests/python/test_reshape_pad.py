@@ -35,7 +35,10 @@ def run(device, fn):
 # ---------------------------------------------------------------------------------------------
 # reshape
 
-SHAPES = [((5, 3, 6), (9, 2, 5)), ((4, 4, 3), (1, 1, 48)), ((7, 1, 8), (2, 7, 4)), ((2, 3, 13), (13, 3, 2))]
+SHAPES = [((5, 3, 6), (9, 2, 5)), ((4, 4, 3), (1, 1, 48)), ((7, 1, 8), (2, 7, 4)), ((2, 3, 13), (13, 3, 2)),
+          # dense layouts on both sides (channels a multiple of 4: the CPU copies whole ranges), over
+          # several 256-pixel parallel chunks, with equal and with different channel counts
+          ((32, 24, 8), (64, 12, 8)), ((16, 40, 12), (48, 20, 8))]
 
 
 def hwc(shape):  # (width, height, channels) -> NumPy (height, width, channels)

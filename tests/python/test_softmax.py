@@ -22,7 +22,8 @@ import torch
 import mpsgrad as m
 from conftest import randn, rng
 
-CHANNELS = [1, 3, 4, 5, 1000]
+# 13 and 21: the 8-float blocks of the CPU loops plus a tail; 64: blocks only
+CHANNELS = [1, 3, 4, 5, 13, 21, 64, 1000]
 
 
 def _inputs(gen, n, h, w, c, scale):

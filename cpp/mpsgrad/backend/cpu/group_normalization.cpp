@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,142 @@ GroupStatistics statisticsOf(const GroupNormalizationParams& p, const float* sta
     return {s[0], 1.0f / std::sqrt(s[1] + p.epsilon)};
 }
 
+// The loops below are compiled twice, for AVX2 and for the baseline ISA, picked at load time
+// (MPSGRAD_VECTOR_CLONES); every channel sees the same operations in the same order in both, so
+// results do not depend on the machine.
+
+// Adds x − shift and (x − shift)² of channels [0, w) of `pixels` pixels (pixelStride apart) into
+// s1, s2 (W > 0: a constant channel count instead of w).
+template <int32_t W>
+MPSGRAD_ALWAYS_INLINE void sumDeviationsOf(const float* x, int64_t pixelStride, int64_t pixels, int32_t w,
+                                           const double* shift, double* s1, double* s2) {
+    const int32_t width = W ? W : w;
+    double a[kChannelBlock], b[kChannelBlock];
+    for (int32_t k = 0; k < width; ++k) a[k] = s1[k], b[k] = s2[k];
+    for (int64_t i = 0; i < pixels; ++i, x += pixelStride)
+        for (int32_t k = 0; k < width; ++k) {
+            const double d = double(x[k]) - shift[k];
+            a[k] += d;
+            b[k] += d * d;
+        }
+    for (int32_t k = 0; k < width; ++k) s1[k] = a[k], s2[k] = b[k];
+}
+
+#if MPSGRAD_FLOATS8
+// A whole block of 16 channels with its 32 sums written out as vectors of 4 doubles: GCC left the
+// loop above partly scalar, with sums spilled to the stack. Same operations per channel.
+typedef double Doubles4 __attribute__((vector_size(32)));
+typedef float Floats4 __attribute__((vector_size(16)));
+
+MPSGRAD_ALWAYS_INLINE void load4(Doubles4& v, const float* p) {
+    Floats4 f;
+    std::memcpy(&f, p, sizeof f);
+    v = __builtin_convertvector(f, Doubles4);
+}
+
+MPSGRAD_ALWAYS_INLINE void sumDeviationsOfBlock(const float* x, int64_t pixelStride, int64_t pixels,
+                                                const double* shift, double* s1, double* s2) {
+    Doubles4 a[4], b[4], sh[4];
+    std::memcpy(a, s1, sizeof a), std::memcpy(b, s2, sizeof b), std::memcpy(sh, shift, sizeof sh);
+    for (int64_t i = 0; i < pixels; ++i, x += pixelStride)
+        for (int q = 0; q < 4; ++q) {
+            Doubles4 v;
+            load4(v, x + 4 * q);
+            const Doubles4 d = v - sh[q];
+            a[q] += d;
+            b[q] += d * d;
+        }
+    std::memcpy(s1, a, sizeof a), std::memcpy(s2, b, sizeof b);
+}
+#endif
+
+MPSGRAD_VECTOR_CLONES
+void sumDeviations(const float* x, int64_t pixelStride, int64_t pixels, int32_t w, const double* shift, double* s1,
+                   double* s2) {
+#if MPSGRAD_FLOATS8
+    if (w == kChannelBlock) return sumDeviationsOfBlock(x, pixelStride, pixels, shift, s1, s2);
+#endif
+    sumDeviationsOf<0>(x, pixelStride, pixels, w, shift, s1, s2);
+}
+
+// Adds G and G·x̂ (x̂ = (x − mean)·invStd) of channels [0, w) of `pixels` pixels into sG, sGX (W as above).
+template <int32_t W>
+MPSGRAD_ALWAYS_INLINE void sumGradientsOf(const float* g, int64_t gStride, const float* x, int64_t xStride,
+                                          int64_t pixels, int32_t w, const float* mean, const float* invStd,
+                                          double* sG, double* sGX) {
+    const int32_t width = W ? W : w;
+    double a[kChannelBlock], b[kChannelBlock];
+    for (int32_t k = 0; k < width; ++k) a[k] = sG[k], b[k] = sGX[k];
+    for (int64_t i = 0; i < pixels; ++i, g += gStride, x += xStride)
+        for (int32_t k = 0; k < width; ++k) {
+            const float xhat = (x[k] - mean[k]) * invStd[k];
+            a[k] += double(g[k]);
+            b[k] += double(g[k]) * double(xhat);
+        }
+    for (int32_t k = 0; k < width; ++k) sG[k] = a[k], sGX[k] = b[k];
+}
+
+#if MPSGRAD_FLOATS8
+// sumGradientsOf for a whole block of 16 channels, written out like sumDeviationsOfBlock.
+MPSGRAD_ALWAYS_INLINE void sumGradientsOfBlock(const float* g, int64_t gStride, const float* x, int64_t xStride,
+                                               int64_t pixels, const float* mean, const float* invStd, double* sG,
+                                               double* sGX) {
+    Doubles4 a[4], b[4];
+    Floats4 m[4], r[4];
+    std::memcpy(a, sG, sizeof a), std::memcpy(b, sGX, sizeof b);
+    std::memcpy(m, mean, sizeof m), std::memcpy(r, invStd, sizeof r);
+    for (int64_t i = 0; i < pixels; ++i, g += gStride, x += xStride)
+        for (int q = 0; q < 4; ++q) {
+            Floats4 xv;
+            std::memcpy(&xv, x + 4 * q, sizeof xv);
+            const Floats4 xhat = (xv - m[q]) * r[q];
+            Doubles4 gv;
+            load4(gv, g + 4 * q);
+            a[q] += gv;
+            b[q] += gv * __builtin_convertvector(xhat, Doubles4);
+        }
+    std::memcpy(sG, a, sizeof a), std::memcpy(sGX, b, sizeof b);
+}
+#endif
+
+MPSGRAD_VECTOR_CLONES
+void sumGradients(const float* g, int64_t gStride, const float* x, int64_t xStride, int64_t pixels, int32_t w,
+                  const float* mean, const float* invStd, double* sG, double* sGX) {
+#if MPSGRAD_FLOATS8
+    if (w == kChannelBlock) return sumGradientsOfBlock(g, gStride, x, xStride, pixels, mean, invStd, sG, sGX);
+#endif
+    sumGradientsOf<0>(g, gStride, x, xStride, pixels, w, mean, invStd, sG, sGX);
+}
+
+// y = (x − mean)·scale + beta over C channels of `count` pixels.
+MPSGRAD_VECTOR_CLONES
+void normalizePixels(const float* x, int64_t xStride, float* y, int64_t yStride, int64_t count, int32_t C,
+                     const float* __restrict mean, const float* __restrict scale, const float* __restrict beta) {
+    for (int64_t i = 0; i < count; ++i, x += xStride, y += yStride)
+        for (int32_t c = 0; c < C; ++c) y[c] = (x[c] - mean[c]) * scale[c] + beta[c];
+}
+
+// Per (image, channel) values of the gradient's element-wise pass: the group's mean, 1/std and
+// a = A/M, b = B/M (see groupNormalizationGradient).
+struct GradientConstants {
+    std::vector<float> mean, invStd, a, b;
+};
+
+// dX = invStd·(γ·G − a − x̂·b) over C channels of `count` pixels of the image whose constants start at `nc`.
+MPSGRAD_VECTOR_CLONES
+void gradientPixels(const float* g, int64_t gStride, const float* x, int64_t xStride, float* d, int64_t dStride,
+                    int64_t count, int32_t C, const float* __restrict gamma, const GradientConstants& k, int64_t nc) {
+    const float* __restrict mean = k.mean.data() + nc;
+    const float* __restrict invStd = k.invStd.data() + nc;
+    const float* __restrict a = k.a.data() + nc;
+    const float* __restrict b = k.b.data() + nc;
+    for (int64_t i = 0; i < count; ++i, g += gStride, x += xStride, d += dStride)
+        for (int32_t c = 0; c < C; ++c) {
+            const float xhat = (x[c] - mean[c]) * invStd[c];
+            d[c] = invStd[c] * (gamma[c] * g[c] - a[c] - xhat * b[c]);
+        }
+}
+
 }  // namespace
 
 void groupNormalizationForward(const GroupNormalizationParams& p, const float* source, const float* gamma,
@@ -89,17 +226,10 @@ void groupNormalizationForward(const GroupNormalizationParams& p, const float* s
     // channel's first value (no cancellation for data far from zero).
     std::vector<double> channelMean(size_t(p.batch) * C), channelM2(size_t(p.batch) * C);
     forImageChannelBlocks(p, [&](int64_t n, int32_t c0, int32_t c1) {
-        double s1[kChannelBlock] = {}, s2[kChannelBlock] = {}, shift[kChannelBlock];
+        double s1[kChannelBlock] = {}, s2[kChannelBlock] = {}, shift[kChannelBlock] = {};
         const int32_t w = c1 - c0;
         for (int32_t k = 0; k < w; ++k) shift[k] = source[at(p.source, n, 0) + c0 + k];
-        for (int64_t i = 0; i < pixels; ++i) {
-            const float* x = source + at(p.source, n, i) + c0;
-            for (int32_t k = 0; k < w; ++k) {
-                const double d = double(x[k]) - shift[k];
-                s1[k] += d;
-                s2[k] += d * d;
-            }
-        }
+        sumDeviations(source + at(p.source, n, 0) + c0, p.source.pixelStride, pixels, w, shift, s1, s2);
         for (int32_t k = 0; k < w; ++k) {
             channelMean[size_t(n * C + c0 + k)] = shift[k] + s1[k] / double(pixels);
             channelM2[size_t(n * C + c0 + k)] = std::max(0.0, s2[k] - s1[k] * s1[k] / double(pixels));
@@ -124,17 +254,17 @@ void groupNormalizationForward(const GroupNormalizationParams& p, const float* s
             groupMean[size_t(n * G + g)] = st.mean;
             groupInvStd[size_t(n * G + g)] = st.invStd;
         }
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
-        std::vector<float> mean(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
+    // Per (image, channel) constants, so that the row loop has no per-element group lookup.
+    std::vector<float> mean(size_t(p.batch) * C), scale(size_t(p.batch) * C);
+    for (int64_t n = 0; n < p.batch; ++n)
         for (int32_t c = 0; c < C; ++c) {
-            mean[size_t(c)] = groupMean[size_t(n * G + c / K)];
-            scale[size_t(c)] = groupInvStd[size_t(n * G + c / K)] * gamma[c];
+            mean[size_t(n * C + c)] = groupMean[size_t(n * G + c / K)];
+            scale[size_t(n * C + c)] = groupInvStd[size_t(n * G + c / K)] * gamma[c];
         }
-        for (int64_t i = first; i < first + count; ++i) {
-            const float* x = source + at(p.source, n, i);
-            float* y = destination + at(p.destination, n, i);
-            for (int32_t c = 0; c < C; ++c) y[c] = (x[c] - mean[size_t(c)]) * scale[size_t(c)] + beta[c];
-        }
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
+        normalizePixels(source + at(p.source, n, first), p.source.pixelStride,
+                        destination + at(p.destination, n, first), p.destination.pixelStride, count, C,
+                        mean.data() + n * C, scale.data() + n * C, beta);
     });
 }
 
@@ -169,15 +299,8 @@ void groupNormalizationGradient(const GroupNormalizationParams& p, const float* 
             mean[k] = s.mean;
             invStd[k] = s.invStd;
         }
-        for (int64_t i = 0; i < pixels; ++i) {
-            const float* g = gradient + at(p.gradient, n, i) + c0;
-            const float* x = source + at(p.source, n, i) + c0;
-            for (int32_t k = 0; k < w; ++k) {
-                const float xhat = (x[k] - mean[k]) * invStd[k];
-                sG[k] += double(g[k]);
-                sGX[k] += double(g[k]) * double(xhat);
-            }
-        }
+        sumGradients(gradient + at(p.gradient, n, 0) + c0, p.gradient.pixelStride, source + at(p.source, n, 0) + c0,
+                     p.source.pixelStride, pixels, w, mean, invStd, sG, sGX);
         for (int32_t k = 0; k < w; ++k) {
             sumG[size_t(n * C + c0 + k)] = sG[k];
             sumGX[size_t(n * C + c0 + k)] = sGX[k];
@@ -205,18 +328,22 @@ void groupNormalizationGradient(const GroupNormalizationParams& p, const float* 
             a[size_t(n * G + g)] = float(A / M);
             b[size_t(n * G + g)] = float(B / M);
         }
-    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
-        for (int64_t i = first; i < first + count; ++i) {
-            const float* g = gradient + at(p.gradient, n, i);
-            const float* x = source + at(p.source, n, i);
-            float* d = destination + at(p.destination, n, i);
-            for (int32_t c = 0; c < C; ++c) {
-                const size_t ng = size_t(n * G + c / K);
-                const GroupStatistics& s = st[ng];
-                const float xhat = (x[c] - s.mean) * s.invStd;
-                d[c] = s.invStd * (gamma[c] * g[c] - a[ng] - xhat * b[ng]);
-            }
+    // The group's values spread per (image, channel): the row loop then vectorizes (it looked them up
+    // per element, with an integer division, which made it the slowest part of the gradient).
+    GradientConstants k{std::vector<float>(size_t(p.batch) * C), std::vector<float>(size_t(p.batch) * C),
+                        std::vector<float>(size_t(p.batch) * C), std::vector<float>(size_t(p.batch) * C)};
+    for (int64_t n = 0; n < p.batch; ++n)
+        for (int32_t c = 0; c < C; ++c) {
+            const size_t ng = size_t(n * G + c / K), nc = size_t(n * C + c);
+            k.mean[nc] = st[ng].mean;
+            k.invStd[nc] = st[ng].invStd;
+            k.a[nc] = a[ng];
+            k.b[nc] = b[ng];
         }
+    forRows(p, [&](int64_t n, int64_t first, int64_t count) {
+        gradientPixels(gradient + at(p.gradient, n, first), p.gradient.pixelStride, source + at(p.source, n, first),
+                       p.source.pixelStride, destination + at(p.destination, n, first), p.destination.pixelStride,
+                       count, C, gamma, k, n * C);
     });
 }
 

@@ -58,9 +58,8 @@ void softmaxCrossEntropyPixels(const LossElementsParams& p, int64_t pixels, int6
         const float* __restrict t = labels + at(p.labels, n, px);
         const float* __restrict w = p.hasWeights ? weights + at(p.weights, n, px) : nullptr;
         float* __restrict g = destination + at(p.destination, n, px);
-        const float m = fixedOrderMax(y, C);
-        for (int64_t c = 0; c < C; ++c) e[c] = fastExp(y[c] - m);
-        const float sumE = fixedOrderSum(e, C);
+        const float m = fixedOrderMax8(y, C);
+        const float sumE = fixedOrderSumOfExp<true>(y, m, C, e);  // e[c] = e^(y_c - m) and their sum, one pass
         const float lse = m + std::log(sumE);
         bool anyWeight = false;
         if (w) {

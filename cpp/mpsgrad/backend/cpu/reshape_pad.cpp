@@ -39,10 +39,19 @@ constexpr int64_t kPixelGrain = 256;
 // element index `flat` reads the source element with the same HWC index. Within one pixel
 // on each side the channels are contiguous, so the copy proceeds in runs that end where
 // either side's pixel ends.
+// True when the layout's pixels hold exactly its channels, back to back (no channel offset, no
+// padding lanes): element i of the image's HWC order is then float i of the image.
+inline bool denseLayout(const ImageLayout& l) { return l.channelOffset == 0 && l.pixelStride == l.channels; }
+
 void reshapePixels(const ReshapeParams& p, const float* x, float* y, int64_t n, int64_t first, int64_t last) {
     const ImageLayout& s = p.source;
     const ImageLayout& d = p.destination;
     const int64_t sc0 = first * d.channels;  // HWC index of the first element copied
+    if (denseLayout(s) && denseLayout(d)) {  // the same HWC range on both sides: one copy, not one per pixel
+        std::memcpy(y + n * d.imageStride + sc0, x + n * s.imageStride + sc0,
+                    size_t((last - first) * d.channels) * sizeof(float));
+        return;
+    }
     int64_t sPixel = sc0 / s.channels, sc = sc0 % s.channels;
     for (int64_t dPixel = first; dPixel < last; ++dPixel) {
         float* out = y + pixelAt(d, n, dPixel);
@@ -112,6 +121,28 @@ std::vector<GradientRun> gradientRuns(const int32_t* sc, const int32_t* lc, int3
     return runs;
 }
 
+// padGradient's sums for a destination pixel fed by the single gradient pixel `in`: each element
+// written once as 0 + its terms (the same value, bit for bit, as the general path's zero fill and
+// additions, -0 included), instead of a fill followed by a read-modify-write of the pixel.
+void singleSourcePixel(const float* in, float* o, const std::vector<GradientRun>& runs, const int32_t* sc,
+                       const int32_t* lc) {
+    for (const GradientRun& r : runs) {
+        float* __restrict__ to = o + r.first;
+        if (r.kind == 0) {
+            std::fill(to, to + r.count, 0.0f);
+        } else if (r.kind == 1) {
+            const float* __restrict__ from = in + r.source;
+            for (int32_t i = 0; i < r.count; ++i) to[i] = 0.0f + from[i];
+        } else {
+            for (int32_t k = r.first; k < r.first + r.count; ++k) {
+                float sum = 0.0f;
+                for (int32_t c = sc[k]; c < sc[k + 1]; ++c) sum += in[lc[c]];
+                o[k] = sum;
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void reshapeCopy(const ReshapeParams& p, const BufferSlice& sourceSlice, const BufferSlice& destinationSlice) {
@@ -178,6 +209,10 @@ void padGradient(const PadGradientParams& p, const BufferSlice& gradientSlice, c
             const int64_t n = row / d.height, y = row % d.height;
             for (int64_t x = 0; x < d.width; ++x) {
                 float* o = dx + at(d, n, y, x, 0);
+                if (sy[y + 1] - sy[y] == 1 && sx[x + 1] - sx[x] == 1) {  // one gradient pixel (zero padding)
+                    singleSourcePixel(g + at(p.gradient, n, ly[sy[y]], lx[sx[x]], 0), o, runs, sc, lc);
+                    continue;
+                }
                 // Each element's sum starts at 0 and adds G in the order gy outer, gx, gc inner:
                 // the order every backend uses. The loops below keep that order per element
                 // while walking whole channel runs at each (gy, gx).

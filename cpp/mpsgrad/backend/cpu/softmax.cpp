@@ -2,12 +2,16 @@
 //
 // Semantics are exactly those written in metal/softmax_params.h. Rows of the clip rectangle
 // are split across threads; each pixel's channel reduction (max, sum of exponentials, dot
-// product) runs over its contiguous channels in a fixed order (elementwise::fixedOrderSum), so
-// results are bitwise reproducible and the sums vectorize. Exponentials use
-// elementwise::fastExp, which vectorizes (std::exp does not). The AVX2 clone is chosen once per
-// run of pixels (softmaxPixels), not per pixel.
+// product) runs over its contiguous channels in a fixed order (elementwise::fixedOrderSum's), so
+// results are bitwise reproducible whatever the thread count. The loops are written eight floats
+// at a time (elementwise.h's Floats8 helpers: fastExp8, fixedOrderMax8, fixedOrderSumOfExp), which
+// gives the same bits as the scalar helpers in about two thirds of the instructions, and the
+// softmax forward makes three passes over a pixel (maximum; exponentials and their sum, written
+// straight into Y; scaling) instead of four through a scratch row. The AVX2 clone is chosen once
+// per run of pixels (softmaxPixels), not per pixel.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cpu_ops.h"
@@ -19,33 +23,79 @@ namespace {
 
 using namespace elementwise;
 
-// Y = softmax(X) or log-softmax(X) of one pixel of N channels; scratch holds N floats.
+#if MPSGRAD_FLOATS8
+// Σ g_k·y_k with fixedOrderSum's order (each product rounded, then added into its lane).
+MPSGRAD_ALWAYS_INLINE float fixedOrderDot(const float* __restrict g, const float* __restrict y, int64_t N) {
+    Floats8 sums = {};
+    int64_t k = 0;
+    for (; k + 8 <= N; k += 8) {
+        Floats8 gv, yv;
+        load8(gv, g + k), load8(yv, y + k);
+        sums += gv * yv;
+    }
+    float lanes[8];
+    for (int j = 0; j < 8; ++j) lanes[j] = sums[j];
+    for (int j = 0; k < N; ++k, ++j) lanes[j] += g[k] * y[k];
+    return sumOfLanes(lanes);
+}
+
+// d_k = g_k − e^(y_k)·sumG (the log-softmax gradient).
+MPSGRAD_ALWAYS_INLINE void logSoftmaxGradientRow(const float* g, const float* y, float sumG, float* d, int64_t N) {
+    int64_t k = 0;
+    for (; k + 8 <= N; k += 8) {
+        Floats8 gv, yv, ev;
+        load8(gv, g + k), load8(yv, y + k);
+        fastExp8(yv, ev);
+        store8(d + k, gv - ev * sumG);
+    }
+    for (; k < N; ++k) d[k] = g[k] - fastExp(y[k]) * sumG;
+}
+#endif
+
+// Y = softmax(X) or log-softmax(X) of one pixel of N channels. One pass for the maximum, one for
+// the exponentials and their sum (written straight into Y), one to scale Y (softmax) or to subtract
+// log Σ (log-softmax, which stores no exponential). Each channel is read before it is written, so
+// Y may be X itself (in place). scratch holds N floats (scalar fallback only).
 inline __attribute__((always_inline)) void softmaxPixel(const float* x, float* y, int64_t N, bool logSoftmax,
                                                          float* scratch) {
-    const float m = fixedOrderMax(x, N);
-    for (int64_t k = 0; k < N; ++k) scratch[k] = fastExp(x[k] - m);
-    const float sum = fixedOrderSum(scratch, N);
+    const float m = fixedOrderMax8(x, N);
     if (logSoftmax) {
+#if MPSGRAD_FLOATS8
+        const float sum = fixedOrderSumOfExp<false>(x, m, N, nullptr);
+#else
+        const float sum = fixedOrderSumOfExp<true>(x, m, N, scratch);
+#endif
         const float logSum = std::log(sum);
         for (int64_t k = 0; k < N; ++k) y[k] = (x[k] - m) - logSum;
     } else {
+        const float sum = fixedOrderSumOfExp<true>(x, m, N, y);
         // One division per pixel, not per channel (a vector division costs as much as the exponential).
         const float inverse = 1.0f / sum;
-        for (int64_t k = 0; k < N; ++k) y[k] = scratch[k] * inverse;
+        for (int64_t k = 0; k < N; ++k) y[k] *= inverse;
     }
+    (void)scratch;
 }
 
-// dX of one pixel; scratch holds N floats.
+// dX of one pixel; scratch holds N floats (scalar fallback only).
 inline __attribute__((always_inline)) void softmaxGradientPixel(const float* g, const float* y, float* d, int64_t N,
                                                                  bool logSoftmax, float* scratch) {
     if (logSoftmax) {
         const float sumG = fixedOrderSum(g, N);
+#if MPSGRAD_FLOATS8
+        logSoftmaxGradientRow(g, y, sumG, d, N);
+#else
         for (int64_t k = 0; k < N; ++k) d[k] = g[k] - fastExp(y[k]) * sumG;
+#endif
     } else {
+#if MPSGRAD_FLOATS8
+        const float dot = fixedOrderDot(g, y, N);
+#else
         for (int64_t k = 0; k < N; ++k) scratch[k] = g[k] * y[k];
         const float dot = fixedOrderSum(scratch, N);
+#endif
         for (int64_t k = 0; k < N; ++k) d[k] = y[k] * (g[k] - dot);
     }
+    (void)scratch;
 }
 
 // `count` consecutive pixels: the vector clone is chosen once per run, not once per pixel.
