@@ -144,6 +144,7 @@ void NNReshapeGradient::configureFromSnapshot(const ForwardSnapshot& s) {
     secondarySourceFeatureChannelOffset = s.sourceFeatureChannelOffset;
     secondarySourceFeatureChannelMaxCount = uint64_t(s.sourceFeatureChannelCount);
     destinationFeatureChannelOffset = s.sourceFeatureChannelOffset;
+    writesAllChannels_ = s.sourceFeatureChannelOffset == 0 && s.sourceFeatureChannelCount == s.sourceFeatureChannels;
 }
 
 void NNReshapeGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,

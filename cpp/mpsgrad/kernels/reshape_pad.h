@@ -84,6 +84,11 @@ public:
     // -initWithDevice:
     explicit NNReshapeGradient(const Device& device);
     const char* className() const override { return "NNReshapeGradient"; }
+    // The gradient copies every element back (the two shapes hold the same elements), so a
+    // returning encode skips the zero fill, but only when the forward read all of its source's
+    // channels: otherwise dX has channels this kernel never writes. Set from the forward's
+    // snapshot (configureFromSnapshot), which the returning encodes read before they allocate.
+    bool writesEveryDestinationPixel() const override { return writesAllChannels_; }
 
     static std::shared_ptr<NNReshapeGradient> initWithCoder(serial::Reader& reader, const Device& device);
 
@@ -93,6 +98,9 @@ protected:
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,
                             const StateBatch& states, const ImageBatch& destinations) override;
+
+private:
+    bool writesAllChannels_ = false;
 };
 
 // The state NNPad writes for NNPadGradient: the forward pass's resolved index maps
