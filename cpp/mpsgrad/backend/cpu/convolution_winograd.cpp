@@ -10,10 +10,10 @@
 //
 // the 2x2 outputs of output channel o are  A^T [ sum_c (G g_oc G^T) .* (B^T d_c B) ] A,  g_oc the
 // 3x3 kernel of (o, c): the 16 element-wise products, summed over the input channels, are 16
-// matrix products  M_e = V_e U_e  (V_e: tiles x Cin, U_e: Cin x Cout, e = one of the 4x4 positions).
+// matrix products  M_e = V_e U_e  (V_e: tiles x Cin, U_e^T: Cin x Cout, e = one of the 4x4 positions).
 // That is 16 multiply-adds per tile and channel pair instead of 4 * 9 = 36: 2.25x fewer.
 //
-//   1. the weights are transformed once per call into U[e][c][o] (16 * Cin * Cout floats);
+//   1. the weights are transformed once per call into U[e][o][c] (16 * Cout * Cin floats);
 //   2. the output tiles (2x2 clip pixels, counted across images) are cut into blocks whose size
 //      depends only on the problem and the thread count; per block, each tile's 4x4 source
 //      pixels are read with the edge mode (as the im2col path does) and transformed into
@@ -30,9 +30,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "blas.h"
+#include "buffer_cache.h"
 #include "conv_epilogue.h"
 #include "parallel.h"
 
@@ -61,76 +63,131 @@ inline const float* sourcePixel(const float* source, const ImageLayout& s, int n
     return source + pixelIndex(s, n, sy, sx);
 }
 
+// Uninitialised float scratch whose large blocks are recycled (buffer_cache.h): the transformed
+// weights and the per-block V and M (256 KB each from 64 channels) are otherwise fresh pages at
+// every call, whose page faults made the 64->64 16x16 layer 1.5x slower than the im2col product.
+class Scratch {
+public:
+    explicit Scratch(size_t floats) : bytes_((std::max<size_t>(1, floats) * sizeof(float) + 63) / 64 * 64) {
+        data_ = static_cast<float*>(buffer_cache::take(bytes_));
+        if (!data_) data_ = static_cast<float*>(std::aligned_alloc(64, bytes_));
+        if (!data_) throw std::bad_alloc();
+    }
+    ~Scratch() { buffer_cache::give(data_, bytes_); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    float* data() const { return data_; }
+
+private:
+    size_t bytes_;
+    float* data_;
+};
+
 // MPSGRAD_CONV_WINOGRAD=0 switches the path off (A/B measurements, error comparisons).
 bool switchedOff() {
     const char* v = std::getenv("MPSGRAD_CONV_WINOGRAD");
     return v && v[0] == '0' && v[1] == '\0';
 }
 
-// U[e][c][o] = (G g G^T)[e] for g = W[o][.][.][c] (OHWI). Parallel over input channels, each
-// writing its own rows of U.
-void transformWeights(const float* weights, int Cin, int Cout, float* U) {
-    const size_t plane = size_t(Cin) * Cout;
-    parallelFor(Cin, std::max(1, Cin / threadCount()), [&](int64_t begin, int64_t end) {
-        for (int64_t c = begin; c < end; ++c)
-            for (int o = 0; o < Cout; ++o) {
-                const float* w = weights + size_t(o) * 9 * Cin + size_t(c);
-                float g[3][3];
-                for (int k = 0; k < 9; ++k) g[k / 3][k % 3] = w[size_t(k) * Cin];
-                float t[4][3];  // G g
-                for (int j = 0; j < 3; ++j) {
-                    t[0][j] = g[0][j];
-                    t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-                    t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-                    t[3][j] = g[2][j];
-                }
-                float* u = U + size_t(c) * Cout + size_t(o);
-                for (int i = 0; i < 4; ++i) {  // (G g) G^T
-                    u[size_t(i * 4 + 0) * plane] = t[i][0];
-                    u[size_t(i * 4 + 1) * plane] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-                    u[size_t(i * 4 + 2) * plane] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-                    u[size_t(i * 4 + 3) * plane] = t[i][2];
-                }
-            }
-    });
+// Element-wise passes over `n` channels, written as single loops so that they vectorize.
+inline void sub2(const float* __restrict a, const float* __restrict b, float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = a[k] - b[k];
+}
+inline void add2(const float* __restrict a, const float* __restrict b, float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = a[k] + b[k];
+}
+inline void addAdd(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                   float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = a[k] + b[k] + c[k];
+}
+inline void subSub(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                   float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = a[k] - b[k] - c[k];
 }
 
+inline void halfSum(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                    float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = 0.5f * (a[k] + b[k] + c[k]);
+}
+inline void halfAlt(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                    float* __restrict out, int n) {
+    for (int k = 0; k < n; ++k) out[k] = 0.5f * (a[k] - b[k] + c[k]);
+}
+
+// Channels per pass of the tile transforms: their 16 intermediate rows stay in the L1 cache.
+constexpr int kChannelChunk = 64;
+
 // V[e][c] = (B^T d B)[e] for the 16 source pixels d[i*4 + j] (row i, column j), channels [0, C);
-// the V rows are `stride` floats apart. Vectorizes along the channels.
-void transformInputTile(const float* const* d, int C, float* __restrict V, size_t stride) {
-    for (int c = 0; c < C; ++c) {
-        float r[4][4];  // B^T d
+// the V rows are `stride` floats apart.
+void transformInputTile(const float* const* d, int C, float* V, size_t stride) {
+    float r[kPoints][kChannelChunk];  // B^T d, row i*4 + j
+    for (int c0 = 0; c0 < C; c0 += kChannelChunk) {
+        const int n = std::min(kChannelChunk, C - c0);
         for (int j = 0; j < 4; ++j) {
-            const float d0 = d[j][c], d1 = d[4 + j][c], d2 = d[8 + j][c], d3 = d[12 + j][c];
-            r[0][j] = d0 - d2;
-            r[1][j] = d1 + d2;
-            r[2][j] = d2 - d1;
-            r[3][j] = d1 - d3;
+            const float *d0 = d[j] + c0, *d1 = d[4 + j] + c0, *d2 = d[8 + j] + c0, *d3 = d[12 + j] + c0;
+            sub2(d0, d2, r[0 + j], n);
+            add2(d1, d2, r[4 + j], n);
+            sub2(d2, d1, r[8 + j], n);
+            sub2(d1, d3, r[12 + j], n);
         }
         for (int i = 0; i < 4; ++i) {  // (B^T d) B
-            V[size_t(i * 4 + 0) * stride + c] = r[i][0] - r[i][2];
-            V[size_t(i * 4 + 1) * stride + c] = r[i][1] + r[i][2];
-            V[size_t(i * 4 + 2) * stride + c] = r[i][2] - r[i][1];
-            V[size_t(i * 4 + 3) * stride + c] = r[i][1] - r[i][3];
+            const float *r0 = r[i * 4], *r1 = r[i * 4 + 1], *r2 = r[i * 4 + 2], *r3 = r[i * 4 + 3];
+            sub2(r0, r2, V + size_t(i * 4 + 0) * stride + c0, n);
+            add2(r1, r2, V + size_t(i * 4 + 1) * stride + c0, n);
+            sub2(r2, r1, V + size_t(i * 4 + 2) * stride + c0, n);
+            sub2(r1, r3, V + size_t(i * 4 + 3) * stride + c0, n);
         }
     }
 }
 
 // out[(y*2 + x)*C + o] = (A^T m A)[y][x] for m[e] = M[e*stride + o], channels [0, C).
-void transformOutputTile(const float* __restrict M, size_t stride, int C, float* __restrict out) {
-    for (int o = 0; o < C; ++o) {
-        float m[4][4];
-        for (int e = 0; e < kPoints; ++e) m[e / 4][e % 4] = M[size_t(e) * stride + o];
-        float r[2][4];  // A^T m
+void transformOutputTile(const float* M, size_t stride, int C, float* out) {
+    float r[2 * 4][kChannelChunk];  // A^T m, row i*4 + j
+    for (int c0 = 0; c0 < C; c0 += kChannelChunk) {
+        const int n = std::min(kChannelChunk, C - c0);
         for (int j = 0; j < 4; ++j) {
-            r[0][j] = m[0][j] + m[1][j] + m[2][j];
-            r[1][j] = m[1][j] - m[2][j] - m[3][j];
+            const float* m0 = M + size_t(0 + j) * stride + c0;
+            const float* m1 = M + size_t(4 + j) * stride + c0;
+            const float* m2 = M + size_t(8 + j) * stride + c0;
+            const float* m3 = M + size_t(12 + j) * stride + c0;
+            addAdd(m0, m1, m2, r[j], n);
+            subSub(m1, m2, m3, r[4 + j], n);
         }
         for (int i = 0; i < 2; ++i) {  // (A^T m) A
-            out[size_t(i * 2 + 0) * C + o] = r[i][0] + r[i][1] + r[i][2];
-            out[size_t(i * 2 + 1) * C + o] = r[i][1] - r[i][2] - r[i][3];
+            const float *r0 = r[i * 4], *r1 = r[i * 4 + 1], *r2 = r[i * 4 + 2], *r3 = r[i * 4 + 3];
+            addAdd(r0, r1, r2, out + size_t(i * 2 + 0) * C + c0, n);
+            subSub(r1, r2, r3, out + size_t(i * 2 + 1) * C + c0, n);
         }
     }
+}
+
+// U[e][o][c] = (G g G^T)[e] for g[ky][kx] = W[o][ky][kx][c] (OHWI): each output channel's rows
+// of U are computed from its own weights, contiguous along c. Output channels are split across
+// `threads` threads.
+void transformWeights(const float* weights, int Cin, int Cout, int threads, float* U) {
+    const size_t plane = size_t(Cin) * Cout;
+    parallelFor(Cout, (Cout + threads - 1) / threads, [&](int64_t begin, int64_t end) {
+        float t[2][3][kChannelChunk];  // rows 1 and 2 of G g (rows 0 and 3 are rows 0 and 2 of g)
+        for (int64_t o = begin; o < end; ++o)
+            for (int c0 = 0; c0 < Cin; c0 += kChannelChunk) {
+                const int n = std::min(kChannelChunk, Cin - c0);
+                auto g = [&](int k) { return weights + (size_t(o) * 9 + size_t(k)) * Cin + size_t(c0); };
+                for (int j = 0; j < 3; ++j) {
+                    halfSum(g(j), g(3 + j), g(6 + j), t[0][j], n);
+                    halfAlt(g(j), g(3 + j), g(6 + j), t[1][j], n);
+                }
+                for (int i = 0; i < 4; ++i) {  // (G g) G^T, row i of G g
+                    const float* r0 = i == 0 ? g(0) : i == 3 ? g(6) : t[i - 1][0];
+                    const float* r1 = i == 0 ? g(1) : i == 3 ? g(7) : t[i - 1][1];
+                    const float* r2 = i == 0 ? g(2) : i == 3 ? g(8) : t[i - 1][2];
+                    float* u = U + size_t(o) * Cin + size_t(c0);
+                    std::memcpy(u + size_t(i * 4 + 0) * plane, r0, sizeof(float) * size_t(n));
+                    halfSum(r0, r1, r2, u + size_t(i * 4 + 1) * plane, n);
+                    halfAlt(r0, r1, r2, u + size_t(i * 4 + 2) * plane, n);
+                    std::memcpy(u + size_t(i * 4 + 3) * plane, r2, sizeof(float) * size_t(n));
+                }
+            }
+    });
 }
 
 // The threads worth using for `macs` multiply-adds (convolution.cpp's threadsFor rule: one per
@@ -141,12 +198,12 @@ int threadsFor(int64_t macs) {
 }
 
 // Tiles per block: V and M of a block (16 * tiles * (Cin + Cout) floats) about 1 MB, so they
-// stay in the cache between the transforms and the products, with at least 32 tiles (the BLAS
-// packs U_e once per product: fewer rows would not amortise that) and at most 256; then as many
-// blocks as a multiple of the thread count.
+// stay in the cache between the transforms and the products, with at least 64 tiles (the BLAS
+// packs U_e once per product: fewer rows do not amortise that; 64 rather than 32 took 9 % off the
+// 256->256 14x14 layer) and at most 256; then as many blocks as a multiple of the thread count.
 int blockTiles(int64_t tiles, int Cin, int Cout, int threads) {
     int64_t tb = (int64_t(1) << 18) / (int64_t(kPoints) * (Cin + Cout));
-    tb = std::max<int64_t>(32, std::min<int64_t>(256, tb));
+    tb = std::max<int64_t>(64, std::min<int64_t>(256, tb));
     if (threads > 1) tb = std::min(tb, std::max<int64_t>(16, ceilDiv64(tiles, 2 * int64_t(threads))));
     tb = std::max<int64_t>(1, std::min(tiles, tb));
     if (threads > 1) {
@@ -181,17 +238,16 @@ void forward(const ConvolutionParams& p, const float* source, const float* weigh
     const int64_t tilesPerImage = int64_t(tilesX) * tilesY;
     const int64_t tiles = int64_t(p.batch) * tilesPerImage;
 
-    std::vector<float> U(size_t(kPoints) * Cin * Cout);
-    transformWeights(weights, Cin, Cout, U.data());
-
     const int threads = threadsFor(tiles * kPoints * Cin * Cout);
+    const Scratch U(size_t(kPoints) * Cin * Cout);
+    transformWeights(weights, Cin, Cout, threads, U.data());
     const int TB = blockTiles(tiles, Cin, Cout, threads);
     const int64_t blocks = ceilDiv64(tiles, TB);
     const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
     const std::vector<float> zeros(size_t(Cin), 0.0f);  // what a pixel outside reads (edge zero)
 
     parallelFor(blocks, threads > 1 ? 1 : blocks, [&](int64_t begin, int64_t end) {
-        std::vector<float> V(size_t(kPoints) * TB * Cin), M(size_t(kPoints) * TB * Cout);
+        const Scratch V(size_t(kPoints) * TB * Cin), M(size_t(kPoints) * TB * Cout);
         std::vector<float> out(size_t(kOut * kOut) * Cout);
         const float* d[kPoints];
         for (int64_t blk = begin; blk < end; ++blk) {
@@ -213,8 +269,8 @@ void forward(const ConvolutionParams& p, const float* source, const float* weigh
             }
 
             for (int e = 0; e < kPoints; ++e)
-                blas::sgemm(false, false, tb, Cout, Cin, 1.0f, V.data() + size_t(e) * vStride, Cin,
-                            U.data() + size_t(e) * Cin * Cout, Cout, 0.0f, M.data() + size_t(e) * mStride, Cout);
+                blas::sgemm(false, true, tb, Cout, Cin, 1.0f, V.data() + size_t(e) * vStride, Cin,
+                            U.data() + size_t(e) * Cin * Cout, Cin, 0.0f, M.data() + size_t(e) * mStride, Cout);
 
             for (int t = 0; t < tb; ++t) {
                 const int64_t q = t0 + t;
