@@ -1,8 +1,8 @@
 """The CPU's Winograd F(2x2, 3x3) convolution path against PyTorch autograd.
 
 backend/cpu/convolution_winograd.cpp takes the forward of 3x3, stride-1, undilated, single-group
-convolutions with >= 16 input and output channels and >= 64 output tiles (2x2 output pixels,
-counted over the batch), and so the stride-1 data gradient, which runs as a forward convolution
+convolutions with >= 16 input and output channels and >= max(32, Cin * Cout / 1024) output
+tiles (2x2 output pixels, counted over the batch), and so the stride-1 data gradient, which runs as a forward convolution
 of the incoming gradient (its channel counts swapped). The cases below take that path with
 partial tiles (odd clip sizes), batches, source and destination channel offsets, explicit
 offsets and clip rectangles, both edge modes, neurons (the fused epilogue and the stored
@@ -158,11 +158,14 @@ def _cpu_float32(device):
     return device.name == "cpu" and IMAGE_FORMAT == "float32"
 
 
-# Shapes on either side of the eligibility border (>= 16 channels each way, >= 64 output tiles;
-# the data gradient swaps the channel counts): (id, spec, n, (H, W), Winograd forward, Winograd data gradient).
+# Shapes on either side of the eligibility border (>= 16 channels each way, >= max(32, Cin*Cout/1024)
+# output tiles; the data gradient swaps the channel counts):
+# (id, spec, n, (H, W), Winograd forward, Winograd data gradient).
 BORDER = [
-    ("16->16-64-tiles", ConvSpec(3, 3, 16, 16), 1, (16, 15), True, True),
-    ("16->16-56-tiles", ConvSpec(3, 3, 16, 16), 1, (14, 15), False, False),
+    ("16->16-32-tiles", ConvSpec(3, 3, 16, 16), 2, (8, 7), True, True),
+    ("16->16-30-tiles", ConvSpec(3, 3, 16, 16), 1, (10, 12), False, False),
+    ("256->256-64-tiles", ConvSpec(3, 3, 256, 256), 1, (16, 15), True, True),
+    ("256->256-56-tiles", ConvSpec(3, 3, 256, 256), 1, (14, 15), False, False),
     ("15->16", ConvSpec(3, 3, 15, 16), 2, (16, 16), False, False),
     ("16->15", ConvSpec(3, 3, 16, 15), 2, (16, 16), False, False),
     ("16->16-5x5", ConvSpec(5, 5, 16, 16), 2, (16, 16), False, False),

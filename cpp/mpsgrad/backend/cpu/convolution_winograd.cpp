@@ -215,17 +215,19 @@ int blockTiles(int64_t tiles, int Cin, int Cout, int threads) {
 
 }  // namespace
 
-// Measured on 2 threads (docs/performance.md): the path pays from 16 channels each way on
-// layers with a few hundred output tiles; below, the im2col product is as fast and exact.
+// Measured on one thread (docs/performance.md): from 16 channels each way the products' savings
+// pay for the tile transforms once there are about 32 tiles to share the weight transform; the
+// transformed weights (16 * Cin * Cout floats, written then read back by the products) need more
+// tiles once they outgrow the cache: 512->512 on 64 tiles was 3 % slower, on 128 12 % faster.
 bool eligible(const ConvolutionParams& p) {
     constexpr int kMinChannels = 16;
-    constexpr int64_t kMinTiles = 64;
     if (p.kernelWidth != 3 || p.kernelHeight != 3 || p.strideX != 1 || p.strideY != 1 ||
         p.dilationX != 1 || p.dilationY != 1 || p.groups != 1)
         return false;
-    if (p.source.channels < kMinChannels || p.destination.channels < kMinChannels) return false;
+    const int Cin = p.source.channels, Cout = p.destination.channels;
+    if (Cin < kMinChannels || Cout < kMinChannels) return false;
     const int64_t tiles = int64_t(p.batch) * ((p.clipHeight + 1) / 2) * ((p.clipWidth + 1) / 2);
-    if (tiles < kMinTiles) return false;
+    if (tiles < std::max<int64_t>(32, int64_t(Cin) * Cout / 1024)) return false;
     return !switchedOff();
 }
 

@@ -6,8 +6,9 @@
 
 namespace mpsgrad::cpu::winograd {
 
-// True when `p` is a 3x3, stride-1, undilated, single-group convolution large enough for the
-// Winograd path to beat the im2col product (see convolution_winograd.cpp), and the path is not
+// True when `p` is a 3x3, stride-1, undilated, single-group convolution with >= 16 input and
+// output channels and at least max(32, Cin * Cout / 1024) output tiles (2x2 clip pixels counted
+// over the batch), where the path beats the im2col product, and the path is not
 // switched off by MPSGRAD_CONV_WINOGRAD=0 (read at each call, for A/B runs in one process).
 bool eligible(const ConvolutionParams& p);
 
