@@ -22,8 +22,9 @@
 //      preactivation, neuron, destination channels) for the pixels that lie inside the clip.
 //
 // Blocks run in parallel on the backend's pool; every output comes from one block, so results
-// are bitwise reproducible for a given thread count. The transforms add rounding: the measured
-// error is in docs/performance.md (a few times that of the im2col product, well within 1e-4).
+// are bitwise reproducible for a given thread count. The transforms add roundings, the shorter
+// sums remove some: against a float64 oracle the error measured 0.5-2x the im2col product's
+// (docs/performance.md).
 #include "convolution_winograd.h"
 
 #include <algorithm>
@@ -200,7 +201,8 @@ int threadsFor(int64_t macs) {
 // Tiles per block: V and M of a block (16 * tiles * (Cin + Cout) floats) about 1 MB, so they
 // stay in the cache between the transforms and the products, with at least 64 tiles (the BLAS
 // packs U_e once per product: fewer rows do not amortise that; 64 rather than 32 took 9 % off the
-// 256->256 14x14 layer) and at most 256; then as many blocks as a multiple of the thread count.
+// 256->256 14x14 layer) and at most 256; with several threads, small enough to give each thread
+// two blocks (down to 16 tiles) and as many blocks as a multiple of the thread count.
 int blockTiles(int64_t tiles, int Cin, int Cout, int threads) {
     int64_t tb = (int64_t(1) << 18) / (int64_t(kPoints) * (Cin + Cout));
     tb = std::max<int64_t>(64, std::min<int64_t>(256, tb));
@@ -218,7 +220,9 @@ int blockTiles(int64_t tiles, int Cin, int Cout, int threads) {
 // Measured on one thread (docs/performance.md): from 16 channels each way the products' savings
 // pay for the tile transforms once there are about 32 tiles to share the weight transform; the
 // transformed weights (16 * Cin * Cout floats, written then read back by the products) need more
-// tiles once they outgrow the cache: 512->512 on 64 tiles was 3 % slower, on 128 12 % faster.
+// tiles once they outgrow the cache (256->256 on 32 tiles was 22 % slower, on 64 2-19 % faster;
+// 512->512 on 64 tiles 3-5 % slower, on 128 12-17 % faster): Cin * Cout / 1024 tiles, which is
+// conservative for 512 channels.
 bool eligible(const ConvolutionParams& p) {
     constexpr int kMinChannels = 16;
     if (p.kernelWidth != 3 || p.kernelHeight != 3 || p.strideX != 1 || p.strideY != 1 ||
