@@ -65,8 +65,8 @@ inline const float* sourcePixel(const float* source, const ImageLayout& s, int n
 }
 
 // Uninitialised float scratch whose large blocks are recycled (buffer_cache.h): the transformed
-// weights and the per-block V and M (256 KB each from 64 channels) are otherwise fresh pages at
-// every call, whose page faults made the 64->64 16x16 layer 1.5x slower than the im2col product.
+// weights and the per-block V and M (256 KB and more from 64 channels) would otherwise be fresh
+// pages, faulted in at every call.
 class Scratch {
 public:
     explicit Scratch(size_t floats) : bytes_((std::max<size_t>(1, floats) * sizeof(float) + 63) / 64 * 64) {
@@ -163,8 +163,9 @@ void transformOutputTile(const float* M, size_t stride, int C, float* out) {
 }
 
 // U[e][o][c] = (G g G^T)[e] for g[ky][kx] = W[o][ky][kx][c] (OHWI): each output channel's rows
-// of U are computed from its own weights, contiguous along c. Output channels are split across
-// `threads` threads.
+// of U are computed from its own weights, contiguous along c, so the passes vectorize (a scalar
+// transform into [e][c][o] cost as much as the products of a 64-tile layer). Output channels are
+// split across `threads` threads.
 void transformWeights(const float* weights, int Cin, int Cout, int threads, float* U) {
     const size_t plane = size_t(Cin) * Cout;
     parallelFor(Cout, (Cout + threads - 1) / threads, [&](int64_t begin, int64_t end) {
