@@ -30,6 +30,7 @@
 
 #include "../../../../metal/neuron_math.h"
 #include "blas.h"
+#include "conv_col2im.h"
 #include "conv_epilogue.h"
 #include "fully_connected.h"
 #include "parallel.h"
@@ -107,15 +108,17 @@ int blockRows(int64_t rows, int64_t rowFloats, int threads) {
     return int(mb);
 }
 
-// Copies `count` channels of one source pixel, or zeros when `pixel` is null. One channel (a
-// grey-scale input layer) is a plain load: a memcpy call per float cost more than the product.
+// Copies `count` channels of one source pixel, or zeros when `pixel` is null. A few channels (a
+// grey-scale or RGB input layer) are plain loads: a memcpy call per pixel cost more than the
+// copy (the RGB stem's im2col spent as long in memcpy calls of 12 bytes as in the product).
 inline void copyChannels(float* dst, const float* pixel, int count) {
-    if (count == 1)
-        *dst = pixel ? *pixel : 0.0f;
-    else if (pixel)
+    if (count <= 4) {
+        for (int c = 0; c < count; ++c) dst[c] = pixel ? pixel[c] : 0.0f;
+    } else if (pixel) {
         std::memcpy(dst, pixel, sizeof(float) * size_t(count));
-    else
+    } else {
         std::fill(dst, dst + count, 0.0f);
+    }
 }
 
 // Source pixel read at (sy, sx) under the edge mode: null means "reads zero".
@@ -461,8 +464,9 @@ void dataGradientOnePixel(const ConvolutionDataGradientParams& p, const float* g
 
 namespace {
 
-void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
-                          const float* weights, float* destination);
+// Returns true when the biases (null: none) were added along with the products.
+bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, const float* biases, float* destination);
 
 // dX[..][c] += biases[c] over the clip (the forward pass of a transposed convolution), after
 // the products: the order a convolution's epilogue uses (products first, then the bias) is
@@ -485,8 +489,9 @@ void addBiases(const ConvolutionDataGradientParams& p, const float* biases, floa
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
                              const float* weights, const float* biases, float* destination) {
     if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
-    dataGradientProducts(p, gradient, weights, destination);
-    if (p.hasBias && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0) addBiases(p, biases, destination);
+    const bool biasesAdded = dataGradientProducts(p, gradient, weights, p.hasBias ? biases : nullptr, destination);
+    if (p.hasBias && !biasesAdded && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0)
+        addBiases(p, biases, destination);
 }
 
 void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const float* source,
@@ -506,8 +511,8 @@ void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, con
 
 namespace {
 
-void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
-                          const float* weights, float* destination) {
+bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, const float* biases, float* destination) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& D = p.destination;
     checkCommon(p.batch, p.groups, D.channels, E.channels, p.kernelWidth, p.kernelHeight,
@@ -515,8 +520,8 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
     checkLayout(E, "gradient");
     checkLayout(D, "destination");
     checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
-    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
-    if (fc::dataGradient(p, gradient, weights, destination)) return;  // one gradient pixel per image
+    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return false;
+    if (fc::dataGradient(p, gradient, weights, destination)) return false;  // one gradient pixel per image
 
     const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, sX = p.strideX, sY = p.strideY;
@@ -533,15 +538,22 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
 
     if (Cig == 1 && Cog == 1) {
         dataGradientDepthwise(p, gradient, weights, destination, tapsY, tapsX);
-        return;
+        return false;
     }
     if (E.width == 1 && E.height == 1) {
         dataGradientOnePixel(p, gradient, weights, destination);
-        return;
+        return false;
+    }
+    // Products then scatter-add (conv_col2im.cpp) when the destination has no more channels than
+    // the gradient: an RGB stem's data gradient, a transposed convolution's forward pass.
+    if ((sX > 1 || sY > 1) && Cig <= Cog) {
+        const int64_t macs = int64_t(p.batch) * E.width * E.height * E.channels * Kfull;
+        col2im::dataGradient(p, gradient, weights, biases, destination, threadsFor(macs));
+        return true;
     }
     if (sX == 1 && sY == 1) {
         dataGradientAsForward(p, gradient, weights, destination);
-        return;
+        return false;
     }
 
     // Strided: packed weights, for phase (py, px) and group g, a [nTaps*Cog][Cig] block with
@@ -647,6 +659,7 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
             }
         }
     });
+    return false;
 }
 
 }  // namespace
