@@ -10,13 +10,13 @@
 //   weight gradient  dW (O x K) = Eᵀ (O x N) · P,  dB = column sums of E
 //
 // P is the source read in place when the window is exactly the (densely stored) image, else
-// gathered once per image. The products are cut into one column tile per thread worth using
-// (the problem size and the thread count decide, never timing); each tile is one
-// single-threaded sgemm over the whole reduction, run in parallel. Few tiles, because each tile
-// packs the whole shared operand again: 16 tiles of the 1x1x2048->1000 layer's forward pass
-// packed its 64 x 2048 inputs 16 times, a quarter of the product's time. Every result element
-// comes from one sgemm call whose arguments depend only on the problem and the thread count,
-// so results are bitwise reproducible for a given thread count.
+// gathered once per image. The products are cut into column tiles whose size depends only on
+// the problem (never on the thread count); each tile is one single-threaded sgemm over the whole
+// reduction, run in parallel. Every result element comes from one sgemm call with the same
+// arguments whatever the thread count, so results are bitwise reproducible (and equal on any
+// thread count). Tiles are at least 128 columns wide: each tile packs the whole shared operand
+// again (64-column tiles packed the 64 x 2048 inputs of the 1x1x2048->1000 layer 16 times), and
+// the weight gradient has no row tiles (they repacked P once per 256 output channels).
 #include "fully_connected.h"
 
 #include <algorithm>
@@ -34,16 +34,18 @@ namespace {
 inline int64_t ceilDiv(int64_t v, int64_t m) { return (v + m - 1) / m; }
 
 // The threads worth using for a product of `macs` multiply-adds: one per two million, as
-// convolution.cpp's threadsFor (a hand-off to a pool thread costs tens of microseconds).
+// convolution.cpp's threadsFor (a hand-off to a pool thread costs tens of microseconds). It
+// decides only whether the work is handed out, never how it is cut.
 int threadsFor(int64_t macs) {
     constexpr int64_t kMacsPerThread = int64_t(2) << 20;
     return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
 }
 
-// Columns per tile of a product with `columns` output columns on `threads` threads: one tile per
-// thread, a multiple of 16 columns, at least 64 so each sgemm stays a real product.
-int64_t tileColumns(int64_t columns, int threads) {
-    return std::min(columns, std::max<int64_t>(64, ceilDiv(ceilDiv(columns, threads), 16) * 16));
+// Columns per tile of a product with `columns` output columns: at most 16 tiles (enough to
+// balance the thread counts this backend sees), at least 128 columns, so that packing the shared
+// operand once per tile stays a small part of the tile's product.
+int64_t tileColumns(int64_t columns) {
+    return std::min(columns, std::max<int64_t>(128, ceilDiv(ceilDiv(columns, 16), 16) * 16));
 }
 
 // The window of one output pixel: source pixel (windowTopY + dY·ky, windowLeftX + dX·kx) is tap (ky, kx).
@@ -108,9 +110,9 @@ bool forward(const ConvolutionParams& p, const float* source, const float* weigh
     const float* P = im2colRows(w, source, N, threads, scratch, ldp);
 
     std::vector<float> out(size_t(N * O));
-    const int64_t OT = tileColumns(O, threads);
+    const int64_t OT = tileColumns(O);
     const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
-    parallelFor(ceilDiv(O, OT), 1, [&](int64_t t0, int64_t t1) {
+    parallelFor(ceilDiv(O, OT), threads > 1 ? 1 : ceilDiv(O, OT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t o0 = t * OT, ot = std::min(OT, O - o0);
             // out[n][o] = Σ_k P[n][k]·W[o][k]: the OHWI weights are Bᵀ as stored.
@@ -156,8 +158,8 @@ bool dataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
     float* T = inPlace ? destination : (scratch.resize(size_t(N * K)), scratch.data());
     const int64_t ldt = inPlace ? D.imageStride : K;
     const int threads = threadsFor(N * O * K);
-    const int64_t KT = tileColumns(K, threads);
-    parallelFor(ceilDiv(K, KT), 1, [&](int64_t t0, int64_t t1) {
+    const int64_t KT = tileColumns(K);
+    parallelFor(ceilDiv(K, KT), threads > 1 ? 1 : ceilDiv(K, KT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t k0 = t * KT, kt = std::min(KT, K - k0);
             // T[n][k] = Σ_o E[n][o]·W[o][k]; row n of E is pixel (0, 0) of image n.
@@ -206,8 +208,8 @@ bool weightGradient(const ConvolutionWeightGradientParams& p, const float* gradi
     int64_t ldp = 0;
     const int threads = threadsFor(N * O * K);
     const float* P = im2colRows(w, source, N, threads, scratch, ldp);
-    const int64_t KT = tileColumns(K, threads);
-    parallelFor(ceilDiv(K, KT), 1, [&](int64_t t0, int64_t t1) {
+    const int64_t KT = tileColumns(K);
+    parallelFor(ceilDiv(K, KT), threads > 1 ? 1 : ceilDiv(K, KT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t k0 = t * KT, kt = std::min(KT, K - k0);
             // dW[o][k] (+)= Σ_n E[n][o]·P[n][k]
