@@ -122,6 +122,25 @@ inline void copyChannels(float* dst, const float* pixel, int count) {
     }
 }
 
+// Copies `count` channels of each of kW taps, `tapStep` floats apart, one after the other. Up to
+// four channels take a copy of a fixed size (two moves for an RGB pixel): the variable-length
+// loop per tap cost the stem's im2col as much as its product.
+template <int N>
+inline void copyTapsOf(float* dst, const float* px, int64_t tapStep, int kW) {
+    for (int kx = 0; kx < kW; ++kx, dst += N) std::memcpy(dst, px + kx * tapStep, sizeof(float) * N);
+}
+inline void copyTaps(float* dst, const float* px, int64_t tapStep, int kW, int count) {
+    switch (count) {
+        case 1: return copyTapsOf<1>(dst, px, tapStep, kW);
+        case 2: return copyTapsOf<2>(dst, px, tapStep, kW);
+        case 3: return copyTapsOf<3>(dst, px, tapStep, kW);
+        case 4: return copyTapsOf<4>(dst, px, tapStep, kW);
+        default:
+            for (int kx = 0; kx < kW; ++kx, dst += count)
+                std::memcpy(dst, px + kx * tapStep, sizeof(float) * size_t(count));
+    }
+}
+
 // Source pixel read at (sy, sx) under the edge mode: null means "reads zero".
 inline const float* sourcePixel(const float* source, const ImageLayout& s, int n, int sy, int sx,
                                 int edgeMode) {
@@ -151,7 +170,8 @@ inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int
                 std::memcpy(dst, px, sizeof(float) * size_t(kW) * size_t(count));
                 dst += size_t(kW) * size_t(count);
             } else {
-                for (int kx = 0; kx < kW; ++kx, dst += count) copyChannels(dst, px + kx * tapStep, count);
+                copyTaps(dst, px, tapStep, kW, count);
+                dst += size_t(kW) * size_t(count);
             }
             continue;
         }
