@@ -8,14 +8,16 @@
 //      layers whose pixels are evenly spaced in memory) or packed into a small scratch panel
 //      (an im2col patch honouring the edge mode, or a block of the incoming gradient);
 //   2. one single-threaded sgemm per block and group multiplies it with the OHWI weights,
-//      used as they are (no per-call repacking) except by the strided data gradient;
+//      used as they are (no per-call repacking) except by the strided data gradient's
+//      per-phase form (its other form, products then scatter-add, is conv_col2im.cpp);
 //   3. an epilogue pass adds the bias and applies the neuron while writing only the channels
 //      [channelOffset, channelOffset + channels) of the destination pixels.
 //
 // Blocks run in parallel on the backend's pool, on as many threads as the problem is worth
 // (threadsFor: one per two million multiply-adds, so the tiny layers of the digits example run
 // on the calling thread without a hand-off). Every forward / data-gradient output element
-// comes from exactly one sgemm; the weight gradient sums its blocks in a fixed order into one
+// comes from exactly one sgemm (or, in col2im, from products added in a fixed order by the one
+// work item that owns its row); the weight gradient sums its blocks in a fixed order into one
 // partial sum per chunk of blocks and adds the partials in chunk order. So results are bitwise
 // reproducible run to run for a given thread count.
 #include "cpu_ops.h"
