@@ -5,7 +5,9 @@ docs/performance.md "Small layers"): a one-thread run below about a million mult
 or more threads above it with as many pixel blocks as a multiple of the thread count, the weight
 gradient summed straight into the state (one chunk) or through per-thread partial sums, and the
 im2col rows copied as one run per tap row (channels filling the pixels), per tap (group and
-channel-offset slices) or one float at a time (a single input channel). Each case runs on one
+channel-offset slices) or a few floats at a time (one or three input channels), and the strided
+data gradient's two forms (products then scatter-add when the layer has no more input than
+output channels, per-phase products otherwise). Each case runs on one
 and on two threads, as one encode over a contiguous batch (one backend op per gradient) and as a
 batch of separately allocated images (one op per image, the weight gradient accumulating).
 
@@ -55,6 +57,18 @@ CASES = [
     # clamp edges: the im2col edge path
     Case("clamp-1->16", ConvSpec(3, 3, 1, 16), 32, (8, 8), edge="clamp"),
     Case("clamp-16->32", ConvSpec(5, 5, 16, 32), 8, (6, 6), edge="clamp"),
+    # RGB stems: im2col copies three floats per tap (pixels of four); the strided data gradient is
+    # products then scatter-add (conv_col2im.cpp), whole images per thread or, with one image on
+    # two threads, bands of rows; with a channel offset, VALID padding, dilation, odd sizes
+    Case("stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (23, 21)),
+    Case("stem-3->64-7x7-s2-one-image", ConvSpec(7, 7, 3, 64, sx=2, sy=2), 1, (48, 45)),
+    Case("stem-off4-3->16-5x5-s2", ConvSpec(5, 5, 3, 16, sx=2, sy=2), 3, (15, 14), src_off=4),
+    Case("stem-3->8-5x5-s2-valid", ConvSpec(5, 5, 3, 8, sx=2, sy=2), 2, (13, 11), method=VALID),
+    Case("4->8-3x3-s3x2-d2", ConvSpec(3, 3, 4, 8, sx=3, sy=2, dx=2, dy=2), 2, (11, 10)),
+    Case("g2-8->16-4x4-s2", ConvSpec(4, 4, 8, 16, groups=2, sx=2, sy=2), 3, (11, 9)),
+    Case("clamp-stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (17, 19), edge="clamp"),
+    # more input than output channels: the strided data gradient's per-phase products
+    Case("16->8-3x3-s2", ConvSpec(3, 3, 16, 8, sx=2, sy=2), 4, (9, 9)),
 ]
 
 

@@ -135,6 +135,34 @@ def make_transpose(device, kw, kh, cin, cout, s, d, groups, bias, gen):
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_transpose_matches_conv_transpose2d(device, queue, check, case):
+    _check_case(device, queue, check, case)
+
+
+# Layers large enough for two threads (the forward pass is the data-gradient op: products then
+# scatter-add by bands of rows when one image cannot feed the threads, whole images otherwise).
+THREAD_CASES = [
+    ("4x4-s2-128->64-one-image", (4, 4), (128, 64), (2, 2), (1, 1), 1, (13, 15), 1, True, FULL),
+    ("2x2-s2-64->32", (2, 2), (64, 32), (2, 2), (1, 1), 1, (9, 7), 5, True, FULL),
+    ("3x3-s2-48->48-same", (3, 3), (48, 48), (2, 2), (1, 1), 1, (11, 12), 3, False, SAME),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", THREAD_CASES, ids=[c[0] for c in THREAD_CASES])
+def test_transpose_threads(device, queue, check, case, threads):
+    before = m.get_num_threads()
+    m.set_num_threads(threads)
+    try:
+        first = _check_case(device, queue, check, case)
+        again = _check_case(device, queue, check, case)
+    finally:
+        m.set_num_threads(before)
+    for a, b in zip(first, again):
+        assert np.array_equal(a, b), f"results differ between two identical runs on {threads} thread(s)"
+
+
+def _check_case(device, queue, check, case):
+    """Forward and gradients of one CASES row against the reference; returns the results."""
     cid, (kw, kh), (cin, cout), s, d, groups, (H, W), n, bias, method = case
     gen = rng(cid)
     _, t, tg, w, b = make_transpose(device, kw, kh, cin, cout, s, d, groups, bias, gen)
@@ -159,6 +187,8 @@ def test_transpose_matches_conv_transpose2d(device, queue, check, case):
     check(m.batch_to_numpy(dxs), ref["dx"], "data gradient")
     check(state.gradient_for_weights, ref["dw"], "weight gradient")
     check(state.gradient_for_biases, ref["db"], "bias gradient")
+    return (m.batch_to_numpy(ys), m.batch_to_numpy(dxs), np.array(state.gradient_for_weights),
+            np.array(state.gradient_for_biases))
 
 
 def test_grid_mostly_uses_direct_conv_transpose2d():

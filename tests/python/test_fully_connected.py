@@ -181,8 +181,9 @@ def test_fully_connected_training_step_through_states(device, queue, check):
 def test_fully_connected_batch_is_thread_count_independent(device, queue):
     """Forward, data and weight gradients of a batch are bitwise equal on 1 and 2 threads."""
     gen = rng("fc-threads")
-    _, fc, grad, _, _ = make_fc(device, 5, 5, 12, 70, gen)
-    x, e = randn(gen, 9, 5, 5, 12), randn(gen, 9, 1, 1, 70)
+    # 64 x 400 x 300: enough multiply-adds for two threads, and three column tiles
+    _, fc, grad, _, _ = make_fc(device, 5, 5, 16, 300, gen)
+    x, e = randn(gen, 64, 5, 5, 16), randn(gen, 64, 1, 1, 300)
     xs, es = m.batch_from_numpy(x, device), m.batch_from_numpy(e, device)
     before = m.get_num_threads()
     results = []

@@ -8,14 +8,16 @@
 //      layers whose pixels are evenly spaced in memory) or packed into a small scratch panel
 //      (an im2col patch honouring the edge mode, or a block of the incoming gradient);
 //   2. one single-threaded sgemm per block and group multiplies it with the OHWI weights,
-//      used as they are (no per-call repacking) except by the strided data gradient;
+//      used as they are (no per-call repacking) except by the strided data gradient's
+//      per-phase form (its other form, products then scatter-add, is conv_col2im.cpp);
 //   3. an epilogue pass adds the bias and applies the neuron while writing only the channels
 //      [channelOffset, channelOffset + channels) of the destination pixels.
 //
 // Blocks run in parallel on the backend's pool, on as many threads as the problem is worth
 // (threadsFor: one per two million multiply-adds, so the tiny layers of the digits example run
 // on the calling thread without a hand-off). Every forward / data-gradient output element
-// comes from exactly one sgemm; the weight gradient sums its blocks in a fixed order into one
+// comes from exactly one sgemm (or, in col2im, from products added in a fixed order by the one
+// work item that owns its row); the weight gradient sums its blocks in a fixed order into one
 // partial sum per chunk of blocks and adds the partials in chunk order. So results are bitwise
 // reproducible run to run for a given thread count.
 #include "cpu_ops.h"
@@ -30,8 +32,10 @@
 
 #include "../../../../metal/neuron_math.h"
 #include "blas.h"
+#include "conv_col2im.h"
 #include "conv_epilogue.h"
 #include "convolution_winograd.h"
+#include "elementwise.h"
 #include "fully_connected.h"
 #include "parallel.h"
 
@@ -108,15 +112,36 @@ int blockRows(int64_t rows, int64_t rowFloats, int threads) {
     return int(mb);
 }
 
-// Copies `count` channels of one source pixel, or zeros when `pixel` is null. One channel (a
-// grey-scale input layer) is a plain load: a memcpy call per float cost more than the product.
+// Copies `count` channels of one source pixel, or zeros when `pixel` is null. A few channels (a
+// grey-scale or RGB input layer) are plain loads: a memcpy call per pixel cost more than the
+// copy (the RGB stem's im2col spent as long in memcpy calls of 12 bytes as in the product).
 inline void copyChannels(float* dst, const float* pixel, int count) {
-    if (count == 1)
-        *dst = pixel ? *pixel : 0.0f;
-    else if (pixel)
+    if (count <= 4) {
+        for (int c = 0; c < count; ++c) dst[c] = pixel ? pixel[c] : 0.0f;
+    } else if (pixel) {
         std::memcpy(dst, pixel, sizeof(float) * size_t(count));
-    else
+    } else {
         std::fill(dst, dst + count, 0.0f);
+    }
+}
+
+// Copies `count` channels of each of kW taps, `tapStep` floats apart, one after the other. Up to
+// four channels take a copy of a fixed size (two moves for an RGB pixel): the variable-length
+// loop per tap cost the stem's im2col as much as its product.
+template <int N>
+inline void copyTapsOf(float* dst, const float* px, int64_t tapStep, int kW) {
+    for (int kx = 0; kx < kW; ++kx, dst += N) std::memcpy(dst, px + kx * tapStep, sizeof(float) * N);
+}
+inline void copyTaps(float* dst, const float* px, int64_t tapStep, int kW, int count) {
+    switch (count) {
+        case 1: return copyTapsOf<1>(dst, px, tapStep, kW);
+        case 2: return copyTapsOf<2>(dst, px, tapStep, kW);
+        case 3: return copyTapsOf<3>(dst, px, tapStep, kW);
+        case 4: return copyTapsOf<4>(dst, px, tapStep, kW);
+        default:
+            for (int kx = 0; kx < kW; ++kx, dst += count)
+                std::memcpy(dst, px + kx * tapStep, sizeof(float) * size_t(count));
+    }
 }
 
 // Source pixel read at (sy, sx) under the edge mode: null means "reads zero".
@@ -148,7 +173,8 @@ inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int
                 std::memcpy(dst, px, sizeof(float) * size_t(kW) * size_t(count));
                 dst += size_t(kW) * size_t(count);
             } else {
-                for (int kx = 0; kx < kW; ++kx, dst += count) copyChannels(dst, px + kx * tapStep, count);
+                copyTaps(dst, px, tapStep, kW, count);
+                dst += size_t(kW) * size_t(count);
             }
             continue;
         }
@@ -161,6 +187,32 @@ inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int
 
 // ---------------------------------------------------------------------------------------------
 // Forward
+
+// sum[c] = sum over the taps t (in order) with a pixel of pixels[t][c] * w[t][c], from 0.0f.
+// Channels go in blocks of 32 summed in registers across all taps (a sum in memory paid a load
+// and a store per multiply-add), with an AVX2 copy next to the baseline one (no FMA: both round
+// alike, so results do not depend on the machine).
+MPSGRAD_VECTOR_CLONES
+void depthwiseSums(const float* const* pixels, const float* w, int taps, int C, float* sum) {
+    constexpr int kBlock = 32;
+    int c0 = 0;
+    for (; c0 + kBlock <= C; c0 += kBlock) {
+        float s[kBlock] = {};
+        for (int t = 0; t < taps; ++t) {
+            if (!pixels[t]) continue;  // contributes exact zeros
+            const float* x = pixels[t] + c0;
+            const float* wt = w + size_t(t) * C + c0;
+            for (int c = 0; c < kBlock; ++c) s[c] += x[c] * wt[c];
+        }
+        for (int c = 0; c < kBlock; ++c) sum[c0 + c] = s[c];
+    }
+    for (int c = c0; c < C; ++c) {
+        float s = 0.0f;
+        for (int t = 0; t < taps; ++t)
+            if (pixels[t]) s += pixels[t][c] * w[size_t(t) * C + c];
+        sum[c] = s;
+    }
+}
 
 // Depthwise (one input and one output channel per group): per pixel, sum over taps of an
 // element-wise product along the channels, with weights packed [tap][channel].
@@ -180,21 +232,18 @@ void forwardDepthwise(const ConvolutionParams& p, const float* source, const flo
     const int64_t grain = std::max<int64_t>(1, 4096 / (int64_t(p.clipWidth) * C * taps + 1));
     parallelFor(rows, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> acc(static_cast<size_t>(C));
+        std::vector<const float*> pixels(static_cast<size_t>(taps));
         for (int64_t r = begin; r < end; ++r) {
             const int n = int(r / p.clipHeight), y = int(r % p.clipHeight);
             for (int x = 0; x < p.clipWidth; ++x) {
-                std::fill(acc.begin(), acc.end(), 0.0f);
                 for (int ky = 0; ky < kH; ++ky) {
                     const int sy = p.windowTopY + p.strideY * y + p.dilationY * ky;
                     for (int kx = 0; kx < kW; ++kx) {
                         const int sx = p.windowLeftX + p.strideX * x + p.dilationX * kx;
-                        const float* px = sourcePixel(source, S, n, sy, sx, p.edgeMode);
-                        if (!px) continue;  // contributes exact zeros
-                        const float* w = packed.data() + size_t(ky * kW + kx) * C;
-                        float* a = acc.data();
-                        for (int c = 0; c < C; ++c) a[c] += px[c] * w[c];
+                        pixels[size_t(ky * kW + kx)] = sourcePixel(source, S, n, sy, sx, p.edgeMode);
                     }
                 }
+                depthwiseSums(pixels.data(), packed.data(), taps, C, acc.data());
                 float* dst = destination + pixelIndex(D, n, p.clipY + y, p.clipX + x);
                 float* pre = p.writePreactivation
                                  ? preactivation + pixelIndex(p.preactivation, n, y, x)
@@ -467,8 +516,9 @@ void dataGradientOnePixel(const ConvolutionDataGradientParams& p, const float* g
 
 namespace {
 
-void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
-                          const float* weights, float* destination);
+// Returns true when the biases (null: none) were added along with the products.
+bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, const float* biases, float* destination);
 
 // dX[..][c] += biases[c] over the clip (the forward pass of a transposed convolution), after
 // the products: the order a convolution's epilogue uses (products first, then the bias) is
@@ -491,8 +541,9 @@ void addBiases(const ConvolutionDataGradientParams& p, const float* biases, floa
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
                              const float* weights, const float* biases, float* destination) {
     if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
-    dataGradientProducts(p, gradient, weights, destination);
-    if (p.hasBias && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0) addBiases(p, biases, destination);
+    const bool biasesAdded = dataGradientProducts(p, gradient, weights, p.hasBias ? biases : nullptr, destination);
+    if (p.hasBias && !biasesAdded && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0)
+        addBiases(p, biases, destination);
 }
 
 void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const float* source,
@@ -512,8 +563,8 @@ void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, con
 
 namespace {
 
-void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
-                          const float* weights, float* destination) {
+bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
+                          const float* weights, const float* biases, float* destination) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& D = p.destination;
     checkCommon(p.batch, p.groups, D.channels, E.channels, p.kernelWidth, p.kernelHeight,
@@ -521,8 +572,8 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
     checkLayout(E, "gradient");
     checkLayout(D, "destination");
     checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
-    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
-    if (fc::dataGradient(p, gradient, weights, destination)) return;  // one gradient pixel per image
+    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return false;
+    if (fc::dataGradient(p, gradient, weights, destination)) return false;  // one gradient pixel per image
 
     const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, sX = p.strideX, sY = p.strideY;
@@ -539,15 +590,22 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
 
     if (Cig == 1 && Cog == 1) {
         dataGradientDepthwise(p, gradient, weights, destination, tapsY, tapsX);
-        return;
+        return false;
     }
     if (E.width == 1 && E.height == 1) {
         dataGradientOnePixel(p, gradient, weights, destination);
-        return;
+        return false;
+    }
+    // Products then scatter-add (conv_col2im.cpp) when the destination has no more channels than
+    // the gradient: an RGB stem's data gradient, a transposed convolution's forward pass.
+    if ((sX > 1 || sY > 1) && Cig <= Cog) {
+        const int64_t macs = int64_t(p.batch) * E.width * E.height * E.channels * Kfull;
+        col2im::dataGradient(p, gradient, weights, biases, destination, threadsFor(macs));
+        return true;
     }
     if (sX == 1 && sY == 1) {
         dataGradientAsForward(p, gradient, weights, destination);
-        return;
+        return false;
     }
 
     // Strided: packed weights, for phase (py, px) and group g, a [nTaps*Cog][Cig] block with
@@ -653,6 +711,7 @@ void dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
             }
         }
     });
+    return false;
 }
 
 }  // namespace

@@ -13,7 +13,10 @@
 // gathered once per image. The products are cut into column tiles whose size depends only on
 // the problem (never on the thread count); each tile is one single-threaded sgemm over the whole
 // reduction, run in parallel. Every result element comes from one sgemm call with the same
-// arguments whatever the thread count, so results are bitwise reproducible.
+// arguments whatever the thread count, so results are bitwise reproducible (and equal on any
+// thread count). Tiles are at least 128 columns wide: each tile packs the whole shared operand
+// again (64-column tiles packed the 64 x 2048 inputs of the 1x1x2048->1000 layer 16 times), and
+// the weight gradient has no row tiles (they repacked P once per 256 output channels).
 #include "fully_connected.h"
 
 #include <algorithm>
@@ -30,10 +33,19 @@ namespace {
 
 inline int64_t ceilDiv(int64_t v, int64_t m) { return (v + m - 1) / m; }
 
-// Columns per tile of a product with `columns` output columns: about 16 tiles (enough to balance
-// any thread count this backend sees), at least 64 columns so each sgemm stays a real product.
+// The threads worth using for a product of `macs` multiply-adds: one per two million, as
+// convolution.cpp's threadsFor (a hand-off to a pool thread costs tens of microseconds). It
+// decides only whether the work is handed out, never how it is cut.
+int threadsFor(int64_t macs) {
+    constexpr int64_t kMacsPerThread = int64_t(2) << 20;
+    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
+}
+
+// Columns per tile of a product with `columns` output columns: at most 16 tiles (enough to
+// balance the thread counts this backend sees), at least 128 columns, so that packing the shared
+// operand once per tile stays a small part of the tile's product.
 int64_t tileColumns(int64_t columns) {
-    return std::min(columns, std::max<int64_t>(64, ceilDiv(ceilDiv(columns, 16), 16) * 16));
+    return std::min(columns, std::max<int64_t>(128, ceilDiv(ceilDiv(columns, 16), 16) * 16));
 }
 
 // The window of one output pixel: source pixel (windowTopY + dY·ky, windowLeftX + dX·kx) is tap (ky, kx).
@@ -59,15 +71,16 @@ struct Window {
     }
 };
 
-// P: the N x K im2col rows (pointer and row stride), in place or gathered into `scratch`.
-const float* im2colRows(const Window& w, const float* source, int64_t N, std::vector<float>& scratch, int64_t& ld) {
+// P: the N x K im2col rows (pointer and row stride), in place or gathered into `scratch` on `threads` threads.
+const float* im2colRows(const Window& w, const float* source, int64_t N, int threads, std::vector<float>& scratch,
+                        int64_t& ld) {
     const int64_t C = w.source.channels, K = int64_t(w.kW) * w.kH * C;
     if (w.readsImageInPlace()) {
         ld = w.source.imageStride;
         return source + w.source.channelOffset;
     }
     scratch.resize(size_t(N * K));
-    parallelFor(N, 1, [&](int64_t n0, int64_t n1) {
+    parallelFor(N, threads > 1 ? 1 : N, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             float* row = scratch.data() + n * K;
             for (int32_t ky = 0; ky < w.kH; ++ky)
@@ -93,12 +106,13 @@ bool forward(const ConvolutionParams& p, const float* source, const float* weigh
     const Window w{S, p.windowLeftX, p.windowTopY, p.kernelWidth, p.kernelHeight, p.dilationX, p.dilationY, p.edgeMode};
     std::vector<float> scratch;
     int64_t ldp = 0;
-    const float* P = im2colRows(w, source, N, scratch, ldp);
+    const int threads = threadsFor(N * O * K);
+    const float* P = im2colRows(w, source, N, threads, scratch, ldp);
 
     std::vector<float> out(size_t(N * O));
     const int64_t OT = tileColumns(O);
     const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
-    parallelFor(ceilDiv(O, OT), 1, [&](int64_t t0, int64_t t1) {
+    parallelFor(ceilDiv(O, OT), threads > 1 ? 1 : ceilDiv(O, OT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t o0 = t * OT, ot = std::min(OT, O - o0);
             // out[n][o] = Σ_k P[n][k]·W[o][k]: the OHWI weights are Bᵀ as stored.
@@ -143,8 +157,9 @@ bool dataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
     std::vector<float> scratch;
     float* T = inPlace ? destination : (scratch.resize(size_t(N * K)), scratch.data());
     const int64_t ldt = inPlace ? D.imageStride : K;
+    const int threads = threadsFor(N * O * K);
     const int64_t KT = tileColumns(K);
-    parallelFor(ceilDiv(K, KT), 1, [&](int64_t t0, int64_t t1) {
+    parallelFor(ceilDiv(K, KT), threads > 1 ? 1 : ceilDiv(K, KT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t k0 = t * KT, kt = std::min(KT, K - k0);
             // T[n][k] = Σ_o E[n][o]·W[o][k]; row n of E is pixel (0, 0) of image n.
@@ -153,7 +168,7 @@ bool dataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
         }
     });
     if (inPlace) return true;
-    parallelFor(N * p.clipHeight, 1, [&](int64_t r0, int64_t r1) {
+    parallelFor(N * p.clipHeight, threads > 1 ? 1 : N * p.clipHeight, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.clipHeight;
             const int32_t y = int32_t(r % p.clipHeight);
@@ -191,16 +206,15 @@ bool weightGradient(const ConvolutionWeightGradientParams& p, const float* gradi
     const Window w{S, p.windowLeftX, p.windowTopY, p.kernelWidth, p.kernelHeight, p.dilationX, p.dilationY, p.edgeMode};
     std::vector<float> scratch;
     int64_t ldp = 0;
-    const float* P = im2colRows(w, source, N, scratch, ldp);
-    const int64_t OT = std::min<int64_t>(O, 256), KT = tileColumns(K);
-    const int64_t rowTiles = ceilDiv(O, OT), columnTiles = ceilDiv(K, KT);
-    parallelFor(rowTiles * columnTiles, 1, [&](int64_t t0, int64_t t1) {
+    const int threads = threadsFor(N * O * K);
+    const float* P = im2colRows(w, source, N, threads, scratch, ldp);
+    const int64_t KT = tileColumns(K);
+    parallelFor(ceilDiv(K, KT), threads > 1 ? 1 : ceilDiv(K, KT), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-            const int64_t o0 = (t / columnTiles) * OT, k0 = (t % columnTiles) * KT;
-            const int64_t ot = std::min(OT, O - o0), kt = std::min(KT, K - k0);
+            const int64_t k0 = t * KT, kt = std::min(KT, K - k0);
             // dW[o][k] (+)= Σ_n E[n][o]·P[n][k]
-            blas::sgemm(true, false, int(ot), int(kt), int(N), 1.0f, e + o0, E.imageStride, P + k0, int(ldp),
-                        accumulate ? 1.0f : 0.0f, weightGradient + o0 * K + k0, int(K));
+            blas::sgemm(true, false, int(O), int(kt), int(N), 1.0f, e, E.imageStride, P + k0, int(ldp),
+                        accumulate ? 1.0f : 0.0f, weightGradient + k0, int(K));
         }
     });
     return true;
