@@ -234,6 +234,19 @@ CompareSegmentFn selectCompareSegment(int32_t comparison, bool pc, bool sc) {
 
 // ---- gradient ---------------------------------------------------------------------------
 
+// One term of the gradient: dX's share of G element g, given the forward operands' values x, y
+// and the clamp state m at that element.
+template <int32_t Op, bool ForSecondary, int32_t Mode>
+inline float gradientTerm(float g, float x, float y, float m, float pS, float sS, float pSsS, float lo, float hi) {
+    if constexpr (Mode == kArithmeticClampMask) g = g * m;
+    else if constexpr (Mode == kArithmeticClampUnclamped) g = g * maskValue(m, lo, hi);
+    if constexpr (Op == kArithmeticAdd) return g * (ForSecondary ? sS : pS);
+    else if constexpr (Op == kArithmeticSubtract) return g * (ForSecondary ? -sS : pS);
+    else if constexpr (Op == kArithmeticMultiply) return g * (pSsS * (ForSecondary ? x : y));
+    else if constexpr (!ForSecondary) return g * (pS / (sS * y));
+    else return g * (-(pS * x) / (sS * y * y));
+}
+
 // Terms of one forward segment, accumulated into acc: pixel i of the segment, channel k,
 // goes to acc[(SX ? x0 + i : 0) * DC + (SCH ? k : 0)] where x0 is the segment's first pixel.
 // Operand channel strides: XC (forward x), YC (forward y).
@@ -250,19 +263,8 @@ void gradientSegment(int64_t count, int64_t C, int64_t x0, const float* const* p
         float* a = acc + (SX ? (x0 + i) * DC : 0);
         float sum = 0.0f;
         for (int64_t k = 0; k < C; ++k) {
-            float gk = g[k];
-            if constexpr (Mode == kArithmeticClampMask) gk = gk * m[k];
-            else if constexpr (Mode == kArithmeticClampUnclamped) gk = gk * maskValue(m[k], lo, hi);
-            float t;
-            if constexpr (Op == kArithmeticAdd) t = gk * (ForSecondary ? sS : pS);
-            else if constexpr (Op == kArithmeticSubtract) t = gk * (ForSecondary ? -sS : pS);
-            else if constexpr (Op == kArithmeticMultiply)
-                t = gk * (pSsS * (ForSecondary ? x[XC ? k : 0] : y[YC ? k : 0]));
-            else if constexpr (!ForSecondary) t = gk * (pS / (sS * y[YC ? k : 0]));
-            else {
-                const float yv = y[YC ? k : 0];
-                t = gk * (-(pS * x[XC ? k : 0]) / (sS * yv * yv));
-            }
+            const float t = gradientTerm<Op, ForSecondary, Mode>(g[k], x[XC ? k : 0], y[YC ? k : 0], m[k], pS, sS,
+                                                                  pSsS, lo, hi);
             if constexpr (SCH) a[k] += t;
             else sum += t;
         }
@@ -275,7 +277,7 @@ using GradientSegmentFn = void (*)(int64_t, int64_t, int64_t, const float* const
 
 // The gradient without broadcasting (the input had the gradient's shape): each term is one dX
 // element, written straight into dX (pixel i at d + i * ds) instead of summed through a
-// zeroed row buffer and copied out, with the same per-element arithmetic as gradientSegment.
+// zeroed row buffer and copied out.
 template <int32_t Op, bool ForSecondary, int32_t Mode>
 MPSGRAD_TEMPLATE_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t C, const float* const* ptrs,
                                                  const int64_t* strides, float* d, int64_t ds, float pS, float sS,
@@ -287,18 +289,8 @@ MPSGRAD_TEMPLATE_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t
         const float* y = ptrs[2] + i * strides[2];
         const float* m = ptrs[3] + i * strides[3];
         float* out = d + i * ds;
-        for (int64_t k = 0; k < C; ++k) {
-            float gk = g[k];
-            if constexpr (Mode == kArithmeticClampMask) gk = gk * m[k];
-            else if constexpr (Mode == kArithmeticClampUnclamped) gk = gk * maskValue(m[k], lo, hi);
-            float t;
-            if constexpr (Op == kArithmeticAdd) t = gk * (ForSecondary ? sS : pS);
-            else if constexpr (Op == kArithmeticSubtract) t = gk * (ForSecondary ? -sS : pS);
-            else if constexpr (Op == kArithmeticMultiply) t = gk * (pSsS * (ForSecondary ? x[k] : y[k]));
-            else if constexpr (!ForSecondary) t = gk * (pS / (sS * y[k]));
-            else t = gk * (-(pS * x[k]) / (sS * y[k] * y[k]));
-            out[k] = 0.0f + t;  // as summed from zero by gradientSegment: a -0 term stores +0
-        }
+        for (int64_t k = 0; k < C; ++k)  // 0 + t as summed from zero by gradientSegment: a -0 term stores +0
+            out[k] = 0.0f + gradientTerm<Op, ForSecondary, Mode>(g[k], x[k], y[k], m[k], pS, sS, pSsS, lo, hi);
     }
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "blas.h"
+#include "conv_geometry.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu::col2im {
@@ -35,9 +36,7 @@ namespace {
 inline int64_t ceilDiv(int64_t v, int64_t m) { return (v + m - 1) / m; }
 inline int floorDiv(int v, int m) { return v >= 0 ? v / m : -((-v + m - 1) / m); }
 
-inline int64_t pixelIndex(const ImageLayout& l, int n, int y, int x) {
-    return int64_t(n) * l.imageStride + (int64_t(y) * l.width + x) * l.pixelStride + l.channelOffset;
-}
+using conv::pixelIndex;
 
 // The gradient coordinates e in [0, size) that reach some destination coordinate in [lo, hi)
 // through one of `taps` taps: lo <= off + stride*e + dilation*t < hi for some t. Empty: first >= last.

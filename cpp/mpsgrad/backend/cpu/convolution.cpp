@@ -34,6 +34,7 @@
 #include "blas.h"
 #include "conv_col2im.h"
 #include "conv_epilogue.h"
+#include "conv_geometry.h"
 #include "convolution_winograd.h"
 #include "elementwise.h"
 #include "fully_connected.h"
@@ -43,17 +44,15 @@ namespace mpsgrad::cpu {
 namespace {
 
 inline int ceilDiv(int v, int m) { return (v + m - 1) / m; }
-inline int64_t ceilDiv64(int64_t v, int64_t m) { return (v + m - 1) / m; }
-inline int clampInt(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+using conv::ceilDiv64;
+using conv::clampInt;
+using conv::pixelIndex;
+using conv::sourcePixel;
+using conv::threadsFor;
 // Mathematical modulo (result in [0, m)) for m > 0.
 inline int positiveMod(int v, int m) {
     int r = v % m;
     return r < 0 ? r + m : r;
-}
-
-// Offset in floats of element (n, y, x, channel 0) of a layout, channel offset included.
-inline int64_t pixelIndex(const ImageLayout& l, int n, int y, int x) {
-    return int64_t(n) * l.imageStride + (int64_t(y) * l.width + x) * l.pixelStride + l.channelOffset;
 }
 
 [[noreturn]] void invalid(const std::string& what) {
@@ -80,16 +79,6 @@ void checkCommon(int batch, int groups, int inChannels, int outChannels, int kW,
 void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* name) {
     if (w < 0 || h < 0 || x < 0 || y < 0 || x + w > l.width || y + h > l.height)
         invalid(std::string(name) + " clip rectangle lies outside the image");
-}
-
-// The threads worth using for an op of `macs` multiply-adds: one per two million (about 100 us
-// of one core's work with its packing). Handing work to a pool thread costs tens of microseconds,
-// far more on a loaded machine: the small layers of the digits example ran slower on two threads
-// than on one. Chosen from the problem size only, never from timing, so results stay bitwise
-// reproducible for a given thread count.
-int threadsFor(int64_t macs) {
-    constexpr int64_t kMacsPerThread = int64_t(2) << 20;
-    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
 }
 
 // The grain for parallelFor over `items` work items on `threads` threads: all of them in one
@@ -142,17 +131,6 @@ inline void copyTaps(float* dst, const float* px, int64_t tapStep, int kW, int c
             for (int kx = 0; kx < kW; ++kx, dst += count)
                 std::memcpy(dst, px + kx * tapStep, sizeof(float) * size_t(count));
     }
-}
-
-// Source pixel read at (sy, sx) under the edge mode: null means "reads zero".
-inline const float* sourcePixel(const float* source, const ImageLayout& s, int n, int sy, int sx,
-                                int edgeMode) {
-    if (sy < 0 || sy >= s.height || sx < 0 || sx >= s.width) {
-        if (edgeMode != kEdgeClamp || s.width <= 0 || s.height <= 0) return nullptr;
-        sy = clampInt(sy, 0, s.height - 1);
-        sx = clampInt(sx, 0, s.width - 1);
-    }
-    return source + pixelIndex(s, n, sy, sx);
 }
 
 // One im2col row: the kH x kW taps of the window whose top-left tap reads source pixel

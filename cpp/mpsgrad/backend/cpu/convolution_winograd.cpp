@@ -37,6 +37,7 @@
 #include "blas.h"
 #include "buffer_cache.h"
 #include "conv_epilogue.h"
+#include "conv_geometry.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu::winograd {
@@ -46,23 +47,10 @@ constexpr int kTile = 4;                  // source pixels per tile side
 constexpr int kOut = 2;                   // output pixels per tile side
 constexpr int kPoints = kTile * kTile;    // the 16 transform positions e
 
-inline int64_t ceilDiv64(int64_t v, int64_t m) { return (v + m - 1) / m; }
-inline int clampInt(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
-// Offset in floats of element (n, y, x, channel 0) of a layout (as convolution.cpp's).
-inline int64_t pixelIndex(const ImageLayout& l, int n, int y, int x) {
-    return int64_t(n) * l.imageStride + (int64_t(y) * l.width + x) * l.pixelStride + l.channelOffset;
-}
-
-// Source pixel read at (sy, sx) under the edge mode, null for "reads zero" (as convolution.cpp's).
-inline const float* sourcePixel(const float* source, const ImageLayout& s, int n, int sy, int sx, int edgeMode) {
-    if (sy < 0 || sy >= s.height || sx < 0 || sx >= s.width) {
-        if (edgeMode != kEdgeClamp || s.width <= 0 || s.height <= 0) return nullptr;
-        sy = clampInt(sy, 0, s.height - 1);
-        sx = clampInt(sx, 0, s.width - 1);
-    }
-    return source + pixelIndex(s, n, sy, sx);
-}
+using conv::ceilDiv64;
+using conv::pixelIndex;
+using conv::sourcePixel;
+using conv::threadsFor;
 
 // Uninitialised float scratch whose large blocks are recycled (buffer_cache.h): the transformed
 // weights and the per-block V and M (256 KB and more from 64 channels) would otherwise be fresh
@@ -190,13 +178,6 @@ void transformWeights(const float* weights, int Cin, int Cout, int threads, floa
                 }
             }
     });
-}
-
-// The threads worth using for `macs` multiply-adds (convolution.cpp's threadsFor rule: one per
-// two million).
-int threadsFor(int64_t macs) {
-    constexpr int64_t kMacsPerThread = int64_t(2) << 20;
-    return int(std::max<int64_t>(1, std::min<int64_t>(threadCount(), macs / kMacsPerThread)));
 }
 
 // Tiles per block: V and M of a block (16 * tiles * (Cin + Cout) floats) about 1 MB, so they
