@@ -237,3 +237,30 @@ def test_prelu_gradient_on_half_images(device, queue):
     y = forward(device, queue, desc, x, F16, F16).to_numpy()
     same_bits(y.astype(np.float32), half(forward(device, queue, desc, x, F32, F32).to_numpy()).astype(np.float32),
               "prelu forward")
+
+
+@pytest.mark.float32_only("builds its FLOAT16 and FLOAT32 images explicitly")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("spec", NEURONS, ids=lambda s: str(s[0]).split(".")[-1])
+def test_whole_dense_half_images(device, queue, spec, threads):
+    """Whole dense FLOAT16 images (channels a multiple of 4, no slice, clip or offset): on the CPU
+    the forward and the gradient run as maps over flat arrays with the conversions fused into the
+    loop (half_fused.h). Bit for bit the float32 kernel's results rounded to half, for 12 elements
+    (a 4-element tail after one 8-lane group), 120, and 18,204 elements (two parallel
+    chunks and a tail)."""
+    desc = descriptor(spec)
+    positive = spec[0] in (T.LOGARITHM, T.POWER)
+    before = m.get_num_threads()
+    m.set_num_threads(threads)
+    try:
+        for shape in ((1, 3, 1, 4), (1, 3, 5, 8), (1, 37, 41, 12)):
+            x = inputs(f"fused x {spec[0]} {shape}", shape, positive)
+            g = inputs(f"fused g {spec[0]} {shape}", shape)
+            expected = forward(device, queue, desc, x, F32, F32).to_numpy()
+            y = forward(device, queue, desc, x, F16, F16).to_numpy()
+            same_bits(y.astype(np.float32), half(expected).astype(np.float32), f"{spec[0]} {shape} forward")
+            expected = gradient(device, queue, desc, g, x, (F32, F32, F32)).to_numpy()
+            dx = gradient(device, queue, desc, g, x, (F16, F16, F16)).to_numpy()
+            same_bits(dx.astype(np.float32), half(expected).astype(np.float32), f"{spec[0]} {shape} gradient")
+    finally:
+        m.set_num_threads(before)

@@ -334,3 +334,35 @@ def test_batch_shadows_give_the_float32_kernel_result(device, queue):
     for i, order in enumerate(orders):
         for got, want in zip(results(order(a16, b16)), results(order(a32, b32))):
             same_bits(got, halved(want), f"order {i}")
+
+
+@pytest.mark.float32_only("builds its FLOAT16 and FLOAT32 images explicitly")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("op", list(OPS))
+def test_whole_dense_half_images(device, queue, op, threads):
+    """Whole dense FLOAT16 images, no clamp, no offsets: on the CPU the forward and both gradients
+    run as maps over flat arrays with the conversions fused into the loop (half_fused.h). They must
+    give the float32 kernel's results rounded to half, bit for bit: 12 elements (a 4-element tail
+    after one 8-lane group), 3 x 5 x 8 per image in a batch of 2, and 18,204 elements (two parallel
+    chunks and a tail)."""
+    before = m.get_num_threads()
+    m.set_num_threads(threads)
+    try:
+        for shape in ((1, 3, 1, 4), (2, 3, 5, 8), (1, 37, 41, 12)):
+            gen = rng(f"fused {op} {shape}")
+            x = halved(gen.standard_normal(shape))
+            y = gen.standard_normal(shape)
+            if op == "divide":  # divisors away from 0
+                y = np.sign(y) * (0.5 + np.abs(y)) + (y == 0)
+            y = halved(y)
+            g = halved(gen.standard_normal(shape))
+
+            def configure(k):
+                k.primary_scale, k.secondary_scale, k.bias = 1.25, -0.75, 0.3
+
+            expected = arithmetic(device, queue, op, x, y, g, (F32,) * 6, configure)
+            got = arithmetic(device, queue, op, x, y, g, (F16,) * 6, configure)
+            for name, a, e in zip(("r", "dx", "dy"), got, expected):
+                same_bits(a, halved(e), f"{op} {shape} {name} on {threads} threads")
+    finally:
+        m.set_num_threads(before)

@@ -18,6 +18,7 @@
 
 #include "cpu_ops.h"
 #include "elementwise.h"
+#include "half_fused.h"
 #include "half_streaming.h"
 #include "parallel.h"
 
@@ -338,6 +339,35 @@ GradientSegmentFn selectGradientSegment(int32_t op, bool forSecondary, bool xc, 
     return fn;
 }
 
+// An operand read at the clip's own pixels, every channel, from a same-sized whole dense image.
+bool flatOperand(const ArithmeticOperand& o, int32_t width, int32_t height, int32_t batch) {
+    return o.offsetX == 0 && o.offsetY == 0 && o.strideX == 1 && o.strideY == 1 && o.strideChannels == 1 &&
+           o.strideImages == 1 && denseWhole(o.image, width, height, batch);
+}
+
+// The forward over whole dense FLOAT16 images with no clamp state (half_fused.h). False when it
+// does not apply (then the staged path runs).
+bool forwardFusedHalf(const ArithmeticParams& p, const HalfBindings& f, const void* primary, const void* secondary,
+                      void* destination) {
+    const int32_t W = p.clipWidth, H = p.clipHeight, B = p.batch;
+    if (!(f.source && f.secondary && f.destination) || p.stateMode != kArithmeticClampNone || p.clipX != 0 ||
+        p.clipY != 0 || !denseWhole(p.destination, W, H, B) || !flatOperand(p.primary, W, H, B) ||
+        !flatOperand(p.secondary, W, H, B))
+        return false;
+    const uint16_t* in[2] = {static_cast<const uint16_t*>(primary), static_cast<const uint16_t*>(secondary)};
+    const int64_t count = int64_t(B) * H * W * p.destination.channels;
+    const float pS = p.primaryScale, sS = p.secondaryScale, bias = p.bias, lo = p.minimumValue, hi = p.maximumValue;
+    bool done = false;
+    withOp(p.op, [&](auto o) {
+        constexpr int32_t Op = decltype(o)::value;
+        done = parallelFusedHalfMap<2>(in, static_cast<uint16_t*>(destination), count,
+                                       [=](const float (*v)[8], float* out) {
+            for (int j = 0; j < 8; ++j) out[j] = clampValue(apply<Op>(pS * v[0][j], sS * v[1][j]) + bias, lo, hi);
+        });
+    });
+    return done;
+}
+
 }  // namespace
 
 void arithmeticForward(const ArithmeticParams& p, const HalfBindings& formats, const void* primary,
@@ -360,6 +390,7 @@ void arithmeticForward(const ArithmeticParams& p, const HalfBindings& formats, c
     }
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
 
+    if (forwardFusedHalf(p, formats, primary, secondary, destination)) return;
     const ForwardSegmentFn fn = selectForwardSegment(p.op, p.primary.strideChannels != 0,
                                                      p.secondary.strideChannels != 0, p.stateMode);
     const bool pc = p.primary.strideChannels != 0, sc = p.secondary.strideChannels != 0;
@@ -425,6 +456,39 @@ void compareForward(const CompareParams& p, const float* primary, const float* s
 }
 
 namespace {
+
+// The gradient without broadcasting over whole dense FLOAT16 images, no clamp state
+// (half_fused.h): dX = 0 + term, as directGradientSegment computes it. False when it does not apply.
+bool gradientFusedHalf(const ArithmeticGradientParams& p, const HalfBindings& f, bool needX, bool needY,
+                       const void* gradient, const void* primary, const void* secondary, void* destination) {
+    const int32_t W = p.width, H = p.height, B = p.batch;
+    const ArithmeticOperand& s = p.forSecondary ? p.secondary : p.primary;
+    if (!(f.gradient && f.destination) || (needX && !f.source) || (needY && !f.secondary) ||
+        p.clampMode != kArithmeticClampNone || p.gradientX != 0 || p.gradientY != 0 || p.destinationX != 0 ||
+        p.destinationY != 0 || s.strideX != 1 || s.strideY != 1 || s.strideChannels != 1 || s.strideImages != 1 ||
+        !denseWhole(p.gradient, W, H, B) || !denseWhole(p.destination, W, H, B) ||
+        (needX && !flatOperand(p.primary, W, H, B)) || (needY && !flatOperand(p.secondary, W, H, B)))
+        return false;
+    const uint16_t* g = static_cast<const uint16_t*>(gradient);
+    const uint16_t* in[3] = {g, needX ? static_cast<const uint16_t*>(primary) : g,
+                             needY ? static_cast<const uint16_t*>(secondary) : g};
+    const int64_t count = int64_t(B) * H * W * p.gradient.channels;
+    const float pS = p.primaryScale, sS = p.secondaryScale, pSsS = pS * sS;
+    bool done = false;
+    withOp(p.op, [&](auto o) {
+        withBool(p.forSecondary != 0, [&](auto fs) {
+            constexpr int32_t Op = decltype(o)::value;
+            constexpr bool ForSecondary = decltype(fs)::value;
+            done = parallelFusedHalfMap<3>(in, static_cast<uint16_t*>(destination), count,
+                                           [=](const float (*v)[8], float* out) {
+                for (int j = 0; j < 8; ++j)
+                    out[j] = 0.0f + gradientTerm<Op, ForSecondary, kArithmeticClampNone>(
+                                        v[0][j], v[1][j], v[2][j], 0.0f, pS, sS, pSsS, 0.0f, 0.0f);
+            });
+        });
+    });
+    return done;
+}
 
 // The gather of arithmeticGradient for G stored as GT, the forward operands as PT / ST and dX as DT
 // (float, or uint16_t: IEEE half through half_streaming.h's row readers; each output pixel is
@@ -596,6 +660,7 @@ void arithmeticGradient(const ArithmeticGradientParams& p, const HalfBindings& f
                         std::to_string(DC));
     if (B == 0 || H == 0 || W == 0 || C == 0) return;
 
+    if (gradientFusedHalf(p, formats, needX, needY, gradient, primary, secondary, destination)) return;
     const GradientSegmentFn fn =
         selectGradientSegment(p.op, forSecondary, p.primary.strideChannels != 0, p.secondary.strideChannels != 0,
                               p.clampMode, s.strideX != 0, s.strideChannels != 0);

@@ -13,6 +13,7 @@
 #include "../../../../metal/neuron_math.h"
 #include "cpu_ops.h"
 #include "elementwise.h"
+#include "half_fused.h"
 #include "half_streaming.h"
 #include "parallel.h"
 
@@ -67,6 +68,51 @@ struct SpanTables {
     static constexpr SpanFn gradient[] = {&gradientSpan<Types>...};
 };
 using Tables = SpanTables<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
+
+// Whole dense FLOAT16 images (half_fused.h): the neuron as a map over flat arrays. False when the
+// processor has no F16C (the caller then takes the staged path).
+template <int32_t Type>
+bool forwardFusedHalf(const uint16_t* x, uint16_t* d, int64_t count, const NeuronParams& np) {
+    const float a = np.a, b = np.b, c = np.c;
+    const uint16_t* in[1] = {x};
+    return parallelFusedHalfMap<1>(in, d, count, [=](const float (*v)[8], float* o) {
+        for (int j = 0; j < 8; ++j) o[j] = mpsgrad::neuronForward(Type, a, b, c, 0.0f, v[0][j]);
+    });
+}
+
+template <int32_t Type>
+bool gradientFusedHalf(const uint16_t* g, const uint16_t* x, uint16_t* d, int64_t count, const NeuronParams& np) {
+    const float a = np.a, b = np.b, c = np.c;
+    const uint16_t* in[2] = {g, x};
+    return parallelFusedHalfMap<2>(in, d, count, [=](const float (*v)[8], float* o) {
+        for (int j = 0; j < 8; ++j) o[j] = v[0][j] * mpsgrad::neuronDerivative(Type, a, b, c, 0.0f, v[1][j]);
+    });
+}
+
+using FusedForwardFn = bool (*)(const uint16_t*, uint16_t*, int64_t, const NeuronParams&);
+using FusedGradientFn = bool (*)(const uint16_t*, const uint16_t*, uint16_t*, int64_t, const NeuronParams&);
+
+template <int32_t... Types>
+struct FusedTables {
+    static constexpr FusedForwardFn forward[] = {&forwardFusedHalf<Types>...};
+    static constexpr FusedGradientFn gradient[] = {&gradientFusedHalf<Types>...};
+};
+using Fused = FusedTables<0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>;
+
+// The clip is the whole destination, read from (0, 0) of same-sized whole dense images: the op is
+// a map over flat arrays (no edge reads, no per-channel data).
+bool flatForward(const NeuronForwardParams& p) {
+    return !p.neuron.hasChannelData && p.sourceX == 0 && p.sourceY == 0 && p.clipX == 0 && p.clipY == 0 &&
+           denseWhole(p.destination, p.clipWidth, p.clipHeight, p.batch) &&
+           denseWhole(p.source, p.clipWidth, p.clipHeight, p.batch);
+}
+
+bool flatGradient(const NeuronGradientParams& p) {
+    return !p.neuron.hasChannelData && p.gradientX == 0 && p.gradientY == 0 && p.sourceX == 0 && p.sourceY == 0 &&
+           p.clipX == 0 && p.clipY == 0 && denseWhole(p.destination, p.clipWidth, p.clipHeight, p.batch) &&
+           denseWhole(p.source, p.clipWidth, p.clipHeight, p.batch) &&
+           denseWhole(p.gradient, p.clipWidth, p.clipHeight, p.batch);
+}
 
 void checkNeuron(const char* op, const NeuronParams& n, const float* neuronData, int32_t dataOffset) {
     if (n.type < 0 || n.type >= kNeuronCount) invalid(op, "unknown neuron type " + std::to_string(n.type));
@@ -154,6 +200,11 @@ void cnnNeuronForward(const NeuronForwardParams& p, const HalfBindings& formats,
     const int32_t C = p.destination.channels;
     if (p.source.channels != C) invalid(op, "source and destination channel counts differ");
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+    const int64_t elements = int64_t(p.batch) * p.clipHeight * p.clipWidth * C;
+    if (formats.source && formats.destination && flatForward(p) &&
+        Fused::forward[p.neuron.type](static_cast<const uint16_t*>(source), static_cast<uint16_t*>(destination),
+                                      elements, p.neuron))
+        return;
     const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
     withFormats(
         [&](auto x, auto d) {
@@ -180,6 +231,11 @@ void cnnNeuronGradient(const NeuronGradientParams& p, const HalfBindings& format
     if (p.source.channels != C || p.gradient.channels != C)
         invalid(op, "gradient, source and destination channel counts differ");
     if (C == 0 || p.clipWidth == 0 || p.clipHeight == 0 || p.batch == 0) return;
+    const int64_t elements = int64_t(p.batch) * p.clipHeight * p.clipWidth * C;
+    if (formats.gradient && formats.source && formats.destination && flatGradient(p) &&
+        Fused::gradient[p.neuron.type](static_cast<const uint16_t*>(gradient), static_cast<const uint16_t*>(source),
+                                       static_cast<uint16_t*>(destination), elements, p.neuron))
+        return;
     const float* channelA = p.neuron.hasChannelData ? neuronData + p.neuronDataOffset : nullptr;
     withFormats(
         [&](auto g, auto x, auto d) {
