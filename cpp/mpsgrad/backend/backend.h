@@ -90,9 +90,9 @@ public:
 };
 
 // Families whose backend ops may take FLOAT16 bindings natively (Backend::readsHalfNatively).
-enum class HalfOp { Neuron, Arithmetic, Dropout };
+enum class HalfOp { Neuron, Arithmetic, Dropout, Convolution };
 
-// Which bindings of an element-wise op hold IEEE half (FLOAT16) rather than float32 elements.
+// Which image bindings of an op hold IEEE half (FLOAT16) rather than float32 elements.
 struct HalfBindings {
     bool source = false;       // the forward input X (or the gradient op's secondary); arithmetic: the primary
     bool secondary = false;    // arithmetic: the secondary operand
@@ -127,6 +127,25 @@ public:
     virtual void convolutionWeightGradient(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
                                            const BufferSlice& gradient, const BufferSlice& source,
                                            const BufferSlice& weightGradient, const BufferSlice& biasGradient) = 0;
+    // Native float16 (readsHalfNatively(HalfOp::Convolution)): the three ops above with each image
+    // binding's storage format in `formats` (forward: source, destination; data gradient:
+    // gradient, destination; weight gradient: gradient, source). Weights, biases, the
+    // preactivation and the weight and bias gradients stay float32.
+    virtual void convolutionForwardHalf(CommandBuffer&, const ConvolutionParams&, const HalfBindings&,
+                                        const BufferSlice&, const BufferSlice&, const BufferSlice&,
+                                        const BufferSlice&, const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("convolutionForwardHalf: this backend does not read FLOAT16 natively");
+    }
+    virtual void convolutionDataGradientHalf(CommandBuffer&, const ConvolutionDataGradientParams&,
+                                             const HalfBindings&, const BufferSlice&, const BufferSlice&,
+                                             const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("convolutionDataGradientHalf: this backend does not read FLOAT16 natively");
+    }
+    virtual void convolutionWeightGradientHalf(CommandBuffer&, const ConvolutionWeightGradientParams&,
+                                               const HalfBindings&, const BufferSlice&, const BufferSlice&,
+                                               const BufferSlice&, const BufferSlice&) {
+        throw std::logic_error("convolutionWeightGradientHalf: this backend does not read FLOAT16 natively");
+    }
     // Transposed convolution: the rotated, I/O-swapped weights (destination must not alias source).
     virtual void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
                                              const BufferSlice& source, const BufferSlice& destination) = 0;

@@ -194,12 +194,13 @@ void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& so
 
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,
-                             const BufferSlice& destination, const BufferSlice& preactivation) {
+                             const BufferSlice& destination, const BufferSlice& preactivation,
+                             const HalfBindings& formats) {
     const char* op = "convolutionForward";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
-    requireImage(op, "source", p.source, p.batch, source);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireImage(op, "source", p.source, p.batch, source, formats.source);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
     requireFloats(op, "weights", weights,
                   weightCount(op, p.destination.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight));
@@ -215,12 +216,12 @@ void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& sour
 
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
                                   const BufferSlice& weights, const BufferSlice& biases,
-                                  const BufferSlice& destination) {
+                                  const BufferSlice& destination, const HalfBindings& formats) {
     const char* op = "convolutionDataGradient";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
-    requireImage(op, "gradient", p.gradient, p.batch, gradient);
-    requireImage(op, "destination", p.destination, p.batch, destination);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
+    requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
     requireFloats(op, "weights", weights,
                   weightCount(op, p.gradient.channels, p.destination.channels, p.groups, p.kernelWidth,
@@ -241,12 +242,12 @@ void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p
 
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& weightGradient,
-                                    const BufferSlice& biasGradient) {
+                                    const BufferSlice& biasGradient, const HalfBindings& formats) {
     const char* op = "convolutionWeightGradient";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
-    requireImage(op, "gradient", p.gradient, p.batch, gradient);
-    requireImage(op, "source", p.source, p.batch, source);
+    requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
+    requireImage(op, "source", p.source, p.batch, source, formats.source);
     const int64_t count =
         weightCount(op, p.gradient.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight);
     if (p.computeWeights) requireFloats(op, "weight gradient", weightGradient, count);

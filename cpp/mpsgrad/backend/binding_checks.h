@@ -22,15 +22,18 @@ void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, 
 // do not overlap.
 void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& source, const BufferSlice& destination);
 
+// `formats` as for the neuron checks below (forward: source, destination; data gradient:
+// gradient, destination; weight gradient: gradient, source).
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,
-                             const BufferSlice& destination, const BufferSlice& preactivation);
+                             const BufferSlice& destination, const BufferSlice& preactivation,
+                             const HalfBindings& formats = {});
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
                                   const BufferSlice& weights, const BufferSlice& biases,
-                                  const BufferSlice& destination);
+                                  const BufferSlice& destination, const HalfBindings& formats = {});
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& weightGradient,
-                                    const BufferSlice& biasGradient);
+                                    const BufferSlice& biasGradient, const HalfBindings& formats = {});
 void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const BufferSlice& source,
                                       const BufferSlice& destination);
 

@@ -346,6 +346,10 @@ StatePtr CNNConvolution::makeResultState(const Image& source, CommandBuffer* cb)
     return state;
 }
 
+bool CNNConvolution::readsFloat16Natively() const {
+    return weights_.descriptor.subPixelScaleFactor == 1 && device_.backend().readsHalfNatively(HalfOp::Convolution);
+}
+
 void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
                                 const StateBatch& states) {
     const CNNConvolutionDescriptor& d = weights_.descriptor;
@@ -458,9 +462,11 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
         const UnaryDispatch& u = dispatches[i];
         const sub_pixel::LowResolutionGrid g = sub_pixel::lowResolutionGrid(r, clipRect, u.clip);
         ConvolutionParams p = base;
-        p.source = u.source->layout(u.sourceChannelOffset, d.inputFeatureChannels);
+        // storageLayout: FLOAT16 images arrive as they are when readsFloat16Natively().
+        p.source = u.source->storageLayout(u.sourceChannelOffset, d.inputFeatureChannels);
         p.batch = checked::toInt32(count, "number of images");
-        ImageLayout highLayout = u.destination->layout(destinationFeatureChannelOffset, d.destinationFeatureChannels());
+        ImageLayout highLayout =
+            u.destination->storageLayout(destinationFeatureChannelOffset, d.destinationFeatureChannels());
         BufferSlice destination = u.destination->storage(u.destinationImageIndex);
         if (r == 1) {
             p.destination = highLayout;
@@ -487,8 +493,15 @@ void CNNConvolution::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispat
             p.writePreactivation = 1;
             preactivation = state->preactivation.advancedBy(size_t(imagesDone) * p.preactivation.imageStride * 4);
         }
-        backend.convolutionForward(cb, p, u.source->storage(u.sourceImageIndex), weights_.weights, weights_.biases,
-                                   weights_.neuronData, destination, preactivation);
+        HalfBindings formats;
+        formats.source = u.source->isFloat16();
+        formats.destination = r == 1 && u.destination->isFloat16();  // r > 1: a float32 scratch
+        if (formats.any())
+            backend.convolutionForwardHalf(cb, p, formats, u.source->storage(u.sourceImageIndex), weights_.weights,
+                                           weights_.biases, weights_.neuronData, destination, preactivation);
+        else
+            backend.convolutionForward(cb, p, u.source->storage(u.sourceImageIndex), weights_.weights,
+                                       weights_.biases, weights_.neuronData, destination, preactivation);
         if (r > 1)
             backend.subPixelShuffle(cb, sub_pixel::shuffleParams(p.destination, highLayout, count, r, g, u.clip),
                                     destination, u.destination->storage(u.destinationImageIndex));
@@ -559,6 +572,12 @@ void CNNConvolutionGradient::configureFromSnapshot(const ForwardSnapshot& s) {
     secondarySourceFeatureChannelOffset = s.sourceFeatureChannelOffset;
     secondarySourceFeatureChannelMaxCount = uint64_t(s.sourceFeatureChannelCount);
     destinationFeatureChannelOffset = s.sourceFeatureChannelOffset;
+}
+
+bool CNNConvolutionGradient::readsFloat16Natively() const {
+    const Backend& backend = device_.backend();
+    return weights_.descriptor.subPixelScaleFactor == 1 && backend.readsHalfNatively(HalfOp::Convolution) &&
+           backend.readsHalfNatively(HalfOp::Neuron);
 }
 
 void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients,
@@ -652,8 +671,11 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
         const int64_t indexInState = imageIndexInState[&state];
         imageIndexInState[&state] += count;
 
-        ImageLayout gradientLayout = gImage.layout(primarySourceFeatureChannelOffset, d.destinationFeatureChannels());
+        // storageLayout: FLOAT16 images arrive as they are when readsFloat16Natively().
+        ImageLayout gradientLayout =
+            gImage.storageLayout(primarySourceFeatureChannelOffset, d.destinationFeatureChannels());
         BufferSlice gradient = gImage.storage(primaryOffset.z);
+        bool gradientIsHalf = gImage.isFloat16();
         if (d.subPixelScaleFactor > 1) {
             // The inverse shuffle: E on the low-resolution grid of the forward's Io (zeros where
             // the forward wrote nothing); everything below is the regular convolution's gradient.
@@ -681,11 +703,18 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             np.clipWidth = scratch.width;
             np.clipHeight = scratch.height;
             np.neuron = state.neuron;
-            backend.neuronGradient(cb, np, gradient,
-                                   state.preactivation.advancedBy(size_t(indexInState) * scratch.imageStride * 4),
-                                   state.neuronData, scaled);
+            const BufferSlice preactivation =
+                state.preactivation.advancedBy(size_t(indexInState) * scratch.imageStride * 4);
+            if (gradientIsHalf) {
+                HalfBindings formats;
+                formats.gradient = true;
+                backend.neuronGradientHalf(cb, np, formats, gradient, preactivation, state.neuronData, scaled);
+            } else {
+                backend.neuronGradient(cb, np, gradient, preactivation, state.neuronData, scaled);
+            }
             gradientLayout = scratch;
             gradient = scaled;
+            gradientIsHalf = false;
         }
 
         if (wantData) {
@@ -693,7 +722,7 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             Region clip = clipToImage(clipRect, dst);
             ConvolutionDataGradientParams p{};
             p.gradient = gradientLayout;
-            p.destination = dst.layout(destinationFeatureChannelOffset, in);
+            p.destination = dst.storageLayout(destinationFeatureChannelOffset, in);
             p.batch = count;
             setKernelGeometry(p, d);
             int64_t kw = (d.kernelWidth - 1) * d.dilationRateX + 1, kh = (d.kernelHeight - 1) * d.dilationRateY + 1;
@@ -711,14 +740,20 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.clipY = checked::toInt32(clip.origin.y, "clip_rect.origin.y");
             p.clipWidth = checked::toInt32(clip.size.width, "clip_rect.size.width");
             p.clipHeight = checked::toInt32(clip.size.height, "clip_rect.size.height");
-            if (p.clipWidth > 0 && p.clipHeight > 0)
+            HalfBindings formats;
+            formats.gradient = gradientIsHalf;
+            formats.destination = dst.isFloat16();
+            if (p.clipWidth > 0 && p.clipHeight > 0 && formats.any())
+                backend.convolutionDataGradientHalf(cb, p, formats, gradient, weights_.weights, BufferSlice{},
+                                                    dst.storage(clip.origin.z));
+            else if (p.clipWidth > 0 && p.clipHeight > 0)
                 backend.convolutionDataGradient(cb, p, gradient, weights_.weights, BufferSlice{},
                                                 dst.storage(clip.origin.z));
         }
         if (wantWeights) {
             ConvolutionWeightGradientParams p{};
             p.gradient = gradientLayout;
-            p.source = xImage.layout(secondarySourceFeatureChannelOffset, in);
+            p.source = xImage.storageLayout(secondarySourceFeatureChannelOffset, in);
             p.batch = count;
             setKernelGeometry(p, d);
             p.windowLeftX = checked::toInt32(secondaryOffset.x, "secondary_offset.x");
@@ -727,8 +762,15 @@ void CNNConvolutionGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBa
             p.accumulate = indexInState > 0 ? 1 : 0;
             p.computeWeights = 1;
             p.computeBiases = 1;
-            backend.convolutionWeightGradient(cb, p, gradient, xImage.storage(secondaryOffset.z),
-                                              state.gradientForWeights(), state.gradientForBiases());
+            HalfBindings formats;
+            formats.gradient = gradientIsHalf;
+            formats.source = xImage.isFloat16();
+            if (formats.any())
+                backend.convolutionWeightGradientHalf(cb, p, formats, gradient, xImage.storage(secondaryOffset.z),
+                                                      state.gradientForWeights(), state.gradientForBiases());
+            else
+                backend.convolutionWeightGradient(cb, p, gradient, xImage.storage(secondaryOffset.z),
+                                                  state.gradientForWeights(), state.gradientForBiases());
         }
         i = run;
     }

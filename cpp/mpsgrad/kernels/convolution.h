@@ -269,6 +269,9 @@ protected:
     // A sub-pixel convolution's destination is r times the padding policy's low-resolution size.
     void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
     StatePtr makeResultState(const Image& source, CommandBuffer* cb) override;
+    // FLOAT16 images go to the backend as they are when it reads them natively, except for a
+    // sub-pixel convolution (its float32 scratch and shuffle); else through float32 shadows.
+    bool readsFloat16Natively() const override;
     void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
     // The offset the window is centred on (the `offset` property; a fully connected layer
     // ignores it and centres the kernel on the whole source).
@@ -313,6 +316,8 @@ public:
 
 protected:
     void encodeWithCoder(serial::Writer& writer) const override;
+    // As CNNConvolution's (the fused neuron's derivative also reads FLOAT16 gradients natively).
+    bool readsFloat16Natively() const override;
     void checkGradientStateType(const State& state) const override;
     void configureFromSnapshot(const ForwardSnapshot& snapshot) override;
     void encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sourceImages,

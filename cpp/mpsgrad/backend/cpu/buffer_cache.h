@@ -14,7 +14,10 @@
 // result: a recycled block is zero-filled or poisoned exactly as a new one is (backend.h).
 // AddressSanitizer builds do not recycle, so that a use after free is still reported.
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <new>
 
 namespace mpsgrad::cpu::buffer_cache {
 
@@ -35,3 +38,27 @@ size_t budgetBytes();
 void setBudgetBytes(size_t bytes);
 
 }  // namespace mpsgrad::cpu::buffer_cache
+
+namespace mpsgrad::cpu {
+
+// Uninitialised float scratch whose large blocks are recycled by the cache above: the working
+// arrays of an op (the Winograd transforms, the float32 copies of FLOAT16 operands) would
+// otherwise be fresh pages, faulted in at every call.
+class ScratchFloats {
+public:
+    explicit ScratchFloats(size_t floats) : bytes_((std::max<size_t>(1, floats) * sizeof(float) + 63) / 64 * 64) {
+        data_ = static_cast<float*>(buffer_cache::take(bytes_));
+        if (!data_) data_ = static_cast<float*>(std::aligned_alloc(64, bytes_));
+        if (!data_) throw std::bad_alloc();
+    }
+    ~ScratchFloats() { buffer_cache::give(data_, bytes_); }
+    ScratchFloats(const ScratchFloats&) = delete;
+    ScratchFloats& operator=(const ScratchFloats&) = delete;
+    float* data() const { return data_; }
+
+private:
+    size_t bytes_;
+    float* data_;
+};
+
+}  // namespace mpsgrad::cpu

@@ -17,7 +17,8 @@ namespace mpsgrad::cpu {
 
 struct Epilogue {
     // Writes channels [o0, o0 + count) of one pixel from the sums v[0..count): dst and pre point
-    // at channel 0 of the pixel (pre may be null: no preactivation).
+    // at channel o0 of the pixel (pre may be null: no preactivation); o0 picks the biases and
+    // PReLU slopes.
     using RowFn = void (*)(const Epilogue&, const float* v, int o0, int count, float* dst, float* pre);
     RowFn fn = nullptr;
     float a = 0.0f, b = 0.0f, c = 0.0f;
@@ -37,14 +38,12 @@ void row(const Epilogue& e, const float* __restrict v, int o0, int count, float*
     const float a = e.a, b = e.b, c = e.c;
     const float* __restrict bias = Bias ? e.bias + o0 : nullptr;
     const float* __restrict slopes = Type == kNeuronPReLU ? e.slopes + o0 : nullptr;
-    dst += o0;
     auto value = [&](int k) { return Bias ? bias[k] + v[k] : v[k]; };
     auto neuron = [&](int k, float x) {
         if constexpr (Type == kNeuronNone) return x;
         else return mpsgrad::neuronForward(Type, a, b, c, Type == kNeuronPReLU ? slopes[k] : 0.0f, x);
     };
     if (pre) {
-        pre += o0;
         for (int k = 0; k < count; ++k) {
             const float x = value(k);
             pre[k] = x;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "cpu_ops.h"
 #include "parallel.h"
@@ -19,8 +21,10 @@ inline int64_t pixelIndex(const ImageLayout& l, int n, int y, int x) {
     return int64_t(n) * l.imageStride + (int64_t(y) * l.width + x) * l.pixelStride + l.channelOffset;
 }
 
-// Source pixel read at (sy, sx) under the edge mode: null means "reads zero".
-inline const float* sourcePixel(const float* source, const ImageLayout& s, int n, int sy, int sx, int edgeMode) {
+// Source pixel read at (sy, sx) under the edge mode: null means "reads zero". T is the storage
+// element (float, or uint16_t for FLOAT16 storage).
+template <class T>
+inline const T* sourcePixel(const T* source, const ImageLayout& s, int n, int sy, int sx, int edgeMode) {
     if (sy < 0 || sy >= s.height || sx < 0 || sx >= s.width) {
         if (edgeMode != kEdgeClamp || s.width <= 0 || s.height <= 0) return nullptr;
         sy = clampInt(sy, 0, s.height - 1);
@@ -28,6 +32,38 @@ inline const float* sourcePixel(const float* source, const ImageLayout& s, int n
     }
     return source + pixelIndex(s, n, sy, sx);
 }
+
+// The argument checks of the three ops (the backend's binding checks ran before: these guard
+// direct calls of the cpu functions).
+[[noreturn]] inline void invalid(const std::string& what) {
+    throw std::invalid_argument("mpsgrad cpu convolution: " + what);
+}
+
+inline void checkLayout(const ImageLayout& l, const char* name) {
+    if (l.width < 0 || l.height < 0 || l.channels < 0 || l.channelOffset < 0 ||
+        l.channelOffset + l.channels > l.pixelStride)
+        invalid(std::string(name) + " layout is inconsistent (channelOffset + channels > pixelStride)");
+}
+
+inline void checkCommon(int batch, int groups, int inChannels, int outChannels, int kW, int kH, int sX,
+                 int sY, int dX, int dY) {
+    if (batch < 0) invalid("batch must be >= 0");
+    if (groups < 1 || inChannels % groups != 0 || outChannels % groups != 0)
+        invalid("groups must divide the input and output channel counts");
+    if (inChannels < 1 || outChannels < 1) invalid("channel counts must be >= 1");
+    if (kW < 1 || kH < 1) invalid("kernel size must be >= 1");
+    if (sX < 1 || sY < 1) invalid("strides must be >= 1");
+    if (dX < 1 || dY < 1) invalid("dilation rates must be >= 1");
+}
+
+inline void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* name) {
+    if (w < 0 || h < 0 || x < 0 || y < 0 || x + w > l.width || y + h > l.height)
+        invalid(std::string(name) + " clip rectangle lies outside the image");
+}
+
+// The grain for parallelFor over `items` work items on `threads` threads: all of them in one
+// chunk (no hand-off at all) when one thread is worth using.
+inline int64_t grainFor(int64_t items, int threads) { return threads > 1 ? 1 : std::max<int64_t>(1, items); }
 
 // The threads worth using for an op of `macs` multiply-adds: one per two million (about 100 us
 // of one core's work with its packing). Handing work to a pool thread costs tens of microseconds,

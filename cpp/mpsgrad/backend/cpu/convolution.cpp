@@ -35,6 +35,8 @@
 #include "conv_col2im.h"
 #include "conv_epilogue.h"
 #include "conv_geometry.h"
+#include "conv_im2col.h"
+#include "conv_operands.h"
 #include "convolution_winograd.h"
 #include "elementwise.h"
 #include "fully_connected.h"
@@ -45,7 +47,16 @@ namespace {
 
 inline int ceilDiv(int v, int m) { return (v + m - 1) / m; }
 using conv::ceilDiv64;
+using conv::checkCommon;
+using conv::checkLayout;
+using conv::checkRect;
 using conv::clampInt;
+using conv::ConvDestination;
+using conv::ConvSource;
+using conv::Float32Copy;
+using conv::grainFor;
+using conv::invalid;
+using conv::layoutElements;
 using conv::pixelIndex;
 using conv::sourcePixel;
 using conv::threadsFor;
@@ -54,36 +65,6 @@ inline int positiveMod(int v, int m) {
     int r = v % m;
     return r < 0 ? r + m : r;
 }
-
-[[noreturn]] void invalid(const std::string& what) {
-    throw std::invalid_argument("mpsgrad cpu convolution: " + what);
-}
-
-void checkLayout(const ImageLayout& l, const char* name) {
-    if (l.width < 0 || l.height < 0 || l.channels < 0 || l.channelOffset < 0 ||
-        l.channelOffset + l.channels > l.pixelStride)
-        invalid(std::string(name) + " layout is inconsistent (channelOffset + channels > pixelStride)");
-}
-
-void checkCommon(int batch, int groups, int inChannels, int outChannels, int kW, int kH, int sX,
-                 int sY, int dX, int dY) {
-    if (batch < 0) invalid("batch must be >= 0");
-    if (groups < 1 || inChannels % groups != 0 || outChannels % groups != 0)
-        invalid("groups must divide the input and output channel counts");
-    if (inChannels < 1 || outChannels < 1) invalid("channel counts must be >= 1");
-    if (kW < 1 || kH < 1) invalid("kernel size must be >= 1");
-    if (sX < 1 || sY < 1) invalid("strides must be >= 1");
-    if (dX < 1 || dY < 1) invalid("dilation rates must be >= 1");
-}
-
-void checkRect(const ImageLayout& l, int x, int y, int w, int h, const char* name) {
-    if (w < 0 || h < 0 || x < 0 || y < 0 || x + w > l.width || y + h > l.height)
-        invalid(std::string(name) + " clip rectangle lies outside the image");
-}
-
-// The grain for parallelFor over `items` work items on `threads` threads: all of them in one
-// chunk (no hand-off at all) when one thread is worth using.
-inline int64_t grainFor(int64_t items, int threads) { return threads > 1 ? 1 : std::max<int64_t>(1, items); }
 
 // Rows per block of a product whose packed operand row holds `rowFloats` floats: scratch panels
 // of about 1 MB, between 16 rows (so the BLAS gets a real matrix, not a vector) and 512, small
@@ -99,68 +80,6 @@ int blockRows(int64_t rows, int64_t rowFloats, int threads) {
         mb = std::max<int64_t>(1, ceilDiv64(rows, blocks));
     }
     return int(mb);
-}
-
-// Copies `count` channels of one source pixel, or zeros when `pixel` is null. A few channels (a
-// grey-scale or RGB input layer) are plain loads: a memcpy call per pixel cost more than the
-// copy (the RGB stem's im2col spent as long in memcpy calls of 12 bytes as in the product).
-inline void copyChannels(float* dst, const float* pixel, int count) {
-    if (count <= 4) {
-        for (int c = 0; c < count; ++c) dst[c] = pixel ? pixel[c] : 0.0f;
-    } else if (pixel) {
-        std::memcpy(dst, pixel, sizeof(float) * size_t(count));
-    } else {
-        std::fill(dst, dst + count, 0.0f);
-    }
-}
-
-// Copies `count` channels of each of kW taps, `tapStep` floats apart, one after the other. Up to
-// four channels take a copy of a fixed size (two moves for an RGB pixel): the variable-length
-// loop per tap cost the stem's im2col as much as its product.
-template <int N>
-inline void copyTapsOf(float* dst, const float* px, int64_t tapStep, int kW) {
-    for (int kx = 0; kx < kW; ++kx, dst += N) std::memcpy(dst, px + kx * tapStep, sizeof(float) * N);
-}
-inline void copyTaps(float* dst, const float* px, int64_t tapStep, int kW, int count) {
-    switch (count) {
-        case 1: return copyTapsOf<1>(dst, px, tapStep, kW);
-        case 2: return copyTapsOf<2>(dst, px, tapStep, kW);
-        case 3: return copyTapsOf<3>(dst, px, tapStep, kW);
-        case 4: return copyTapsOf<4>(dst, px, tapStep, kW);
-        default:
-            for (int kx = 0; kx < kW; ++kx, dst += count)
-                std::memcpy(dst, px + kx * tapStep, sizeof(float) * size_t(count));
-    }
-}
-
-// One im2col row: the kH x kW taps of the window whose top-left tap reads source pixel
-// (sy0, sx0) of image n, channels [c0, c0 + count) of each, tap after tap.
-inline void im2colRow(float* dst, const float* source, const ImageLayout& S, int n, int sy0,
-                      int sx0, int kW, int kH, int dilationX, int dilationY, int edgeMode, int c0,
-                      int count) {
-    // A tap row that lies inside the image needs no edge handling; when the taps are adjacent and
-    // the channels fill the pixels, it is one run of kW * count floats.
-    const bool columnsInside = sx0 >= 0 && sx0 + dilationX * (kW - 1) < S.width;
-    const bool oneRun = dilationX == 1 && count == S.pixelStride;
-    const int64_t tapStep = int64_t(dilationX) * S.pixelStride;
-    for (int ky = 0; ky < kH; ++ky) {
-        const int sy = sy0 + dilationY * ky;
-        if (columnsInside && sy >= 0 && sy < S.height) {
-            const float* px = source + pixelIndex(S, n, sy, sx0) + c0;
-            if (oneRun) {
-                std::memcpy(dst, px, sizeof(float) * size_t(kW) * size_t(count));
-                dst += size_t(kW) * size_t(count);
-            } else {
-                copyTaps(dst, px, tapStep, kW, count);
-                dst += size_t(kW) * size_t(count);
-            }
-            continue;
-        }
-        for (int kx = 0; kx < kW; ++kx, dst += count) {
-            const float* px = sourcePixel(source, S, n, sy, sx0 + dilationX * kx, edgeMode);
-            copyChannels(dst, px ? px + c0 : nullptr, count);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,48 +151,21 @@ void forwardDepthwise(const ConvolutionParams& p, const float* source, const flo
     });
 }
 
-}  // namespace
-
-void convolutionForward(const ConvolutionParams& p, const float* source, const float* weights,
-                        const float* biases, const float* neuronData, float* destination,
-                        float* preactivation) {
+// The im2col product path: any geometry, FLOAT32 or FLOAT16 source and destination.
+void forwardProducts(const ConvolutionParams& p, const ConvSource& source, const float* weights,
+                     const Epilogue& epilogue, const ConvDestination& destination, float* preactivation) {
     const ImageLayout& S = p.source;
     const ImageLayout& D = p.destination;
-    checkCommon(p.batch, p.groups, S.channels, D.channels, p.kernelWidth, p.kernelHeight,
-                p.strideX, p.strideY, p.dilationX, p.dilationY);
-    checkLayout(S, "source");
-    checkLayout(D, "destination");
-    checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
-    if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
-    if (p.neuron.hasChannelData && !neuronData) invalid("neuron channel data buffer is null");
-    if (p.writePreactivation) {
-        if (!preactivation) invalid("writePreactivation is set but the buffer is null");
-        checkLayout(p.preactivation, "preactivation");
-        checkRect(p.preactivation, 0, 0, p.clipWidth, p.clipHeight, "preactivation");
-    }
-    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
-
-    // One output pixel per image (fully connected): one product over the batch.
-    if (fc::forward(p, source, weights, biases, neuronData, destination, preactivation)) return;
     const int G = p.groups, Cig = S.channels / G, Cog = D.channels / G;
-    if (Cig == 1 && Cog == 1) {
-        forwardDepthwise(p, source, weights, biases, neuronData, destination, preactivation);
-        return;
-    }
-    // 3x3 stride 1 with enough channels and pixels: Winograd F(2x2, 3x3), 2.25x fewer products.
-    if (winograd::eligible(p)) {
-        winograd::forward(p, source, weights, biases, neuronData, destination, preactivation);
-        return;
-    }
-
     const int kW = p.kernelWidth, kH = p.kernelHeight;
     const int Kg = kH * kW * Cig;  // reduction length per group
     const int64_t clipPixels = int64_t(p.clipWidth) * p.clipHeight;
     const int64_t totalPixels = int64_t(p.batch) * clipPixels;
     // 1x1, stride 1, every read inside the image and clip rows as wide as the source: the clip
     // pixels of one image are evenly spaced source pixels (and so are those of consecutive
-    // images when the images follow each other without a gap), so the product reads them in place.
-    const bool inPlace = kW == 1 && kH == 1 && p.strideX == 1 && p.strideY == 1 &&
+    // images when the images follow each other without a gap), so the product reads them in place
+    // (FLOAT32 only: halves are widened into the patch).
+    const bool inPlace = !source.half && kW == 1 && kH == 1 && p.strideX == 1 && p.strideY == 1 &&
                          p.windowLeftX == 0 && S.width == p.clipWidth && p.windowTopY >= 0 &&
                          p.windowTopY + p.clipHeight <= S.height;
     const bool imagesEven = p.windowTopY == 0 && S.imageStride == clipPixels * S.pixelStride;
@@ -283,11 +175,10 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
     const int threads = threadsFor(totalPixels * Kg * Cog * G);
     const int MB = blockRows(totalPixels, Kg, threads);
     const int64_t items = ceilDiv64(totalPixels, MB) * G;
-    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
 
     parallelFor(items, grainFor(items, threads), [&](int64_t begin, int64_t end) {
         std::vector<float> patch;
-        std::vector<float> out(size_t(MB) * Cog);
+        std::vector<float> out(size_t(MB) * Cog), row(destination.half ? size_t(Cog) : 0);
         std::vector<int64_t> dstAt(static_cast<size_t>(MB)), preAt(static_cast<size_t>(MB));
         for (int64_t item = begin; item < end; ++item) {
             const int g = int(item % G);
@@ -306,7 +197,7 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
             const int n0 = int(q0 / clipPixels);
             if (inPlace && (n0 == int((q0 + mb - 1) / clipPixels) || imagesEven)) {
                 const int y0 = int((q0 % clipPixels) / p.clipWidth), x0 = int(q0 % p.clipWidth);
-                A = source + pixelIndex(S, n0, p.windowTopY + y0, x0) + g * Cig;
+                A = source.floats() + pixelIndex(S, n0, p.windowTopY + y0, x0) + g * Cig;
                 lda = S.pixelStride;
             } else {
                 // im2col patch: patch[m][(ky*kW + kx)*Cig + i], for this group's input channels.
@@ -315,9 +206,9 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
                     const int64_t q = q0 + m;
                     const int n = int(q / clipPixels);
                     const int y = int((q % clipPixels) / p.clipWidth), x = int(q % p.clipWidth);
-                    im2colRow(patch.data() + size_t(m) * Kg, source, S, n,
-                              p.windowTopY + p.strideY * y, p.windowLeftX + p.strideX * x, kW, kH,
-                              p.dilationX, p.dilationY, p.edgeMode, g * Cig, Cig);
+                    conv::im2colRow(patch.data() + size_t(m) * Kg, source, S, n, p.windowTopY + p.strideY * y,
+                                    p.windowLeftX + p.strideX * x, kW, kH, p.dilationX, p.dilationY, p.edgeMode,
+                                    g * Cig, Cig);
                 }
                 A = patch.data();
                 lda = Kg;
@@ -329,10 +220,59 @@ void convolutionForward(const ConvolutionParams& p, const float* source, const f
 
             // Epilogue: value = bias + sum (the order the depthwise path uses), then the neuron.
             for (int m = 0; m < mb; ++m)
-                epilogue(out.data() + size_t(m) * Cog, g * Cog, Cog, destination + dstAt[size_t(m)],
-                         p.writePreactivation ? preactivation + preAt[size_t(m)] : nullptr);
+                destination.write(epilogue, out.data() + size_t(m) * Cog, g * Cog, Cog, dstAt[size_t(m)],
+                                  p.writePreactivation ? preactivation + preAt[size_t(m)] + g * Cog : nullptr,
+                                  row.data());
         }
     });
+}
+
+}  // namespace
+
+void convolutionForward(const ConvolutionParams& p, const HalfBindings& formats, const void* source,
+                        const float* weights, const float* biases, const float* neuronData, void* destination,
+                        float* preactivation) {
+    const ImageLayout& S = p.source;
+    const ImageLayout& D = p.destination;
+    checkCommon(p.batch, p.groups, S.channels, D.channels, p.kernelWidth, p.kernelHeight,
+                p.strideX, p.strideY, p.dilationX, p.dilationY);
+    checkLayout(S, "source");
+    checkLayout(D, "destination");
+    checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
+    if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
+    if (p.neuron.hasChannelData && !neuronData) invalid("neuron channel data buffer is null");
+    if (p.writePreactivation) {
+        if (!preactivation) invalid("writePreactivation is set but the buffer is null");
+        checkLayout(p.preactivation, "preactivation");
+        checkRect(p.preactivation, 0, 0, p.clipWidth, p.clipHeight, "preactivation");
+    }
+    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return;
+
+    const bool depthwise = S.channels == p.groups && D.channels == p.groups;
+    if (fc::handles(p) || depthwise) {
+        // One output pixel per image (fully connected: one product over the batch), or one input
+        // and one output channel per group. These paths address FLOAT32 storage in place.
+        const Float32Copy x(source, formats.source, layoutElements(S, p.batch));
+        const Float32Copy y(destination, formats.destination, layoutElements(D, p.batch));
+        if (!fc::forward(p, x.floats(), weights, biases, neuronData, y.floats(), preactivation))
+            forwardDepthwise(p, x.floats(), weights, biases, neuronData, y.floats(), preactivation);
+        y.writeBack();
+        return;
+    }
+    const ConvSource x{source, formats.source};
+    const ConvDestination y{destination, formats.destination};
+    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
+    // 3x3 stride 1 with enough channels and pixels: Winograd F(2x2, 3x3), 2.25x fewer products.
+    if (winograd::eligible(p))
+        winograd::forward(p, x, weights, epilogue, y, preactivation);
+    else
+        forwardProducts(p, x, weights, epilogue, y, preactivation);
+}
+
+void convolutionForward(const ConvolutionParams& p, const float* source, const float* weights,
+                        const float* biases, const float* neuronData, float* destination,
+                        float* preactivation) {
+    convolutionForward(p, HalfBindings{}, source, weights, biases, neuronData, destination, preactivation);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,8 +336,8 @@ void dataGradientDepthwise(const ConvolutionDataGradientParams& p, const float* 
 // Stride 1: Z is E itself, so the data gradient is a forward convolution of E (zero outside)
 // with the rotated, I/O-transposed weights Wr[g*Cig + c][ty][tx][oo] = W[g*Cog + oo][kH-1-ty][kW-1-tx][c],
 // and runs on the forward pass's blocks and products.
-void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* gradient,
-                           const float* weights, float* destination) {
+void dataGradientAsForward(const ConvolutionDataGradientParams& p, const HalfBindings& formats,
+                           const void* gradient, const float* weights, void* destination) {
     const int G = p.groups, Cig = p.destination.channels / G, Cog = p.gradient.channels / G;
     const int kW = p.kernelWidth, kH = p.kernelHeight, taps = kW * kH;
     // A transpose: 16 output channels at a time, so that each write fills a cache line instead
@@ -439,7 +379,10 @@ void dataGradientAsForward(const ConvolutionDataGradientParams& p, const float* 
     f.clipHeight = p.clipHeight;
     f.edgeMode = kEdgeZero;
     f.neuron.type = kNeuronNone;
-    convolutionForward(f, gradient, rotated.data(), nullptr, nullptr, destination, nullptr);
+    HalfBindings forwardFormats;
+    forwardFormats.source = formats.gradient;
+    forwardFormats.destination = formats.destination;
+    convolutionForward(f, forwardFormats, gradient, rotated.data(), nullptr, nullptr, destination, nullptr);
 }
 
 // A 1x1 incoming gradient (a fully connected layer, or any layer with a one-pixel result):
@@ -494,6 +437,16 @@ void dataGradientOnePixel(const ConvolutionDataGradientParams& p, const float* g
 
 namespace {
 
+// Checks the arguments; false when the op writes nothing (no image or an empty clip).
+bool checkDataGradient(const ConvolutionDataGradientParams& p) {
+    checkCommon(p.batch, p.groups, p.destination.channels, p.gradient.channels, p.kernelWidth, p.kernelHeight,
+                p.strideX, p.strideY, p.dilationX, p.dilationY);
+    checkLayout(p.gradient, "gradient");
+    checkLayout(p.destination, "destination");
+    checkRect(p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
+    return p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0;
+}
+
 // Returns true when the biases (null: none) were added along with the products.
 bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* gradient,
                           const float* weights, const float* biases, float* destination);
@@ -514,14 +467,35 @@ void addBiases(const ConvolutionDataGradientParams& p, const float* biases, floa
     });
 }
 
+// True when the data gradient of p reads and writes FLOAT16 storage directly: the stride-1 form,
+// a forward convolution (dataGradientProducts picks the same path), without the transposed
+// convolution's biases. The other paths work on float32 copies.
+bool dataGradientReadsHalf(const ConvolutionDataGradientParams& p) {
+    const bool onePixel = p.gradient.width == 1 && p.gradient.height == 1;
+    const bool depthwise = p.destination.channels == p.groups && p.gradient.channels == p.groups;
+    return p.strideX == 1 && p.strideY == 1 && !onePixel && !depthwise && !p.hasBias;
+}
+
 }  // namespace
+
+void convolutionDataGradient(const ConvolutionDataGradientParams& p, const HalfBindings& formats,
+                             const void* gradient, const float* weights, const float* biases, void* destination) {
+    if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
+    if (formats.any() && dataGradientReadsHalf(p)) {
+        if (checkDataGradient(p)) dataGradientAsForward(p, formats, gradient, weights, destination);
+        return;
+    }
+    const Float32Copy e(gradient, formats.gradient, layoutElements(p.gradient, p.batch));
+    const Float32Copy x(destination, formats.destination, layoutElements(p.destination, p.batch));
+    const bool biasesAdded = dataGradientProducts(p, e.floats(), weights, p.hasBias ? biases : nullptr, x.floats());
+    if (p.hasBias && !biasesAdded && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0)
+        addBiases(p, biases, x.floats());
+    x.writeBack();
+}
 
 void convolutionDataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
                              const float* weights, const float* biases, float* destination) {
-    if (p.hasBias && !biases) invalid("hasBias is set but the bias buffer is null");
-    const bool biasesAdded = dataGradientProducts(p, gradient, weights, p.hasBias ? biases : nullptr, destination);
-    if (p.hasBias && !biasesAdded && p.batch > 0 && p.clipWidth > 0 && p.clipHeight > 0)
-        addBiases(p, biases, destination);
+    convolutionDataGradient(p, HalfBindings{}, gradient, weights, biases, destination);
 }
 
 void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const float* source,
@@ -545,12 +519,7 @@ bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
                           const float* weights, const float* biases, float* destination) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& D = p.destination;
-    checkCommon(p.batch, p.groups, D.channels, E.channels, p.kernelWidth, p.kernelHeight,
-                p.strideX, p.strideY, p.dilationX, p.dilationY);
-    checkLayout(E, "gradient");
-    checkLayout(D, "destination");
-    checkRect(D, p.clipX, p.clipY, p.clipWidth, p.clipHeight, "destination");
-    if (p.batch == 0 || p.clipWidth == 0 || p.clipHeight == 0) return false;
+    if (!checkDataGradient(p)) return false;
     if (fc::dataGradient(p, gradient, weights, destination)) return false;  // one gradient pixel per image
 
     const int G = p.groups, Cig = D.channels / G, Cog = E.channels / G;
@@ -582,7 +551,7 @@ bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
         return true;
     }
     if (sX == 1 && sY == 1) {
-        dataGradientAsForward(p, gradient, weights, destination);
+        dataGradientAsForward(p, HalfBindings{}, gradient, weights, destination);
         return false;
     }
 
@@ -669,7 +638,7 @@ bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
                                 const int zx = p.windowLeftX + x + p.dilationX * tx[size_t(b)];
                                 const int ex = zx / sX;
                                 const bool inside = zx >= 0 && ex < E.width;
-                                copyChannels(dst,
+                                conv::copyChannels(dst,
                                              inside ? gradient + pixelIndex(E, n, eyOf[size_t(a)], ex) + g * Cog
                                                     : nullptr,
                                              Cog);
@@ -693,215 +662,5 @@ bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Weight and bias gradients
-//
-// dW_g = E_g^T * P_g summed over every gradient pixel of the batch, with P the im2col patch of
-// X under the weight-gradient geometry. Pixels are taken in fixed blocks: each block packs its
-// patches and gradient values (in parallel over pixels), then the threads split the weight
-// entries (row tiles of output channels x column chunks of taps) and each adds its block sum
-// into a float total. A column of ones appended to P yields the bias gradient in the same pass.
-
-namespace {
-
-// Depthwise weight gradient: the pixels are split into a number of blocks that depends only on
-// the problem; blocks form partial sums [tap][channel] (+ bias [channel]) in parallel, then the
-// partials are added in block order. Vectorizes along the channels.
-void weightGradientDepthwise(const ConvolutionWeightGradientParams& p, const float* gradient,
-                             const float* source, float* weightGradient, float* biasGradient) {
-    const ImageLayout& E = p.gradient;
-    const ImageLayout& S = p.source;
-    const bool doW = p.computeWeights != 0, doB = p.computeBiases != 0;
-    const int C = E.channels, kW = p.kernelWidth, kH = p.kernelHeight, taps = kW * kH;
-    const int64_t pixelsPerImage = int64_t(E.width) * E.height;
-    const int64_t pixels = int64_t(p.batch) * pixelsPerImage;
-    const int blocks = int(std::max<int64_t>(1, std::min<int64_t>(64, (pixels + 63) / 64)));
-    const int64_t perBlock = (pixels + blocks - 1) / blocks;
-    const size_t stride = size_t(taps + 1) * C;  // [tap][c] then bias [c]
-    std::vector<float> partial(size_t(blocks) * stride, 0.0f);
-
-    parallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t blk = begin; blk < end; ++blk) {
-            float* part = partial.data() + size_t(blk) * stride;
-            float* partB = part + size_t(taps) * C;
-            const int64_t m1 = std::min(pixels, (blk + 1) * perBlock);
-            for (int64_t m = blk * perBlock; m < m1; ++m) {
-                const int n = int(m / pixelsPerImage);
-                const int64_t r = m % pixelsPerImage;
-                const int j = int(r / E.width), i = int(r % E.width);
-                const float* e = gradient + pixelIndex(E, n, j, i);
-                if (doB)
-                    for (int c = 0; c < C; ++c) partB[c] += e[c];
-                if (!doW) continue;
-                for (int ky = 0; ky < kH; ++ky) {
-                    const int sy = p.windowTopY + p.strideY * j + p.dilationY * ky;
-                    for (int kx = 0; kx < kW; ++kx) {
-                        const int sx = p.windowLeftX + p.strideX * i + p.dilationX * kx;
-                        const float* x = sourcePixel(source, S, n, sy, sx, p.edgeMode);
-                        if (!x) continue;
-                        float* d = part + size_t(ky * kW + kx) * C;
-                        for (int c = 0; c < C; ++c) d[c] += e[c] * x[c];
-                    }
-                }
-            }
-        }
-    });
-
-    const bool acc = p.accumulate != 0;
-    parallelFor(C, 16, [&](int64_t begin, int64_t end) {
-        for (int64_t c = begin; c < end; ++c) {
-            for (int t = doW ? 0 : taps; t <= (doB ? taps : taps - 1); ++t) {
-                float sum = 0.0f;
-                for (int blk = 0; blk < blocks; ++blk) sum += partial[size_t(blk) * stride + size_t(t) * C + c];
-                float& out = t < taps ? weightGradient[c * taps + t] : biasGradient[c];
-                out = acc ? out + sum : sum;
-            }
-        }
-    });
-}
-
-}  // namespace
-
-void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const float* gradient,
-                               const float* source, float* weightGradient, float* biasGradient) {
-    const ImageLayout& E = p.gradient;
-    const ImageLayout& S = p.source;
-    checkCommon(p.batch, p.groups, S.channels, E.channels, p.kernelWidth, p.kernelHeight,
-                p.strideX, p.strideY, p.dilationX, p.dilationY);
-    checkLayout(E, "gradient");
-    checkLayout(S, "source");
-    const bool doW = p.computeWeights != 0, doB = p.computeBiases != 0;
-    if (doW && !weightGradient) invalid("computeWeights is set but the weight gradient buffer is null");
-    if (doB && !biasGradient) invalid("computeBiases is set but the bias gradient buffer is null");
-    if (!doW && !doB) return;
-    // One gradient pixel per image (fully connected): one product over the batch.
-    if (fc::weightGradient(p, gradient, source, weightGradient, biasGradient)) return;
-
-    const int G = p.groups, Cig = S.channels / G, Cog = E.channels / G;
-    if (Cig == 1 && Cog == 1) {
-        weightGradientDepthwise(p, gradient, source, weightGradient, biasGradient);
-        return;
-    }
-    const int kW = p.kernelWidth, kH = p.kernelHeight;
-    const int Kg = kH * kW * Cig;  // weight row length per output channel
-    const int C = G * Cog;         // output channels
-    const int64_t pixelsPerImage = int64_t(E.width) * E.height;
-    const int64_t pixels = int64_t(p.batch) * pixelsPerImage;
-    const size_t wSize = doW ? size_t(C) * Kg : 0;
-
-    // The pixels of E are evenly spaced within an image (and across images without gaps). So are
-    // the source pixels a 1x1 stride-1 window reads when it starts at column 0 and stays inside.
-    const bool evenE = E.imageStride == pixelsPerImage * E.pixelStride;
-    const bool inPlaceX = kW == 1 && kH == 1 && p.strideX == 1 && p.strideY == 1 &&
-                          p.windowLeftX == 0 && S.width == E.width && p.windowTopY >= 0 &&
-                          p.windowTopY + E.height <= S.height;
-    const bool evenX = p.windowTopY == 0 && S.imageStride == pixelsPerImage * S.pixelStride;
-
-    // Blocks of PB pixels, taken in order, in `chunks` contiguous runs: each chunk sums its
-    // blocks into its own partial sums (the first product overwrites, the next ones add), and
-    // the partials are added in chunk order at the end. A single chunk (a small problem: see
-    // threadsFor) sums straight into the results.
-    const int64_t threads = threadsFor(pixels * Kg * C);
-    // Patches of about 1 MB (4 MB made the 5x5 32->32 8x8 layer's weight gradient 1.5-2x slower:
-    // the patch no longer stayed in the cache between its packing and the product).
-    int64_t PB = std::min<int64_t>(4096, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(Kg, 1)));
-    PB = std::max<int64_t>(16, std::min(PB, ceilDiv64(pixels, threads)));
-    if (threads > 1 && pixels > 0)  // as many blocks as a multiple of the thread count
-        PB = std::max<int64_t>(1, ceilDiv64(pixels, ceilDiv64(ceilDiv64(pixels, PB), threads) * threads));
-    const int64_t blocks = ceilDiv64(pixels, PB);
-    const int chunks = int(std::min<int64_t>(blocks, threads));
-    const bool acc = p.accumulate != 0;
-    const bool direct = chunks == 1;
-    const size_t partSize = wSize + size_t(C);
-    std::vector<float> partial(direct ? 0 : size_t(chunks) * partSize);
-
-    parallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> patch, eblk;
-        for (int64_t c = begin; c < end; ++c) {
-            float* dW = direct ? weightGradient : partial.data() + size_t(c) * partSize;
-            float* dB = direct ? biasGradient : dW + wSize;
-            const bool addToResults = direct && acc;  // the first product adds to what is there
-            if (doB && !addToResults) std::fill(dB, dB + C, 0.0f);
-            const int64_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;
-            for (int64_t blk = b0; blk < b1; ++blk) {
-                const int64_t q0 = blk * PB;
-                const int mb = int(std::min<int64_t>(PB, pixels - q0));
-                const int n0 = int(q0 / pixelsPerImage);
-                const int j0 = int((q0 % pixelsPerImage) / E.width), i0 = int(q0 % E.width);
-                const bool oneImage = n0 == int((q0 + mb - 1) / pixelsPerImage);
-
-                // The block of E: mb rows of C gradients.
-                const float* eb;
-                int lde;
-                if (oneImage || evenE) {
-                    eb = gradient + pixelIndex(E, n0, j0, i0);
-                    lde = E.pixelStride;
-                } else {
-                    eblk.resize(size_t(PB) * C);
-                    for (int m = 0; m < mb; ++m) {
-                        const int64_t q = q0 + m;
-                        const int n = int(q / pixelsPerImage);
-                        const int j = int((q % pixelsPerImage) / E.width), i = int(q % E.width);
-                        std::memcpy(eblk.data() + size_t(m) * C, gradient + pixelIndex(E, n, j, i),
-                                    sizeof(float) * size_t(C));
-                    }
-                    eb = eblk.data();
-                    lde = C;
-                }
-                if (doB)
-                    for (int m = 0; m < mb; ++m) {
-                        const float* e = eb + int64_t(m) * lde;
-                        for (int o = 0; o < C; ++o) dB[o] += e[o];
-                    }
-                if (!doW) continue;
-
-                for (int g = 0; g < G; ++g) {
-                    const float* P;
-                    int ldp;
-                    if (inPlaceX && (oneImage || evenX)) {
-                        P = source + pixelIndex(S, n0, p.windowTopY + j0, i0) + g * Cig;
-                        ldp = S.pixelStride;
-                    } else {
-                        patch.resize(size_t(PB) * Kg);
-                        for (int m = 0; m < mb; ++m) {
-                            const int64_t q = q0 + m;
-                            const int n = int(q / pixelsPerImage);
-                            const int j = int((q % pixelsPerImage) / E.width), i = int(q % E.width);
-                            im2colRow(patch.data() + size_t(m) * Kg, source, S, n,
-                                      p.windowTopY + p.strideY * j, p.windowLeftX + p.strideX * i,
-                                      kW, kH, p.dilationX, p.dilationY, p.edgeMode, g * Cig, Cig);
-                        }
-                        P = patch.data();
-                        ldp = Kg;
-                    }
-                    // dW_g[oo][k] (+)= sum_m E[m][g*Cog + oo] * P[m][k]
-                    blas::sgemm(true, false, Cog, Kg, mb, 1.0f, eb + g * Cog, lde, P, ldp,
-                                blk == b0 && !addToResults ? 0.0f : 1.0f, dW + size_t(g) * Cog * Kg, Kg);
-                }
-            }
-        }
-    });
-
-    if (direct) return;
-    // Add the partials in chunk order (no chunk: an empty sum) and write or accumulate.
-    parallelFor(C, grainFor(C, int(threads)), [&](int64_t begin, int64_t end) {
-        for (int64_t o = begin; o < end; ++o) {
-            if (doW) {
-                float* w = weightGradient + o * Kg;
-                for (int k = 0; k < Kg; ++k) {
-                    float sum = chunks > 0 ? partial[size_t(o) * Kg + k] : 0.0f;
-                    for (int c = 1; c < chunks; ++c) sum += partial[size_t(c) * partSize + size_t(o) * Kg + k];
-                    w[k] = acc ? w[k] + sum : sum;
-                }
-            }
-            if (doB) {
-                float sum = chunks > 0 ? partial[wSize + size_t(o)] : 0.0f;
-                for (int c = 1; c < chunks; ++c) sum += partial[size_t(c) * partSize + wSize + size_t(o)];
-                biasGradient[o] = acc ? biasGradient[o] + sum : sum;
-            }
-        }
-    });
-}
 
 }  // namespace mpsgrad::cpu

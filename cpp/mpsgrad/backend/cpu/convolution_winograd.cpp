@@ -38,6 +38,7 @@
 #include "buffer_cache.h"
 #include "conv_epilogue.h"
 #include "conv_geometry.h"
+#include "half_simd.h"
 #include "parallel.h"
 
 namespace mpsgrad::cpu::winograd {
@@ -52,25 +53,7 @@ using conv::pixelIndex;
 using conv::sourcePixel;
 using conv::threadsFor;
 
-// Uninitialised float scratch whose large blocks are recycled (buffer_cache.h): the transformed
-// weights and the per-block V and M (256 KB and more from 64 channels) would otherwise be fresh
-// pages, faulted in at every call.
-class Scratch {
-public:
-    explicit Scratch(size_t floats) : bytes_((std::max<size_t>(1, floats) * sizeof(float) + 63) / 64 * 64) {
-        data_ = static_cast<float*>(buffer_cache::take(bytes_));
-        if (!data_) data_ = static_cast<float*>(std::aligned_alloc(64, bytes_));
-        if (!data_) throw std::bad_alloc();
-    }
-    ~Scratch() { buffer_cache::give(data_, bytes_); }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    float* data() const { return data_; }
-
-private:
-    size_t bytes_;
-    float* data_;
-};
+using Scratch = ScratchFloats;
 
 // MPSGRAD_CONV_WINOGRAD=0 switches the path off (A/B measurements, error comparisons).
 bool switchedOff() {
@@ -180,6 +163,20 @@ void transformWeights(const float* weights, int Cin, int Cout, int threads, floa
     });
 }
 
+// The Cin channels of source pixel (sy, sx) of image n as the tile transform reads them: in
+// place (FLOAT32), widened into `widened` (FLOAT16), or `zeros` where the edge mode reads zero.
+const float* tilePixel(const conv::ConvSource& source, const ImageLayout& S, int n, int sy, int sx, int edgeMode,
+                       const float* zeros, float* widened) {
+    if (!source.half) {
+        const float* px = sourcePixel(source.floats(), S, n, sy, sx, edgeMode);
+        return px ? px : zeros;
+    }
+    const uint16_t* px = sourcePixel(source.halves(), S, n, sy, sx, edgeMode);
+    if (!px) return zeros;
+    halvesToFloats(px, widened, S.channels);
+    return widened;
+}
+
 // Tiles per block: V and M of a block (16 * tiles * (Cin + Cout) floats) about 1 MB, so they
 // stay in the cache between the transforms and the products, with at least 64 tiles (the BLAS
 // packs U_e once per product: fewer rows do not amortise that; 64 rather than 32 took 9 % off the
@@ -217,8 +214,8 @@ bool eligible(const ConvolutionParams& p) {
     return !switchedOff();
 }
 
-void forward(const ConvolutionParams& p, const float* source, const float* weights, const float* biases,
-             const float* neuronData, float* destination, float* preactivation) {
+void forward(const ConvolutionParams& p, const conv::ConvSource& source, const float* weights,
+             const Epilogue& epilogue, const conv::ConvDestination& destination, float* preactivation) {
     const ImageLayout& S = p.source;
     const ImageLayout& D = p.destination;
     const int Cin = S.channels, Cout = D.channels;
@@ -231,12 +228,13 @@ void forward(const ConvolutionParams& p, const float* source, const float* weigh
     transformWeights(weights, Cin, Cout, threads, U.data());
     const int TB = blockTiles(tiles, Cin, Cout, threads);
     const int64_t blocks = ceilDiv64(tiles, TB);
-    const Epilogue epilogue = makeEpilogue(p.neuron, p.hasBias ? biases : nullptr, neuronData);
     const std::vector<float> zeros(size_t(Cin), 0.0f);  // what a pixel outside reads (edge zero)
 
     parallelFor(blocks, threads > 1 ? 1 : blocks, [&](int64_t begin, int64_t end) {
         const Scratch V(size_t(kPoints) * TB * Cin), M(size_t(kPoints) * TB * Cout);
-        std::vector<float> out(size_t(kOut * kOut) * Cout);
+        std::vector<float> out(size_t(kOut * kOut) * Cout), row(destination.half ? size_t(Cout) : 0);
+        // A FLOAT16 tile's 16 pixels, widened (a FLOAT32 tile is read in place).
+        std::vector<float> widened(source.half ? size_t(kPoints) * Cin : 0);
         const float* d[kPoints];
         for (int64_t blk = begin; blk < end; ++blk) {
             const int64_t t0 = blk * TB;
@@ -249,10 +247,9 @@ void forward(const ConvolutionParams& p, const float* source, const float* weigh
                 const int ty = int((q % tilesPerImage) / tilesX), tx = int(q % tilesX);
                 const int sy0 = p.windowTopY + kOut * ty, sx0 = p.windowLeftX + kOut * tx;
                 for (int i = 0; i < kTile; ++i)
-                    for (int j = 0; j < kTile; ++j) {
-                        const float* px = sourcePixel(source, S, n, sy0 + i, sx0 + j, p.edgeMode);
-                        d[i * kTile + j] = px ? px : zeros.data();
-                    }
+                    for (int j = 0; j < kTile; ++j)
+                        d[i * kTile + j] = tilePixel(source, S, n, sy0 + i, sx0 + j, p.edgeMode, zeros.data(),
+                                                     widened.data() + size_t(i * kTile + j) * Cin);
                 transformInputTile(d, Cin, V.data() + size_t(t) * Cin, vStride);
             }
 
@@ -271,8 +268,8 @@ void forward(const ConvolutionParams& p, const float* source, const float* weigh
                         if (y >= p.clipHeight || x >= p.clipWidth) continue;  // a partial tile
                         float* pre = p.writePreactivation ? preactivation + pixelIndex(p.preactivation, n, y, x)
                                                           : nullptr;
-                        epilogue(out.data() + size_t(i * kOut + j) * Cout, 0, Cout,
-                                 destination + pixelIndex(D, n, p.clipY + y, p.clipX + x), pre);
+                        destination.write(epilogue, out.data() + size_t(i * kOut + j) * Cout, 0, Cout,
+                                          pixelIndex(D, n, p.clipY + y, p.clipX + x), pre, row.data());
                     }
             }
         }

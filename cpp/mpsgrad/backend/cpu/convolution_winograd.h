@@ -2,6 +2,8 @@
 // stride-1 data gradient, which convolution.cpp runs as a forward convolution).
 #pragma once
 
+#include "conv_epilogue.h"
+#include "conv_operands.h"
 #include "cpu_ops.h"
 
 namespace mpsgrad::cpu::winograd {
@@ -12,9 +14,9 @@ namespace mpsgrad::cpu::winograd {
 // switched off by MPSGRAD_CONV_WINOGRAD=0 (read at each call, for A/B runs in one process).
 bool eligible(const ConvolutionParams& p);
 
-// The forward convolution of an eligible `p`, with the same arguments, semantics and epilogue as
-// convolutionForward (whose argument checks it relies on).
-void forward(const ConvolutionParams& p, const float* source, const float* weights, const float* biases,
-             const float* neuronData, float* destination, float* preactivation);
+// The forward convolution of an eligible `p`, with the semantics of convolutionForward (whose
+// argument checks it relies on) and its epilogue; source and destination in either format.
+void forward(const ConvolutionParams& p, const conv::ConvSource& source, const float* weights,
+             const Epilogue& epilogue, const conv::ConvDestination& destination, float* preactivation);
 
 }  // namespace mpsgrad::cpu::winograd

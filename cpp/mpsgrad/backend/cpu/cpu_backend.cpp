@@ -259,6 +259,40 @@ public:
         });
     }
 
+    void convolutionForwardHalf(CommandBuffer& cb, const ConvolutionParams& p, const HalfBindings& formats,
+                                const BufferSlice& source, const BufferSlice& weights, const BufferSlice& biases,
+                                const BufferSlice& neuronData, const BufferSlice& destination,
+                                const BufferSlice& preactivation) override {
+        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation,
+                                          formats);
+        encode(cb, [=] {
+            cpu::convolutionForward(p, formats, source.floats(), weights.floats(), biases.floats(),
+                                    neuronData.floats(), destination.floats(), preactivation.floats());
+        });
+    }
+
+    void convolutionDataGradientHalf(CommandBuffer& cb, const ConvolutionDataGradientParams& p,
+                                     const HalfBindings& formats, const BufferSlice& gradient,
+                                     const BufferSlice& weights, const BufferSlice& biases,
+                                     const BufferSlice& destination) override {
+        bindings::checkConvolutionDataGradient(p, gradient, weights, biases, destination, formats);
+        encode(cb, [=] {
+            cpu::convolutionDataGradient(p, formats, gradient.floats(), weights.floats(), biases.floats(),
+                                         destination.floats());
+        });
+    }
+
+    void convolutionWeightGradientHalf(CommandBuffer& cb, const ConvolutionWeightGradientParams& p,
+                                       const HalfBindings& formats, const BufferSlice& gradient,
+                                       const BufferSlice& source, const BufferSlice& weightGradient,
+                                       const BufferSlice& biasGradient) override {
+        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient, formats);
+        encode(cb, [=] {
+            cpu::convolutionWeightGradient(p, formats, gradient.floats(), source.floats(), weightGradient.floats(),
+                                           biasGradient.floats());
+        });
+    }
+
     void convolutionTransposeWeights(CommandBuffer& cb, const ConvolutionTransposeWeightsParams& p,
                                      const BufferSlice& source, const BufferSlice& destination) override {
         bindings::checkConvolutionTransposeWeights(p, source, destination);
@@ -281,7 +315,8 @@ public:
     }
 
     bool readsHalfNatively(HalfOp op) const override {
-        return op == HalfOp::Neuron || op == HalfOp::Arithmetic || op == HalfOp::Dropout;
+        return op == HalfOp::Neuron || op == HalfOp::Arithmetic || op == HalfOp::Dropout ||
+               op == HalfOp::Convolution;
     }
 
     void neuronForwardHalf(CommandBuffer& cb, const NeuronForwardParams& p, const HalfBindings& formats,

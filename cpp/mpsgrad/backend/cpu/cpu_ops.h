@@ -39,6 +39,17 @@ void convolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, con
 // weightGradient may be null unless computeWeights, biasGradient unless computeBiases.
 void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const float* gradient,
                                const float* source, float* weightGradient, float* biasGradient);
+// The three ops above with each image binding's storage format in `formats` (docs/float16.md):
+// forward source / destination, data gradient gradient / destination, weight gradient gradient /
+// source. Weights, biases, the preactivation and the weight and bias gradients stay float32.
+void convolutionForward(const ConvolutionParams& p, const HalfBindings& formats, const void* source,
+                        const float* weights, const float* biases, const float* neuronData, void* destination,
+                        float* preactivation);
+void convolutionDataGradient(const ConvolutionDataGradientParams& p, const HalfBindings& formats,
+                             const void* gradient, const float* weights, const float* biases, void* destination);
+void convolutionWeightGradient(const ConvolutionWeightGradientParams& p, const HalfBindings& formats,
+                               const void* gradient, const void* source, float* weightGradient,
+                               float* biasGradient);
 
 // Neuron family (metal/neuron_params.h), named after MPSCNNNeuron: plain `neuronForward` is
 // neuron_math.h's scalar function, which code in this namespace calls unqualified.

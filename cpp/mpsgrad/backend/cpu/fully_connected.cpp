@@ -99,7 +99,7 @@ const float* im2colRows(const Window& w, const float* source, int64_t N, int thr
 
 bool forward(const ConvolutionParams& p, const float* source, const float* weights, const float* biases,
              const float* neuronData, float* destination, float* preactivation) {
-    if (p.groups != 1 || p.clipWidth != 1 || p.clipHeight != 1 || p.batch < 1) return false;
+    if (!handles(p)) return false;
     const ImageLayout& S = p.source;
     const ImageLayout& D = p.destination;
     const int64_t N = p.batch, O = D.channels, K = int64_t(p.kernelWidth) * p.kernelHeight * S.channels;
@@ -126,7 +126,7 @@ bool forward(const ConvolutionParams& p, const float* source, const float* weigh
                 float* pre = p.writePreactivation ? preactivation + n * int64_t(p.preactivation.imageStride) +
                                                         p.preactivation.channelOffset
                                                   : nullptr;
-                epilogue(v + o0, int(o0), int(ot), dst, pre);
+                epilogue(v + o0, int(o0), int(ot), dst + o0, pre ? pre + o0 : nullptr);
             }
         }
     });
@@ -137,7 +137,7 @@ bool dataGradient(const ConvolutionDataGradientParams& p, const float* gradient,
                   float* destination) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& D = p.destination;
-    if (p.groups != 1 || E.width != 1 || E.height != 1 || p.batch < 1) return false;
+    if (!handles(p)) return false;
     const int64_t N = p.batch, O = E.channels, C = D.channels;
     const int32_t kW = p.kernelWidth, kH = p.kernelHeight;
     const int64_t K = int64_t(kW) * kH * C;
@@ -189,7 +189,7 @@ bool weightGradient(const ConvolutionWeightGradientParams& p, const float* gradi
                     float* weightGradient, float* biasGradient) {
     const ImageLayout& E = p.gradient;
     const ImageLayout& S = p.source;
-    if (p.groups != 1 || E.width != 1 || E.height != 1 || p.batch < 1) return false;
+    if (!handles(p)) return false;
     const int64_t N = p.batch, O = E.channels, K = int64_t(p.kernelWidth) * p.kernelHeight * S.channels;
     const bool accumulate = p.accumulate != 0;
     const float* e = gradient + E.channelOffset;  // row n: pixel (0, 0) of image n, stride E.imageStride
