@@ -59,6 +59,8 @@ CASES = [
     Case("winograd-16->24-relu", ConvSpec(3, 3, 16, 24, neuron="relu"), 2, (13, 11)),
     Case("winograd-24->16-offsets-tanh", ConvSpec(3, 3, 24, 16, neuron="tanh"), 2, (12, 15), src_off=4, dst_off=4),
     Case("winograd-16->16-clamp", ConvSpec(3, 3, 16, 16), 2, (11, 12), edge="clamp"),
+    # tile rows wider than one widened strip (16 tiles), blocks starting inside a row
+    Case("winograd-16->16-wide-rows", ConvSpec(3, 3, 16, 16), 2, (6, 41)),
     Case("stem-7x7-s2-3->16", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (20, 18)),
     Case("dilated-5->7-clamp", ConvSpec(3, 3, 5, 7, dx=2, dy=2), 2, (9, 10), edge="clamp"),
     Case("depthwise-16", ConvSpec(3, 3, 16, 16, depthwise=True, neuron="relu"), 2, (8, 9)),

@@ -1,5 +1,7 @@
 #include "backend/cpu/half_simd.h"
 
+#include <cstring>
+
 #include "core/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -18,6 +20,14 @@ void halvesToFloatsScalar(const uint16_t* source, float* destination, int64_t co
 
 void floatsToHalvesScalar(const float* source, uint16_t* destination, int64_t count) {
     for (int64_t i = 0; i < count; ++i) destination[i] = floatToHalfBits(source[i]);
+}
+
+void gatherHalvesToFloatsScalar(const uint16_t* const* sources, int rows, int64_t count, float* destination) {
+    for (int r = 0; r < rows; ++r, destination += count)
+        if (sources[r])
+            halvesToFloatsScalar(sources[r], destination, count);
+        else
+            std::memset(destination, 0, sizeof(float) * size_t(count));
 }
 
 #ifdef MPSGRAD_HAVE_F16C_DISPATCH
@@ -39,6 +49,16 @@ __attribute__((target("avx,f16c"))) void floatsToHalvesF16C(const float* source,
         _mm_storeu_si128(reinterpret_cast<__m128i*>(destination + i), h);
     }
     floatsToHalvesScalar(source + i, destination + i, count - i);
+}
+
+__attribute__((target("avx,f16c"))) void gatherHalvesToFloatsF16C(const uint16_t* const* sources, int rows,
+                                                                   int64_t count, float* destination) {
+    for (int r = 0; r < rows; ++r, destination += count) {
+        if (sources[r])
+            halvesToFloatsF16C(sources[r], destination, count);
+        else
+            std::memset(destination, 0, sizeof(float) * size_t(count));
+    }
 }
 #endif
 
@@ -77,6 +97,13 @@ void floatsToHalves(const float* source, uint16_t* destination, int64_t count) {
     if (hasHardwareHalfConversion()) return floatsToHalvesF16C(source, destination, count);
 #endif
     floatsToHalvesScalar(source, destination, count);
+}
+
+void gatherHalvesToFloats(const uint16_t* const* sources, int rows, int64_t count, float* destination) {
+#ifdef MPSGRAD_HAVE_F16C_DISPATCH
+    if (hasHardwareHalfConversion()) return gatherHalvesToFloatsF16C(sources, rows, count, destination);
+#endif
+    gatherHalvesToFloatsScalar(sources, rows, count, destination);
 }
 
 }  // namespace mpsgrad::cpu

@@ -15,5 +15,8 @@ bool hasHardwareHalfConversion();
 void halvesToFloats(const uint16_t* source, float* destination, int64_t count);
 // destination[i] = half(source[i]) for i < count, rounding to nearest even, overflow to infinity.
 void floatsToHalves(const float* source, uint16_t* destination, int64_t count);
+// destination[r * count + i] = float(sources[r][i]) for r < rows, i < count, and zeros for a null
+// sources[r]: many short runs (the pixels of a Winograd tile) with one dispatch.
+void gatherHalvesToFloats(const uint16_t* const* sources, int rows, int64_t count, float* destination);
 
 }  // namespace mpsgrad::cpu
