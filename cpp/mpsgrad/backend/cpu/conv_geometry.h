@@ -45,8 +45,8 @@ inline void checkLayout(const ImageLayout& l, const char* name) {
         invalid(std::string(name) + " layout is inconsistent (channelOffset + channels > pixelStride)");
 }
 
-inline void checkCommon(int batch, int groups, int inChannels, int outChannels, int kW, int kH, int sX,
-                 int sY, int dX, int dY) {
+inline void checkCommon(int batch, int groups, int inChannels, int outChannels, int kW, int kH, int sX, int sY,
+                        int dX, int dY) {
     if (batch < 0) invalid("batch must be >= 0");
     if (groups < 1 || inChannels % groups != 0 || outChannels % groups != 0)
         invalid("groups must divide the input and output channel counts");

@@ -1,4 +1,5 @@
-// CPU backend: convolution forward, data gradient and weight gradient.
+// CPU backend: convolution forward and data gradient (the weight gradient, organised the same
+// way, is convolution_weight_gradient.cpp; images in FLOAT32 or FLOAT16 storage: conv_operands.h).
 //
 // Semantics are exactly those written in metal/convolution_params.h. The three dense ops are
 // matrix products on the system BLAS (blas.h: OpenBLAS or Accelerate), organised alike:
@@ -638,10 +639,9 @@ bool dataGradientProducts(const ConvolutionDataGradientParams& p, const float* g
                                 const int zx = p.windowLeftX + x + p.dilationX * tx[size_t(b)];
                                 const int ex = zx / sX;
                                 const bool inside = zx >= 0 && ex < E.width;
-                                conv::copyChannels(dst,
-                                             inside ? gradient + pixelIndex(E, n, eyOf[size_t(a)], ex) + g * Cog
-                                                    : nullptr,
-                                             Cog);
+                                const float* e =
+                                    inside ? gradient + pixelIndex(E, n, eyOf[size_t(a)], ex) + g * Cog : nullptr;
+                                conv::copyChannels(dst, e, Cog);
                             }
                     }
                     // Rows (a, b, oo) of the phase's block, starting at row a0 * nTx * Cog.
