@@ -194,8 +194,14 @@ void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& so
 
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,
-                             const BufferSlice& destination, const BufferSlice& preactivation,
-                             const HalfBindings& formats) {
+                             const BufferSlice& destination, const BufferSlice& preactivation) {
+    checkConvolutionForwardHalf(p, HalfBindings{}, source, weights, biases, neuronData, destination, preactivation);
+}
+
+void checkConvolutionForwardHalf(const ConvolutionParams& p, const HalfBindings& formats, const BufferSlice& source,
+                                 const BufferSlice& weights, const BufferSlice& biases,
+                                 const BufferSlice& neuronData, const BufferSlice& destination,
+                                 const BufferSlice& preactivation) {
     const char* op = "convolutionForward";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
@@ -216,7 +222,13 @@ void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& sour
 
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
                                   const BufferSlice& weights, const BufferSlice& biases,
-                                  const BufferSlice& destination, const HalfBindings& formats) {
+                                  const BufferSlice& destination) {
+    checkConvolutionDataGradientHalf(p, HalfBindings{}, gradient, weights, biases, destination);
+}
+
+void checkConvolutionDataGradientHalf(const ConvolutionDataGradientParams& p, const HalfBindings& formats,
+                                      const BufferSlice& gradient, const BufferSlice& weights,
+                                      const BufferSlice& biases, const BufferSlice& destination) {
     const char* op = "convolutionDataGradient";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
@@ -242,7 +254,13 @@ void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p
 
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& weightGradient,
-                                    const BufferSlice& biasGradient, const HalfBindings& formats) {
+                                    const BufferSlice& biasGradient) {
+    checkConvolutionWeightGradientHalf(p, HalfBindings{}, gradient, source, weightGradient, biasGradient);
+}
+
+void checkConvolutionWeightGradientHalf(const ConvolutionWeightGradientParams& p, const HalfBindings& formats,
+                                        const BufferSlice& gradient, const BufferSlice& source,
+                                        const BufferSlice& weightGradient, const BufferSlice& biasGradient) {
     const char* op = "convolutionWeightGradient";
     requireBatch(op, p.batch);
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);

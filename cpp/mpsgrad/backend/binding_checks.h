@@ -22,18 +22,28 @@ void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, 
 // do not overlap.
 void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& source, const BufferSlice& destination);
 
-// `formats` as for the neuron checks below (forward: source, destination; data gradient:
-// gradient, destination; weight gradient: gradient, source).
 void checkConvolutionForward(const ConvolutionParams& p, const BufferSlice& source, const BufferSlice& weights,
                              const BufferSlice& biases, const BufferSlice& neuronData,
-                             const BufferSlice& destination, const BufferSlice& preactivation,
-                             const HalfBindings& formats = {});
+                             const BufferSlice& destination, const BufferSlice& preactivation);
 void checkConvolutionDataGradient(const ConvolutionDataGradientParams& p, const BufferSlice& gradient,
                                   const BufferSlice& weights, const BufferSlice& biases,
-                                  const BufferSlice& destination, const HalfBindings& formats = {});
+                                  const BufferSlice& destination);
 void checkConvolutionWeightGradient(const ConvolutionWeightGradientParams& p, const BufferSlice& gradient,
                                     const BufferSlice& source, const BufferSlice& weightGradient,
-                                    const BufferSlice& biasGradient, const HalfBindings& formats = {});
+                                    const BufferSlice& biasGradient);
+// The same with each image binding's storage format (native float16, Backend::readsHalfNatively;
+// forward: source, destination; data gradient: gradient, destination; weight gradient: gradient,
+// source): a FLOAT16 binding is sized in halves.
+void checkConvolutionForwardHalf(const ConvolutionParams& p, const HalfBindings& formats, const BufferSlice& source,
+                                 const BufferSlice& weights, const BufferSlice& biases,
+                                 const BufferSlice& neuronData, const BufferSlice& destination,
+                                 const BufferSlice& preactivation);
+void checkConvolutionDataGradientHalf(const ConvolutionDataGradientParams& p, const HalfBindings& formats,
+                                      const BufferSlice& gradient, const BufferSlice& weights,
+                                      const BufferSlice& biases, const BufferSlice& destination);
+void checkConvolutionWeightGradientHalf(const ConvolutionWeightGradientParams& p, const HalfBindings& formats,
+                                        const BufferSlice& gradient, const BufferSlice& source,
+                                        const BufferSlice& weightGradient, const BufferSlice& biasGradient);
 void checkConvolutionTransposeWeights(const ConvolutionTransposeWeightsParams& p, const BufferSlice& source,
                                       const BufferSlice& destination);
 

@@ -263,8 +263,8 @@ public:
                                 const BufferSlice& source, const BufferSlice& weights, const BufferSlice& biases,
                                 const BufferSlice& neuronData, const BufferSlice& destination,
                                 const BufferSlice& preactivation) override {
-        bindings::checkConvolutionForward(p, source, weights, biases, neuronData, destination, preactivation,
-                                          formats);
+        bindings::checkConvolutionForwardHalf(p, formats, source, weights, biases, neuronData, destination,
+                                              preactivation);
         encode(cb, [=] {
             cpu::convolutionForward(p, formats, source.floats(), weights.floats(), biases.floats(),
                                     neuronData.floats(), destination.floats(), preactivation.floats());
@@ -275,7 +275,7 @@ public:
                                      const HalfBindings& formats, const BufferSlice& gradient,
                                      const BufferSlice& weights, const BufferSlice& biases,
                                      const BufferSlice& destination) override {
-        bindings::checkConvolutionDataGradient(p, gradient, weights, biases, destination, formats);
+        bindings::checkConvolutionDataGradientHalf(p, formats, gradient, weights, biases, destination);
         encode(cb, [=] {
             cpu::convolutionDataGradient(p, formats, gradient.floats(), weights.floats(), biases.floats(),
                                          destination.floats());
@@ -286,7 +286,7 @@ public:
                                        const HalfBindings& formats, const BufferSlice& gradient,
                                        const BufferSlice& source, const BufferSlice& weightGradient,
                                        const BufferSlice& biasGradient) override {
-        bindings::checkConvolutionWeightGradient(p, gradient, source, weightGradient, biasGradient, formats);
+        bindings::checkConvolutionWeightGradientHalf(p, formats, gradient, source, weightGradient, biasGradient);
         encode(cb, [=] {
             cpu::convolutionWeightGradient(p, formats, gradient.floats(), source.floats(), weightGradient.floats(),
                                            biasGradient.floats());
