@@ -6,11 +6,12 @@ import random
 
 import numpy as np
 
-from fuzz_support import Context, check_close, family, random_array, run
+from fuzz_support import Context, FLOAT16_TOL, as_stored, check_close, family, image_format, random_array, run
 
 
 # ---------------------------------------------------------------------------------------------
-# convolution (forward, data and weight gradients), stride 1, same size, zero padding
+# convolution (forward, data and weight gradients), stride 1, same size, zero padding; FLOAT16 or
+# FLOAT32 images (16-channel layers of 12x12 reach the CPU's Winograd path)
 
 
 def conv_reference(x, wgt, bias, e):
@@ -36,8 +37,9 @@ def conv_reference(x, wgt, bias, e):
 def convolution_ops(r: random.Random, ctx: Context):
     m = ctx.m
     k = r.choice([1, 3])
-    cin, cout = r.choice([1, 3, 4]), r.choice([1, 4, 5])
-    h, w = r.randint(2, 6), r.randint(2, 6)
+    cin, cout = r.choice([1, 3, 4, 16]), r.choice([1, 4, 5, 16])
+    h, w = r.randint(2, 12), r.randint(2, 12)
+    fx, fe = image_format(r, m), image_format(r, m)
     ctx.start_call()
     kw = ctx.bad(r, k, [0, -1, 2**31, 2**63, "3"], what="kernel_width")
     d = m.CNNConvolutionDescriptor(kw, k, cin, cout)
@@ -48,20 +50,22 @@ def convolution_ops(r: random.Random, ctx: Context):
     conv = m.CNNConvolution(ctx.device, source)
     grad = m.CNNConvolutionGradient(ctx.device, source)
     ctx.expect_rejected_if_invalid("CNNConvolution")
-    x_arr = random_array(r, h, w, cin)
-    e_arr = random_array(r, h, w, cout)
-    x = m.Image.from_numpy(x_arr, ctx.device)
+    x_arr = as_stored(random_array(r, h, w, cin), fx, m)
+    e_arr = as_stored(random_array(r, h, w, cout), fe, m)
+    x = m.Image.from_numpy(x_arr, ctx.device, channel_format=fx)
     ctx.start_call()
     grad.gradient_option = ctx.bad(r, m.CNNConvolutionGradientOption.ALL, [0, 3, "ALL"], what="gradient_option")
     cb = ctx.queue.command_buffer()
     y, state = conv.encode(cb, x, destination_state_is_temporary=False)
-    e = m.Image.from_numpy(e_arr, ctx.device)
+    e = m.Image.from_numpy(e_arr, ctx.device, channel_format=fe)
     dx = grad.encode(cb, e, x, state)
     run(ctx, cb)
     ctx.expect_rejected_if_invalid("convolution encode")
     ref_y, ref_dx, ref_dw, ref_db = conv_reference(x_arr, wgt, bias, e_arr.astype(np.float64))
-    check_close(y.to_numpy()[0], ref_y, "convolution forward")
-    check_close(dx.to_numpy()[0], ref_dx, "convolution data gradient")
+    # Results take the format of their primary source (docs/float16.md): y that of x, dx that of e.
+    half = m.ImageFeatureChannelFormat.FLOAT16
+    check_close(y.to_numpy()[0], ref_y, "convolution forward", tol=FLOAT16_TOL if fx == half else 1e-4)
+    check_close(dx.to_numpy()[0], ref_dx, "convolution data gradient", tol=FLOAT16_TOL if fe == half else 1e-4)
     check_close(np.asarray(state.gradient_for_weights).reshape(ref_dw.shape), ref_dw, "weight gradient")
     check_close(np.asarray(state.gradient_for_biases), ref_db, "bias gradient")
 
@@ -138,20 +142,25 @@ def fully_connected_ops(r: random.Random, ctx: Context):
     grad = m.CNNFullyConnectedGradient(ctx.device, source)
     ctx.expect_rejected_if_invalid("CNNFullyConnected")
     n = r.randint(1, 3)
-    x_arr = random_array(r, n, h, w, cin)
-    e_arr = random_array(r, n, 1, 1, cout)
+    fx, fe = image_format(r, m), image_format(r, m)
+    x_arr = as_stored(random_array(r, n, h, w, cin), fx, m)
+    e_arr = as_stored(random_array(r, n, 1, 1, cout), fe, m)
     ctx.start_call()
     src_w = ctx.bad(r, w, [w + 1], what="source width")
-    xs = m.batch_from_numpy(random_array(r, n, h, src_w, cin) if src_w != w else x_arr, ctx.device)
+    xs = m.batch_from_numpy(random_array(r, n, h, src_w, cin) if src_w != w else x_arr, ctx.device,
+                            channel_format=fx)
     cb = ctx.queue.command_buffer()
     ys, states = fc.encode_batch(cb, xs, destination_state_is_temporary=False)
-    dxs = grad.encode_batch(cb, m.batch_from_numpy(e_arr, ctx.device), xs, states)
+    dxs = grad.encode_batch(cb, m.batch_from_numpy(e_arr, ctx.device, channel_format=fe), xs, states)
     run(ctx, cb)
     ctx.expect_rejected_if_invalid("fully connected encode")
     x2, w2 = x_arr.reshape(n, -1).astype(np.float64), wgt.reshape(cout, -1).astype(np.float64)
     e2 = e_arr.reshape(n, cout).astype(np.float64)
-    check_close(m.batch_to_numpy(ys).reshape(n, cout), x2 @ w2.T + bias, "fully connected forward")
-    check_close(m.batch_to_numpy(dxs).reshape(n, -1), e2 @ w2, "fully connected data gradient")
+    half = m.ImageFeatureChannelFormat.FLOAT16
+    check_close(m.batch_to_numpy(ys).reshape(n, cout), x2 @ w2.T + bias, "fully connected forward",
+                tol=FLOAT16_TOL if fx == half else 1e-4)
+    check_close(m.batch_to_numpy(dxs).reshape(n, -1), e2 @ w2, "fully connected data gradient",
+                tol=FLOAT16_TOL if fe == half else 1e-4)
     check_close(np.asarray(states[0].gradient_for_weights).reshape(cout, -1), e2.T @ x2, "fully connected dW")
     check_close(np.asarray(states[0].gradient_for_biases), e2.sum(0), "fully connected dB")
 
