@@ -427,3 +427,103 @@ def make_conv(device, spec: ConvSpec, w, b, persistent=True):
         conv.destination_image_allocator = m.ImageAllocator.persistent()
         grad.destination_image_allocator = m.ImageAllocator.persistent()
     return ds, conv, grad
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared convolution cases, thread counts and clipped destinations
+
+# MPSNNDefaultPadding's methods: windows centred, the odd padding pixel to the top left (both
+# are the zero bits), a destination of the same size, of the valid windows only, or full.
+_PM = m.PaddingMethod
+SAME = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_SAME)
+VALID = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_VALID_ONLY)
+FULL = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_FULL)
+
+
+@dataclass
+class ConvCase:
+    """One convolution run over a batch of `n` images of `hw` = (H, W) under the padding `method`.
+
+    src_off / dst_off: the source / destination feature-channel offsets; the test file decides how
+    many channels follow the slice when an offset is set. edge: "zero" or "clamp" (MPS's data
+    gradient assumes zero edges, so clamp cases check the forward and the weight gradients only).
+    """
+
+    id: str
+    spec: ConvSpec
+    n: int
+    hw: tuple
+    method: int = SAME
+    src_off: int = 0
+    dst_off: int = 0
+    edge: str = "zero"
+
+    def geometry(self):
+        """((width, height), (offset_x, offset_y)) of the destination the padding method gives."""
+        spec, style = self.spec, size_style(self.method)
+        H, W = self.hw
+        size = (dest_size(W, spec.sx, spec.kw_dil, style), dest_size(H, spec.sy, spec.kh_dil, style))
+        offset = (pad_offset(W, spec.sx, spec.kw_dil, self.method, "x"),
+                  pad_offset(H, spec.sy, spec.kh_dil, self.method, "y"))
+        return size, offset
+
+    def inputs(self, channels_after_slice: int):
+        """Random inputs drawn from a generator seeded by the id, and their oracle.
+
+        Returns (x, e, w, b, ref): the sources (N, H, W, src_off + cin [+ channels_after_slice
+        when src_off is set]), the incoming gradient of the destination, the weights and bias,
+        and conv_reference's y, dx, dw, db for the channels the convolution reads.
+        """
+        spec, gen = self.spec, rng(self.id)
+        H, W = self.hw
+        x = randn(gen, self.n, H, W, self.src_off + spec.cin + (channels_after_slice if self.src_off else 0))
+        w, b = spec.random_parameters(gen)
+        (ow, oh), offset = self.geometry()
+        e = randn(gen, self.n, oh, ow, spec.cout)
+        ref = conv_reference(spec, x[..., self.src_off:self.src_off + spec.cin], w, b, offset=offset,
+                             out_size=(ow, oh), edge=self.edge, e_nhwc=e)
+        return x, e, w, b, ref
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def num_threads(request):
+    """Runs the test with the CPU backend on one and on two threads, restoring the count after."""
+    before = m.get_num_threads()
+    m.set_num_threads(request.param)
+    yield request.param
+    m.set_num_threads(before)
+
+
+@dataclass
+class ClippedDestination:
+    """A destination image filled with a sentinel, and the region (x, y, width, height) of it a
+    kernel's clip rectangle lets it write: the clip rectangle within the image's bounds."""
+
+    image: m.Image
+    x: int
+    y: int
+    width: int
+    height: int
+    sentinel: float
+
+    def check_written(self, check, expected, what="forward inside the clip rectangle"):
+        """The region holds `expected` within `check`'s bound; every other value is the sentinel."""
+        out = self.image.to_numpy()
+        region = (slice(None), slice(self.y, self.y + self.height), slice(self.x, self.x + self.width))
+        check(out[region], expected, what)
+        outside = np.ones(out.shape, bool)
+        outside[region] = False
+        assert np.all(out[outside] == self.sentinel), "pixels outside the clip rectangle were written"
+
+
+def clipped_destination(device, kernel, size, channels: int, clip=None, sentinel: float = -3.5) -> ClippedDestination:
+    """A sentinel-filled destination of `size` = (height, width) and `channels`; with `clip` =
+    ((x, y), (width, height)) also sets `kernel.clip_rect` (origin inside the image)."""
+    height, width = size
+    if clip is None:
+        (cx, cy), (cw, ch) = (0, 0), (width, height)
+    else:
+        (cx, cy), (cw, ch) = clip
+        kernel.clip_rect = ((cx, cy, 0), (cw, ch, 1))
+    image = m.Image.from_numpy(np.full((height, width, channels), sentinel, np.float32), device)
+    return ClippedDestination(image, cx, cy, min(cw, width - cx), min(ch, height - cy), sentinel)
