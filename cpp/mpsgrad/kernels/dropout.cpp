@@ -177,10 +177,7 @@ void CNNDropoutGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch&
         const Image& g = *sourceGradients[i];
         const Image& dst = *destinations[i];
         const int64_t N = s.sourceFeatureChannelCount;
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, *sourceImages[i], dst, nullptr, className());

@@ -166,11 +166,7 @@ void NNReshapeGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         if (dst.width() != s.sourceWidth || dst.height() != s.sourceHeight)
             throwValueError("destination_gradient: is ", dst.width(), "x", dst.height(), " but must be ",
                             s.sourceWidth, "x", s.sourceHeight, " like the forward source");
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < state.reshapedChannels)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ",
-                            state.reshapedChannels);
+        checkSourceGradientChannels(g, state.reshapedChannels);
         checkDestinationChannels(dst, s.sourceFeatureChannelCount, "destination_gradient");
         ReshapeParams p{};
         p.source = g.layout(primarySourceFeatureChannelOffset, state.reshapedChannels);
@@ -410,11 +406,7 @@ void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sour
             throwValueError("destination_gradient: is ", dst.width(), "x", dst.height(), " but must be ",
                             s.sourceWidth, "x", s.sourceHeight, " like the forward source");
         const int64_t written = int64_t(state.mapC.size());
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < written)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ",
-                            written);
+        checkSourceGradientChannels(g, written);
         const int64_t gx = checked::addSigned(primaryOffset.x, s.clipRect.origin.x, "primary_offset.x");
         const int64_t gy = checked::addSigned(primaryOffset.y, s.clipRect.origin.y, "primary_offset.y");
         const int64_t cw = int64_t(state.mapX.size()), ch = int64_t(state.mapY.size());
