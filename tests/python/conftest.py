@@ -527,3 +527,84 @@ def clipped_destination(device, kernel, size, channels: int, clip=None, sentinel
         kernel.clip_rect = ((cx, cy, 0), (cw, ch, 1))
     image = m.Image.from_numpy(np.full((height, width, channels), sentinel, np.float32), device)
     return ClippedDestination(image, cx, cy, min(cw, width - cx), min(ch, height - cy), sentinel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward-then-gradient runs of the windowed families (pooling, local normalization, upsampling)
+
+
+def random_like_result(gen: np.random.Generator, images: int):
+    """An `incoming` for forward_and_gradient: standard normal values, `images` images of the
+    forward result's size."""
+    return lambda shape: randn(gen, images, *shape[1:])
+
+
+def forward_and_gradient(device, queue, fwd, bwd, x, incoming):
+    """The forward over the batch x (N, H, W, C) through the returning encode forms (padding
+    policy, persistent results and states), then the gradient, configured from the states, of
+    the incoming gradient incoming(shape) (shape: one result image's (1, H, W, C)), in one
+    command buffer. Returns y, dx, the incoming gradient (NumPy) and the states."""
+    fwd.destination_image_allocator = m.ImageAllocator.persistent()
+    bwd.destination_image_allocator = m.ImageAllocator.persistent()
+    xs = m.batch_from_numpy(x, device)
+    cb = queue.command_buffer()
+    ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
+    g = incoming(ys[0].shape)
+    dxs = bwd.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED
+    return m.batch_to_numpy(ys), m.batch_to_numpy(dxs), g, states
+
+
+SLICE_SENTINEL = -7.25  # what channel_slices_run's destinations hold outside what the kernels write
+SLICE_CLIP = ((1, 2), (3, 4))  # its forward clip rectangle: (x, y), (width, height)
+
+
+def channel_slices_run(device, queue, gen, fwd, bwd, x, read_channels: int, offset, result_shape):
+    """One image x (1, H, W, C) through the forward and the gradient with feature-channel slices.
+
+    The forward reads channels 4 .. 4 + read_channels of x with its windows at `offset`, writes
+    them at channel 8 of a sentinel-filled result of `result_shape` (1, H, W, C) within the clip
+    rectangle SLICE_CLIP, and records a temporary state; the gradient, configured from the state
+    (its destination descriptor must be x's size), writes dX into a sentinel-filled image of x's
+    shape. Returns the result, dX (both (H, W, C)) and the incoming gradient (result_shape, drawn
+    from `gen` after the forward is encoded).
+    """
+    fwd.source_feature_channel_offset = 4
+    fwd.source_feature_channel_max_count = read_channels
+    fwd.destination_feature_channel_offset = 8
+    fwd.offset = offset
+    (cx, cy), (cw, ch) = SLICE_CLIP
+    fwd.clip_rect = m.Region((cx, cy, 0), (cw, ch, 1))
+    X = m.Image.from_numpy(x, device)
+    Y = m.Image.from_numpy(np.full(result_shape, SLICE_SENTINEL, np.float32), device)
+    cb = queue.command_buffer()
+    state = fwd.temporary_result_state(cb, X)
+    fwd.encode(cb, X, state, Y)
+    g = randn(gen, *result_shape)
+    G = m.Image.from_numpy(g, device)
+    desc = bwd.destination_image_descriptor([G, X], [state])
+    assert (desc.height, desc.width, desc.feature_channels) == x.shape[1:]
+    dX = m.Image.from_numpy(np.full(x.shape, SLICE_SENTINEL, np.float32), device)
+    bwd.encode(cb, G, X, state, dX)
+    assert state.read_count == 0
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED
+    return Y.to_numpy()[0], dX.to_numpy()[0], g
+
+
+def check_channel_slices(check, y, dx, y_ref, dx_ref, read_channels: int):
+    """channel_slices_run's result holds y_ref (one image) inside the clip rectangle at channels
+    8 .. 8 + read_channels and the sentinel everywhere else; dX holds dx_ref at channels
+    4 .. 4 + read_channels and the sentinel in the other channels."""
+    (cx, cy), (cw, ch) = SLICE_CLIP
+    written = (slice(cy, cy + ch), slice(cx, cx + cw), slice(8, 8 + read_channels))
+    check(y[written], y_ref[0], "forward")
+    outside = np.ones(y.shape, bool)
+    outside[written] = False
+    assert np.all(y[outside] == SLICE_SENTINEL), "the forward wrote outside its clip rectangle or channel slice"
+    check(dx[..., 4:4 + read_channels], dx_ref[0], "gradient")
+    assert np.all(dx[..., :4] == SLICE_SENTINEL) and np.all(dx[..., 4 + read_channels:] == SLICE_SENTINEL), \
+        "the gradient wrote channels outside its slice"
