@@ -85,10 +85,7 @@ CNNDropout::CNNDropout(const Device& device, float keepProbability, uint64_t see
 
 StatePtr CNNDropout::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNDropoutGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

@@ -120,10 +120,7 @@ StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNNeuronGradientState>(
         device_, descriptor_.neuronType,
         descriptor_.neuronType == CNNNeuronType::PReLU ? descriptor_.data.size() : 0, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

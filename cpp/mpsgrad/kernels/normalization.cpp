@@ -111,10 +111,7 @@ CNNLocalContrastNormalization::CNNLocalContrastNormalization(const Device& devic
 
 StatePtr CNNLocalNormalizationBase::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNLocalNormalizationGradientState>(device_, kind_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

@@ -81,10 +81,7 @@ CNNPooling::CNNPooling(const Device& device, PoolingKind kind, int64_t kernelWid
 
 StatePtr CNNPooling::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNPoolingGradientState>(device_, kind_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

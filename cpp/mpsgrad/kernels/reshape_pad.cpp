@@ -76,10 +76,7 @@ void NNReshape::adjustDestinationDescriptor(ImageDescriptor& descriptor, const I
 
 StatePtr NNReshape::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<NNReshapeGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -245,10 +242,7 @@ void NNPad::adjustDestinationDescriptor(ImageDescriptor& descriptor, const Image
 
 StatePtr NNPad::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<NNPadGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

@@ -16,10 +16,7 @@ const char* forwardName(bool logSoftmax) { return logSoftmax ? "CNNLogSoftMax" :
 
 StatePtr CNNSoftMaxBase::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNSoftMaxGradientState>(device_, log_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

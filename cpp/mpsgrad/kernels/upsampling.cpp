@@ -56,10 +56,7 @@ void CNNUpsampling::adjustDestinationDescriptor(ImageDescriptor& descriptor, con
 
 StatePtr CNNUpsampling::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNUpsamplingGradientState>(device_, bilinear_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
