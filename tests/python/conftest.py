@@ -15,6 +15,12 @@
   ``offset - (kernel_extent >> 1)``) by explicit padding / cropping, clip rectangles, feature
   channel offsets, edge modes, fused neurons, and the padding-policy arithmetic of spec §1.8.1
   re-derived here independently of the library.
+* Scaffolding several families' tests share: ``ConvCase`` (a convolution run over a batch, its
+  geometry, inputs and oracle) with the ``SAME`` / ``VALID`` / ``FULL`` padding methods and the
+  ``num_threads`` fixture (1 and 2 CPU threads); ``clipped_destination`` (a sentinel-filled
+  destination and the check that only the clip rectangle was written); ``forward_and_gradient``
+  and ``channel_slices_run`` / ``check_channel_slices`` (the forward-then-gradient runs of the
+  windowed families).
 """
 from __future__ import annotations
 
