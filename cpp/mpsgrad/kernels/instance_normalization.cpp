@@ -1,21 +1,11 @@
 #include "kernels/instance_normalization.h"
 
 #include "core/errors.h"
+#include "kernels/data_source_loading.h"
 
 namespace mpsgrad {
 
 namespace {
-
-// Runs `body` between the data source's load and purge.
-template <class Source, class Body>
-void withLoaded(Source& source, Body&& body) {
-    if (!source.load()) throwValueError("data_source: load() returned False");
-    struct Purge {
-        Source& s;
-        ~Purge() { s.purge(); }
-    } purgeOnExit{source};
-    body();
-}
 
 int64_t channelsOf(const std::shared_ptr<CNNInstanceNormalizationDataSource>& source) {
     if (!source) throwTypeError("data_source: expected a CNNInstanceNormalizationDataSource, got None");
