@@ -15,6 +15,12 @@
   ``offset - (kernel_extent >> 1)``) by explicit padding / cropping, clip rectangles, feature
   channel offsets, edge modes, fused neurons, and the padding-policy arithmetic of spec §1.8.1
   re-derived here independently of the library.
+* Scaffolding several families' tests share: ``ConvCase`` (a convolution run over a batch, its
+  geometry, inputs and oracle) with the ``SAME`` / ``VALID`` / ``FULL`` padding methods and the
+  ``num_threads`` fixture (1 and 2 CPU threads); ``clipped_destination`` (a sentinel-filled
+  destination and the check that only the clip rectangle was written); ``forward_and_gradient``
+  and ``channel_slices_run`` / ``check_channel_slices`` (the forward-then-gradient runs of the
+  windowed families).
 """
 from __future__ import annotations
 
@@ -427,3 +433,184 @@ def make_conv(device, spec: ConvSpec, w, b, persistent=True):
         conv.destination_image_allocator = m.ImageAllocator.persistent()
         grad.destination_image_allocator = m.ImageAllocator.persistent()
     return ds, conv, grad
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared convolution cases, thread counts and clipped destinations
+
+# MPSNNDefaultPadding's methods: windows centred, the odd padding pixel to the top left (both
+# are the zero bits), a destination of the same size, of the valid windows only, or full.
+_PM = m.PaddingMethod
+SAME = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_SAME)
+VALID = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_VALID_ONLY)
+FULL = int(_PM.ALIGN_CENTERED | _PM.ADD_REMAINDER_TO_TOP_LEFT | _PM.SIZE_FULL)
+
+
+@dataclass
+class ConvCase:
+    """One convolution run over a batch of `n` images of `hw` = (H, W) under the padding `method`.
+
+    src_off / dst_off: the source / destination feature-channel offsets; the test file decides how
+    many channels follow the slice when an offset is set. edge: "zero" or "clamp" (MPS's data
+    gradient assumes zero edges, so clamp cases check the forward and the weight gradients only).
+    """
+
+    id: str
+    spec: ConvSpec
+    n: int
+    hw: tuple
+    method: int = SAME
+    src_off: int = 0
+    dst_off: int = 0
+    edge: str = "zero"
+
+    def geometry(self):
+        """((width, height), (offset_x, offset_y)) of the destination the padding method gives."""
+        spec, style = self.spec, size_style(self.method)
+        H, W = self.hw
+        size = (dest_size(W, spec.sx, spec.kw_dil, style), dest_size(H, spec.sy, spec.kh_dil, style))
+        offset = (pad_offset(W, spec.sx, spec.kw_dil, self.method, "x"),
+                  pad_offset(H, spec.sy, spec.kh_dil, self.method, "y"))
+        return size, offset
+
+    def inputs(self, channels_after_slice: int):
+        """Random inputs drawn from a generator seeded by the id, and their oracle.
+
+        Returns (x, e, w, b, ref): the sources (N, H, W, src_off + cin [+ channels_after_slice
+        when src_off is set]), the incoming gradient of the destination, the weights and bias,
+        and conv_reference's y, dx, dw, db for the channels the convolution reads.
+        """
+        spec, gen = self.spec, rng(self.id)
+        H, W = self.hw
+        x = randn(gen, self.n, H, W, self.src_off + spec.cin + (channels_after_slice if self.src_off else 0))
+        w, b = spec.random_parameters(gen)
+        (ow, oh), offset = self.geometry()
+        e = randn(gen, self.n, oh, ow, spec.cout)
+        ref = conv_reference(spec, x[..., self.src_off:self.src_off + spec.cin], w, b, offset=offset,
+                             out_size=(ow, oh), edge=self.edge, e_nhwc=e)
+        return x, e, w, b, ref
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def num_threads(request):
+    """Runs the test with the CPU backend on one and on two threads, restoring the count after."""
+    before = m.get_num_threads()
+    m.set_num_threads(request.param)
+    yield request.param
+    m.set_num_threads(before)
+
+
+@dataclass
+class ClippedDestination:
+    """A destination image filled with a sentinel, and the region (x, y, width, height) of it a
+    kernel's clip rectangle lets it write: the clip rectangle within the image's bounds."""
+
+    image: m.Image
+    x: int
+    y: int
+    width: int
+    height: int
+    sentinel: float
+
+    def check_written(self, check, expected, what="forward inside the clip rectangle"):
+        """The region holds `expected` within `check`'s bound; every other value is the sentinel."""
+        out = self.image.to_numpy()
+        region = (slice(None), slice(self.y, self.y + self.height), slice(self.x, self.x + self.width))
+        check(out[region], expected, what)
+        outside = np.ones(out.shape, bool)
+        outside[region] = False
+        assert np.all(out[outside] == self.sentinel), "pixels outside the clip rectangle were written"
+
+
+def clipped_destination(device, kernel, size, channels: int, clip=None, sentinel: float = -3.5) -> ClippedDestination:
+    """A sentinel-filled destination of `size` = (height, width) and `channels`; with `clip` =
+    ((x, y), (width, height)) also sets `kernel.clip_rect` (origin inside the image)."""
+    height, width = size
+    if clip is None:
+        (cx, cy), (cw, ch) = (0, 0), (width, height)
+    else:
+        (cx, cy), (cw, ch) = clip
+        kernel.clip_rect = ((cx, cy, 0), (cw, ch, 1))
+    image = m.Image.from_numpy(np.full((height, width, channels), sentinel, np.float32), device)
+    return ClippedDestination(image, cx, cy, min(cw, width - cx), min(ch, height - cy), sentinel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward-then-gradient runs of the windowed families (pooling, local normalization, upsampling)
+
+
+def random_like_result(gen: np.random.Generator, images: int):
+    """An `incoming` for forward_and_gradient: standard normal values, `images` images of the
+    forward result's size."""
+    return lambda shape: randn(gen, images, *shape[1:])
+
+
+def forward_and_gradient(device, queue, fwd, bwd, x, incoming):
+    """The forward over the batch x (N, H, W, C) through the returning encode forms (padding
+    policy, persistent results and states), then the gradient, configured from the states, of
+    the incoming gradient incoming(shape) (shape: one result image's (1, H, W, C)), in one
+    command buffer. Returns y, dx, the incoming gradient (NumPy) and the states."""
+    fwd.destination_image_allocator = m.ImageAllocator.persistent()
+    bwd.destination_image_allocator = m.ImageAllocator.persistent()
+    xs = m.batch_from_numpy(x, device)
+    cb = queue.command_buffer()
+    ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
+    g = incoming(ys[0].shape)
+    dxs = bwd.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED
+    return m.batch_to_numpy(ys), m.batch_to_numpy(dxs), g, states
+
+
+SLICE_SENTINEL = -7.25  # what channel_slices_run's destinations hold outside what the kernels write
+SLICE_CLIP = ((1, 2), (3, 4))  # its forward clip rectangle: (x, y), (width, height)
+
+
+def channel_slices_run(device, queue, gen, fwd, bwd, x, read_channels: int, offset, result_shape):
+    """One image x (1, H, W, C) through the forward and the gradient with feature-channel slices.
+
+    The forward reads channels 4 .. 4 + read_channels of x with its windows at `offset`, writes
+    them at channel 8 of a sentinel-filled result of `result_shape` (1, H, W, C) within the clip
+    rectangle SLICE_CLIP, and records a temporary state; the gradient, configured from the state
+    (its destination descriptor must be x's size), writes dX into a sentinel-filled image of x's
+    shape. Returns the result, dX (both (H, W, C)) and the incoming gradient (result_shape, drawn
+    from `gen` after the forward is encoded).
+    """
+    fwd.source_feature_channel_offset = 4
+    fwd.source_feature_channel_max_count = read_channels
+    fwd.destination_feature_channel_offset = 8
+    fwd.offset = offset
+    (cx, cy), (cw, ch) = SLICE_CLIP
+    fwd.clip_rect = m.Region((cx, cy, 0), (cw, ch, 1))
+    X = m.Image.from_numpy(x, device)
+    Y = m.Image.from_numpy(np.full(result_shape, SLICE_SENTINEL, np.float32), device)
+    cb = queue.command_buffer()
+    state = fwd.temporary_result_state(cb, X)
+    fwd.encode(cb, X, state, Y)
+    g = randn(gen, *result_shape)
+    G = m.Image.from_numpy(g, device)
+    desc = bwd.destination_image_descriptor([G, X], [state])
+    assert (desc.height, desc.width, desc.feature_channels) == x.shape[1:]
+    dX = m.Image.from_numpy(np.full(x.shape, SLICE_SENTINEL, np.float32), device)
+    bwd.encode(cb, G, X, state, dX)
+    assert state.read_count == 0
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.status == m.CommandBufferStatus.COMPLETED
+    return Y.to_numpy()[0], dX.to_numpy()[0], g
+
+
+def check_channel_slices(check, y, dx, y_ref, dx_ref, read_channels: int):
+    """channel_slices_run's result holds y_ref (one image) inside the clip rectangle at channels
+    8 .. 8 + read_channels and the sentinel everywhere else; dX holds dx_ref at channels
+    4 .. 4 + read_channels and the sentinel in the other channels."""
+    (cx, cy), (cw, ch) = SLICE_CLIP
+    written = (slice(cy, cy + ch), slice(cx, cx + cw), slice(8, 8 + read_channels))
+    check(y[written], y_ref[0], "forward")
+    outside = np.ones(y.shape, bool)
+    outside[written] = False
+    assert np.all(y[outside] == SLICE_SENTINEL), "the forward wrote outside its clip rectangle or channel slice"
+    check(dx[..., 4:4 + read_channels], dx_ref[0], "gradient")
+    assert np.all(dx[..., :4] == SLICE_SENTINEL) and np.all(dx[..., 4 + read_channels:] == SLICE_SENTINEL), \
+        "the gradient wrote channels outside its slice"

@@ -28,14 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mpsgrad as m
-from conftest import NEURONS, ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
+from conftest import (FULL, NEURONS, SAME, VALID, ConvSpec, clipped_destination, conv_reference, dest_size,
+                      make_conv, pad_offset, randn, rng, size_style)
 
 PM = m.PaddingMethod
-SAME = int(PM.SIZE_SAME)
-VALID = int(PM.SIZE_VALID_ONLY)
-FULL = int(PM.SIZE_FULL)
 TF_SAME = int(PM.TENSORFLOW_SAME)
-DEFAULT_METHOD = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_SAME)
 
 
 @dataclass
@@ -135,7 +132,7 @@ def _images(device, arr, contiguous):
 
 def _expected_geometry(case: Case, H, W):
     spec = case.spec
-    method = DEFAULT_METHOD if case.method is None else case.method
+    method = SAME if case.method is None else case.method
     style = size_style(method)
     ow = dest_size(W, spec.sx, spec.kw_dil, style)
     oh = dest_size(H, spec.sy, spec.kh_dil, style)
@@ -348,40 +345,29 @@ def test_explicit_offset_and_clip_rect(device, queue, check, row, with_state):
     w, b = spec.random_parameters(gen)
     _, conv, grad = make_conv(device, spec, w, b)
     x = m.Image.from_numpy(x_arr, device)
-    sentinel = -3.5
-    y = m.Image.from_numpy(np.full((DH, DW, spec.cout), sentinel, np.float32), device)
-    if clip is None:
-        cx, cy, cw, ch = 0, 0, DW, DH
-    else:
-        (cx, cy), (cw, ch) = clip
-        conv.clip_rect = ((cx, cy, 0), (cw, ch, 1))
-    cw, ch = min(cw, DW - cx), min(ch, DH - cy)  # clip_rect ∩ destination bounds
+    y = clipped_destination(device, conv, (DH, DW), spec.cout, clip)
     # A padding policy that would place the windows elsewhere: the old-style encode ignores it.
     conv.padding = m.NNDefaultPadding(FULL)
     conv.edge_mode = m.ImageEdgeMode.CLAMP if edge == "clamp" else m.ImageEdgeMode.ZERO
-    e_arr = randn(gen, 1, ch, cw, spec.cout)
+    e_arr = randn(gen, 1, y.height, y.width, spec.cout)
     e = m.Image.from_numpy(e_arr, device)
     cb = queue.command_buffer()
     if with_state:
         conv.destination_image_descriptor([x])  # MPS call order: descriptor, then the state
         conv.offset = offset
         state = conv.result_state(x)
-        conv.encode(cb, x, state, y)
+        conv.encode(cb, x, state, y.image)
         if edge == "clamp":  # the data gradient is exact for edge ZERO only
             grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_WEIGHTS_AND_BIAS
         dx = grad.encode(cb, e, x, state)
     else:
         conv.offset = offset
-        assert conv.encode(cb, x, destination_image=y) is y
+        assert conv.encode(cb, x, destination_image=y.image) is y.image
     cb.commit()
     cb.wait_until_completed()
     assert tuple(conv.offset)[:2] == offset, "the old-style encode leaves offset as set"
-    ref = conv_reference(spec, x_arr, w, b, offset=offset, out_size=(cw, ch), edge=edge, e_nhwc=e_arr)
-    out = y.to_numpy()
-    check(out[:, cy:cy + ch, cx:cx + cw], ref["y"], "forward inside the clip rectangle")
-    mask = np.ones(out.shape, bool)
-    mask[:, cy:cy + ch, cx:cx + cw] = False
-    assert np.all(out[mask] == sentinel), "pixels outside the clip rectangle were written"
+    ref = conv_reference(spec, x_arr, w, b, offset=offset, out_size=(y.width, y.height), edge=edge, e_nhwc=e_arr)
+    y.check_written(check, ref["y"])
     if with_state:
         if edge == "zero":
             check(dx.to_numpy(), ref["dx"], "data gradient")

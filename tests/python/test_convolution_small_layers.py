@@ -18,66 +18,43 @@ results are bitwise reproducible for a given thread count.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import ConvSpec, conv_reference, dest_size, make_conv, pad_offset, randn, rng, size_style
+from conftest import VALID, ConvCase, ConvSpec, make_conv
 
-PM = m.PaddingMethod
-SAME = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_SAME)
-VALID = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_VALID_ONLY)
-
-
-@dataclass
-class Case:
-    id: str
-    spec: ConvSpec
-    n: int
-    hw: tuple
-    method: int = SAME
-    src_off: int = 0      # source_feature_channel_offset (4 more channels after the slice when set)
-    edge: str = "zero"    # "clamp": weight and bias gradients only (MPS's data gradient assumes zero edges)
+SOURCE_CHANNELS_AFTER_SLICE = 4  # when src_off is set
 
 
 CASES = [
     # the digits example's two layers (one input channel: im2col one float at a time; 16 channels: one run per row)
-    Case("digits-1->16", ConvSpec(3, 3, 1, 16, neuron="relu"), 32, (8, 8)),
-    Case("digits-16->32", ConvSpec(3, 3, 16, 32), 32, (4, 4)),
+    ConvCase("digits-1->16", ConvSpec(3, 3, 1, 16, neuron="relu"), 32, (8, 8)),
+    ConvCase("digits-16->32", ConvSpec(3, 3, 16, 32), 32, (4, 4)),
     # mid-size: two threads, pixel blocks balanced over them, per-thread partial weight sums
-    Case("5x5-32->32", ConvSpec(5, 5, 32, 32), 8, (8, 8)),
-    Case("3x3-16->32-12x12-valid", ConvSpec(3, 3, 16, 32, neuron="tanh"), 6, (12, 12), method=VALID),
+    ConvCase("5x5-32->32", ConvSpec(5, 5, 32, 32), 8, (8, 8)),
+    ConvCase("3x3-16->32-12x12-valid", ConvSpec(3, 3, 16, 32, neuron="tanh"), 6, (12, 12), method=VALID),
     # groups and a channel offset: the tap rows are slices of the pixels (one copy per tap)
-    Case("g2-3x3-d2", ConvSpec(3, 3, 16, 32, groups=2, dx=2, dy=2), 6, (10, 9)),
-    Case("src-off4-3x3", ConvSpec(3, 3, 4, 16), 16, (7, 6), src_off=4),
+    ConvCase("g2-3x3-d2", ConvSpec(3, 3, 16, 32, groups=2, dx=2, dy=2), 6, (10, 9)),
+    ConvCase("src-off4-3x3", ConvSpec(3, 3, 4, 16), 16, (7, 6), src_off=4),
     # strided (the data gradient's phase path) and a single channel with stride
-    Case("1->8-s2", ConvSpec(3, 3, 1, 8, sx=2, sy=2), 12, (9, 8)),
+    ConvCase("1->8-s2", ConvSpec(3, 3, 1, 8, sx=2, sy=2), 12, (9, 8)),
     # clamp edges: the im2col edge path
-    Case("clamp-1->16", ConvSpec(3, 3, 1, 16), 32, (8, 8), edge="clamp"),
-    Case("clamp-16->32", ConvSpec(5, 5, 16, 32), 8, (6, 6), edge="clamp"),
+    ConvCase("clamp-1->16", ConvSpec(3, 3, 1, 16), 32, (8, 8), edge="clamp"),
+    ConvCase("clamp-16->32", ConvSpec(5, 5, 16, 32), 8, (6, 6), edge="clamp"),
     # RGB stems: im2col copies three floats per tap (pixels of four); the strided data gradient is
     # products then scatter-add (conv_col2im.cpp), whole images per thread or, with one image on
     # two threads, bands of rows; with a channel offset, VALID padding, dilation, odd sizes
-    Case("stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (23, 21)),
-    Case("stem-3->64-7x7-s2-one-image", ConvSpec(7, 7, 3, 64, sx=2, sy=2), 1, (48, 45)),
-    Case("stem-off4-3->16-5x5-s2", ConvSpec(5, 5, 3, 16, sx=2, sy=2), 3, (15, 14), src_off=4),
-    Case("stem-3->8-5x5-s2-valid", ConvSpec(5, 5, 3, 8, sx=2, sy=2), 2, (13, 11), method=VALID),
-    Case("4->8-3x3-s3x2-d2", ConvSpec(3, 3, 4, 8, sx=3, sy=2, dx=2, dy=2), 2, (11, 10)),
-    Case("g2-8->16-4x4-s2", ConvSpec(4, 4, 8, 16, groups=2, sx=2, sy=2), 3, (11, 9)),
-    Case("clamp-stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (17, 19), edge="clamp"),
+    ConvCase("stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (23, 21)),
+    ConvCase("stem-3->64-7x7-s2-one-image", ConvSpec(7, 7, 3, 64, sx=2, sy=2), 1, (48, 45)),
+    ConvCase("stem-off4-3->16-5x5-s2", ConvSpec(5, 5, 3, 16, sx=2, sy=2), 3, (15, 14), src_off=4),
+    ConvCase("stem-3->8-5x5-s2-valid", ConvSpec(5, 5, 3, 8, sx=2, sy=2), 2, (13, 11), method=VALID),
+    ConvCase("4->8-3x3-s3x2-d2", ConvSpec(3, 3, 4, 8, sx=3, sy=2, dx=2, dy=2), 2, (11, 10)),
+    ConvCase("g2-8->16-4x4-s2", ConvSpec(4, 4, 8, 16, groups=2, sx=2, sy=2), 3, (11, 9)),
+    ConvCase("clamp-stem-3->16-7x7-s2", ConvSpec(7, 7, 3, 16, sx=2, sy=2), 2, (17, 19), edge="clamp"),
     # more input than output channels: the strided data gradient's per-phase products
-    Case("16->8-3x3-s2", ConvSpec(3, 3, 16, 8, sx=2, sy=2), 4, (9, 9)),
+    ConvCase("16->8-3x3-s2", ConvSpec(3, 3, 16, 8, sx=2, sy=2), 4, (9, 9)),
 ]
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = m.get_num_threads()
-    m.set_num_threads(request.param)
-    yield request.param
-    m.set_num_threads(before)
 
 
 def _run(device, queue, case, x_arr, e_arr, w, b, contiguous):
@@ -109,22 +86,13 @@ def _run(device, queue, case, x_arr, e_arr, w, b, contiguous):
 
 @pytest.mark.parametrize("contiguous", [True, False], ids=["one-op", "per-image"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_small_layers(device, queue, check, threads, case, contiguous):
+def test_small_layers(device, queue, check, num_threads, case, contiguous):
     spec = case.spec
-    gen = rng(case.id)
-    H, W = case.hw
-    cin_total = case.src_off + spec.cin + (4 if case.src_off else 0)
-    x_arr = randn(gen, case.n, H, W, cin_total)
-    w, b = spec.random_parameters(gen)
-    style = size_style(case.method)
-    ow, oh = dest_size(W, spec.sx, spec.kw_dil, style), dest_size(H, spec.sy, spec.kh_dil, style)
-    ox, oy = pad_offset(W, spec.sx, spec.kw_dil, case.method, "x"), pad_offset(H, spec.sy, spec.kh_dil, case.method, "y")
-    e_arr = randn(gen, case.n, oh, ow, spec.cout)
+    x_arr, e_arr, w, b, ref = case.inputs(SOURCE_CHANNELS_AFTER_SLICE)
+    (ow, oh), _ = case.geometry()
 
     y, dx, dw, db = _run(device, queue, case, x_arr, e_arr, w, b, contiguous)
     assert y.shape == (case.n, oh, ow, spec.cout)
-    ref = conv_reference(spec, x_arr[..., case.src_off:case.src_off + spec.cin], w, b, offset=(ox, oy),
-                         out_size=(ow, oh), edge=case.edge, e_nhwc=e_arr)
     check(y, ref["y"], "forward")
     if dx is not None:
         check(dx[..., case.src_off:case.src_off + spec.cin], ref["dx"], "data gradient")
@@ -134,4 +102,4 @@ def test_small_layers(device, queue, check, threads, case, contiguous):
     again = _run(device, queue, case, x_arr, e_arr, w, b, contiguous)
     for name, a, b_ in zip(("forward", "data gradient", "weight gradient", "bias gradient"), (y, dx, dw, db), again):
         if a is not None:
-            assert np.array_equal(a, b_), f"{name} differs between two identical runs on {threads} thread(s)"
+            assert np.array_equal(a, b_), f"{name} differs between two identical runs on {num_threads} thread(s)"

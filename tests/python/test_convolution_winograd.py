@@ -21,59 +21,28 @@ relative error). Each case also asserts the Winograd error stays within 8x the i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import (IMAGE_FORMAT, ConvSpec, conv_reference, dest_size, make_conv, max_rel_err, pad_offset, randn, rng,
-                      size_style)
+from conftest import (FULL, IMAGE_FORMAT, VALID, ConvCase, ConvSpec, clipped_destination, conv_reference, make_conv,
+                      max_rel_err, randn, rng)
 
-PM = m.PaddingMethod
-SAME = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_SAME)
-VALID = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_VALID_ONLY)
-FULL = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_FULL)
 SWITCH = "MPSGRAD_CONV_WINOGRAD"
-
-
-@dataclass
-class Case:
-    id: str
-    spec: ConvSpec
-    n: int
-    hw: tuple
-    method: int = SAME
-    src_off: int = 0      # source_feature_channel_offset (3 more channels after the slice when set)
-    dst_off: int = 0      # destination_feature_channel_offset (2 more channels after the slice when set)
-    edge: str = "zero"    # "clamp": forward only (MPS's data gradient assumes zero edges)
+SOURCE_CHANNELS_AFTER_SLICE = 3  # when src_off is set
+DESTINATION_CHANNELS_AFTER_SLICE = 2  # when dst_off is set
 
 
 CASES = [
     # odd output sizes: the last tile row and column are partial
-    Case("16->16-13x11-relu", ConvSpec(3, 3, 16, 16, neuron="relu"), 2, (13, 11)),
-    Case("32->16-valid", ConvSpec(3, 3, 32, 16), 3, (18, 17), method=VALID),
-    Case("16->32-full-sigmoid", ConvSpec(3, 3, 16, 32, neuron="sigmoid"), 2, (9, 12), method=FULL),
-    Case("24->40-src-off-tanh", ConvSpec(3, 3, 24, 40, neuron="tanh"), 2, (12, 15), src_off=4),
-    Case("20->16-dst-off-no-bias", ConvSpec(3, 3, 20, 16, bias=False), 2, (15, 14), dst_off=4),
-    Case("16->24-clamp", ConvSpec(3, 3, 16, 24, neuron="relu"), 2, (11, 16), edge="clamp"),
-    Case("64->64-n4", ConvSpec(3, 3, 64, 64), 4, (10, 10)),
+    ConvCase("16->16-13x11-relu", ConvSpec(3, 3, 16, 16, neuron="relu"), 2, (13, 11)),
+    ConvCase("32->16-valid", ConvSpec(3, 3, 32, 16), 3, (18, 17), method=VALID),
+    ConvCase("16->32-full-sigmoid", ConvSpec(3, 3, 16, 32, neuron="sigmoid"), 2, (9, 12), method=FULL),
+    ConvCase("24->40-src-off-tanh", ConvSpec(3, 3, 24, 40, neuron="tanh"), 2, (12, 15), src_off=4),
+    ConvCase("20->16-dst-off-no-bias", ConvSpec(3, 3, 20, 16, bias=False), 2, (15, 14), dst_off=4),
+    ConvCase("16->24-clamp", ConvSpec(3, 3, 16, 24, neuron="relu"), 2, (11, 16), edge="clamp"),
+    ConvCase("64->64-n4", ConvSpec(3, 3, 64, 64), 4, (10, 10)),
 ]
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = m.get_num_threads()
-    m.set_num_threads(request.param)
-    yield request.param
-    m.set_num_threads(before)
-
-
-def _geometry(case, H, W):
-    spec, style = case.spec, size_style(case.method)
-    ow, oh = dest_size(W, 1, spec.kw_dil, style), dest_size(H, 1, spec.kh_dil, style)
-    ox, oy = pad_offset(W, 1, spec.kw_dil, case.method, "x"), pad_offset(H, 1, spec.kh_dil, case.method, "y")
-    return (ow, oh), (ox, oy)
 
 
 def _run(device, queue, case, x_arr, e_arr, w, b):
@@ -89,8 +58,8 @@ def _run(device, queue, case, x_arr, e_arr, w, b):
     if case.edge == "clamp":
         conv.edge_mode = m.ImageEdgeMode.CLAMP
     xs = m.batch_from_numpy(x_arr, device)
-    (ow, oh), _ = _geometry(case, *case.hw)
-    cout_total = case.dst_off + spec.cout + (2 if case.dst_off else 0)
+    (ow, oh), _ = case.geometry()
+    cout_total = case.dst_off + spec.cout + (DESTINATION_CHANNELS_AFTER_SLICE if case.dst_off else 0)
     ys = m.batch_from_numpy(np.full((case.n, oh, ow, cout_total), 7.25, np.float32), device)
     cb = queue.command_buffer()
     conv.destination_image_descriptor([xs[0]])
@@ -105,19 +74,6 @@ def _run(device, queue, case, x_arr, e_arr, w, b):
     return m.batch_to_numpy(ys), (None if dxs is None else m.batch_to_numpy(dxs))
 
 
-def _inputs(case):
-    spec = case.spec
-    gen = rng(case.id)
-    H, W = case.hw
-    x_arr = randn(gen, case.n, H, W, case.src_off + spec.cin + (3 if case.src_off else 0))
-    w, b = spec.random_parameters(gen)
-    (ow, oh), (ox, oy) = _geometry(case, H, W)
-    e_arr = randn(gen, case.n, oh, ow, spec.cout)
-    ref = conv_reference(spec, x_arr[..., case.src_off:case.src_off + spec.cin], w, b, offset=(ox, oy),
-                         out_size=(ow, oh), edge=case.edge, e_nhwc=e_arr)
-    return x_arr, e_arr, w, b, ref
-
-
 def _check_against(check, case, y, dx, ref):
     spec = case.spec
     check(y[..., case.dst_off:case.dst_off + spec.cout], ref["y"], "forward")
@@ -129,16 +85,16 @@ def _check_against(check, case, y, dx, ref):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_winograd_path(device, queue, check, threads, monkeypatch, case):
-    x_arr, e_arr, w, b, ref = _inputs(case)
+def test_winograd_path(device, queue, check, num_threads, monkeypatch, case):
+    x_arr, e_arr, w, b, ref = case.inputs(SOURCE_CHANNELS_AFTER_SLICE)
     monkeypatch.delenv(SWITCH, raising=False)
     y, dx = _run(device, queue, case, x_arr, e_arr, w, b)
     _check_against(check, case, y, dx, ref)
 
     again = _run(device, queue, case, x_arr, e_arr, w, b)
-    assert np.array_equal(y, again[0]), f"forward differs between two identical runs on {threads} thread(s)"
+    assert np.array_equal(y, again[0]), f"forward differs between two identical runs on {num_threads} thread(s)"
     if dx is not None:
-        assert np.array_equal(dx, again[1]), f"data gradient differs between two runs on {threads} thread(s)"
+        assert np.array_equal(dx, again[1]), f"data gradient differs between two runs on {num_threads} thread(s)"
 
     # The im2col product on the same inputs: the Winograd path did run (the roundings differ) and
     # its error stays within a small multiple of the product's.
@@ -179,8 +135,8 @@ BORDER = [
 @pytest.mark.parametrize("row", BORDER, ids=[r[0] for r in BORDER])
 def test_eligibility_border(device, queue, check, monkeypatch, row):
     name, spec, n, hw, fwd_winograd, grad_winograd = row
-    case = Case(name, spec, n, hw)
-    x_arr, e_arr, w, b, ref = _inputs(case)
+    case = ConvCase(name, spec, n, hw)
+    x_arr, e_arr, w, b, ref = case.inputs(SOURCE_CHANNELS_AFTER_SLICE)
     monkeypatch.delenv(SWITCH, raising=False)
     y, dx = _run(device, queue, case, x_arr, e_arr, w, b)
     monkeypatch.setenv(SWITCH, "0")
@@ -203,31 +159,23 @@ def test_offset_and_clip_rect(device, queue, check, monkeypatch, edge, offset, c
     monkeypatch.delenv(SWITCH, raising=False)
     spec = ConvSpec(3, 3, 16, 24, neuron="relu")
     gen = rng(f"clip-{edge}-{offset}")
-    H, W, DH, DW = 24, 23, 22, 24
+    H, W = 24, 23
     x_arr = randn(gen, 1, H, W, spec.cin)
     w, b = spec.random_parameters(gen)
     _, conv, grad = make_conv(device, spec, w, b)
     x = m.Image.from_numpy(x_arr, device)
-    sentinel = -3.5
-    y = m.Image.from_numpy(np.full((DH, DW, spec.cout), sentinel, np.float32), device)
-    (cx, cy), (cw, ch) = clip
-    conv.clip_rect = ((cx, cy, 0), (cw, ch, 1))
-    cw, ch = min(cw, DW - cx), min(ch, DH - cy)
+    y = clipped_destination(device, conv, (22, 24), spec.cout, clip)  # 22 rows, 24 columns
     conv.edge_mode = m.ImageEdgeMode.CLAMP if edge == "clamp" else m.ImageEdgeMode.ZERO
-    e_arr = randn(gen, 1, ch, cw, spec.cout)
+    e_arr = randn(gen, 1, y.height, y.width, spec.cout)
     cb = queue.command_buffer()
     conv.destination_image_descriptor([x])
     conv.offset = offset
     state = conv.result_state(x)
-    conv.encode(cb, x, state, y)
+    conv.encode(cb, x, state, y.image)
     dx = grad.encode(cb, m.Image.from_numpy(e_arr, device), x, state) if edge == "zero" else None
     cb.commit()
     cb.wait_until_completed()
-    ref = conv_reference(spec, x_arr, w, b, offset=offset, out_size=(cw, ch), edge=edge, e_nhwc=e_arr)
-    out = y.to_numpy()
-    check(out[:, cy:cy + ch, cx:cx + cw], ref["y"], "forward inside the clip rectangle")
-    mask = np.ones(out.shape, bool)
-    mask[:, cy:cy + ch, cx:cx + cw] = False
-    assert np.all(out[mask] == sentinel), "pixels outside the clip rectangle were written"
+    ref = conv_reference(spec, x_arr, w, b, offset=offset, out_size=(y.width, y.height), edge=edge, e_nhwc=e_arr)
+    y.check_written(check, ref["y"])
     if dx is not None:
         check(dx.to_numpy(), ref["dx"], "data gradient")

@@ -201,6 +201,30 @@ def test_5_purge_raising_is_a_warning(device):
     """, device.name)
 
 
+@pytest.mark.parametrize("family", ["CNNBatchNormalization", "CNNInstanceNormalization", "CNNGroupNormalization"])
+def test_normalization_data_source_whose_purge_raises(device, family):
+    """The normalization families read their data sources between load() and purge()
+    (kernels/data_source_loading.h); purge() runs from a destructor, so an exception it raises
+    used to terminate the process. It is now reported on stderr and the kernel keeps what it
+    loaded."""
+    result = run_isolated(f"""
+        class S:
+            def number_of_feature_channels(self): return 4
+            def number_of_groups(self): return 2
+            def gamma(self): return np.full(4, 2.0, np.float32)
+            def beta(self): return None
+            def mean(self): return np.zeros(4, np.float32)
+            def variance(self): return np.ones(4, np.float32)
+            def load(self): return True
+            def purge(self): raise RuntimeError("purge failed on purpose")
+        kernel = m.{family}(dev, S())
+        assert kernel.number_of_feature_channels == 4
+        print("alive")
+    """, device.name)
+    assert "alive" in result.stdout
+    assert "purge() failed" in result.stderr and "purge failed on purpose" in result.stderr
+
+
 # ---- 6: padding helpers -----------------------------------------------------------------------------
 
 

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from numpy.lib.stride_tricks import sliding_window_view
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import (channel_slices_run, check_channel_slices, forward_and_gradient, randn, random_like_result,
+                      rng)
 
 KINDS = {
     "cross": (m.CNNCrossChannelNormalization, m.CNNCrossChannelNormalizationGradient),
@@ -125,18 +126,9 @@ def reference(kind, x, g, size, params, offset, out_hw):
 
 def _run_returning(device, queue, fwd, bwd, x, gen):
     """Forward and gradient through the returning batch encode forms (state copy of the geometry)."""
-    fwd.destination_image_allocator = m.ImageAllocator.persistent()
-    bwd.destination_image_allocator = m.ImageAllocator.persistent()
-    xs = m.batch_from_numpy(x, device)
-    cb = queue.command_buffer()
-    ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
-    g = randn(gen, x.shape[0], *ys[0].shape[1:])
-    dxs = bwd.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED
+    y, dx, g, states = forward_and_gradient(device, queue, fwd, bwd, x, random_like_result(gen, x.shape[0]))
     assert all(isinstance(s, m.CNNLocalNormalizationGradientState) for s in states)
-    return m.batch_to_numpy(ys), m.batch_to_numpy(dxs), g
+    return y, dx, g
 
 
 CASES = [("cross", s) for s in (1, 2, 3, 4, 5, 7)] + [(k, s) for k in ("spatial", "contrast") for s in (1, 2, 3, 4, 5)]
@@ -187,38 +179,10 @@ def test_offsets_clip_and_channel_slices(device, queue, check, kind, size):
     outside its slice alone."""
     gen = rng(f"lnorm-clip-{kind}-{size}")
     x = randn(gen, 1, 7, 6, 12)
-    sentinel = -7.25
     fwd, bwd = _make(kind, device, size, PARAMS[kind])
-    fwd.source_feature_channel_offset = 4
-    fwd.source_feature_channel_max_count = 7  # channels 4 .. 10
-    fwd.destination_feature_channel_offset = 8
-    fwd.offset = (-1, 2, 0)
-    fwd.clip_rect = m.Region((1, 2, 0), (3, 4, 1))
-    X = m.Image.from_numpy(x, device)
-    Y = m.Image.from_numpy(np.full((1, 7, 6, 16), sentinel, np.float32), device)
-    cb = queue.command_buffer()
-    state = fwd.temporary_result_state(cb, X)
-    fwd.encode(cb, X, state, Y)
-    g = randn(gen, 1, 7, 6, 16)
-    G = m.Image.from_numpy(g, device)
-    desc = bwd.destination_image_descriptor([G, X], [state])
-    assert (desc.width, desc.height, desc.feature_channels) == (6, 7, 12)
-    dX = m.Image.from_numpy(np.full((1, 7, 6, 12), sentinel, np.float32), device)
-    bwd.encode(cb, G, X, state, dX)
-    assert state.read_count == 0
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED
-
+    y, dx, g = channel_slices_run(device, queue, gen, fwd, bwd, x, 7, (-1, 2, 0), (1, 7, 6, 16))
     y_ref, dx_ref = reference(kind, x[..., 4:11], g[:, 2:6, 1:4, 8:15], size, PARAMS[kind], (-1, 2), (4, 3))
-    yo = Y.to_numpy()[0]
-    check(yo[2:6, 1:4, 8:15], y_ref[0], "forward")
-    outside = np.ones(yo.shape, bool)
-    outside[2:6, 1:4, 8:15] = False
-    assert np.all(yo[outside] == sentinel)
-    dxo = dX.to_numpy()[0]
-    check(dxo[..., 4:11], dx_ref[0], "gradient")
-    assert np.all(dxo[..., :4] == sentinel) and np.all(dxo[..., 11:] == sentinel)
+    check_channel_slices(check, y, dx, y_ref, dx_ref, 7)
 
 
 def test_cross_channel_alpha_over_n(device, queue, check):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import channel_slices_run, check_channel_slices, forward_and_gradient, randn, random_like_result, rng
 
 # (kernel_width, kernel_height, stride_x, stride_y, dilation_x, dilation_y)
 CONFIGS = {
@@ -90,21 +90,6 @@ def pool_reference(kind, x_nhwc, g_nhwc, cfg, offset, out_hw, edge="zero", band=
     return Y.detach().permute(0, 2, 3, 1).numpy(), X.grad.permute(0, 2, 3, 1).numpy()
 
 
-def _run_returning(device, queue, fwd, bwd, x, g_fn):
-    """Forward and gradient through the returning encode forms (padding policy, state copy)."""
-    fwd.destination_image_allocator = m.ImageAllocator.persistent()
-    bwd.destination_image_allocator = m.ImageAllocator.persistent()
-    xs = m.batch_from_numpy(x, device)
-    cb = queue.command_buffer()
-    ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
-    g = g_fn(ys[0].shape)
-    dxs = bwd.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED
-    return m.batch_to_numpy(ys), m.batch_to_numpy(dxs), g, states
-
-
 CASES = [(k, c) for k in ("max", "average", "l2") for c in CONFIGS] + [("dilated", c) for c in DILATED]
 
 
@@ -116,7 +101,7 @@ def test_pooling_matches_torch(device, queue, check, kind, config, edge):
     x = randn(gen, 2, 7, 10, 5)  # non-square, channels not a multiple of 4, a batch of 2
     fwd, bwd = _make(kind, device, cfg)
     fwd.edge_mode = m.ImageEdgeMode.CLAMP if edge == "clamp" else m.ImageEdgeMode.ZERO
-    y, dx, g, states = _run_returning(device, queue, fwd, bwd, x, lambda shape: randn(gen, 2, *shape[1:]))
+    y, dx, g, states = forward_and_gradient(device, queue, fwd, bwd, x, random_like_result(gen, 2))
     assert all(isinstance(s, m.CNNPoolingGradientState) for s in states)
     offset = (fwd.offset.x, fwd.offset.y)
     y_ref, dx_ref = pool_reference(kind, x, g, cfg, offset, y.shape[1:3], edge, band=(edge == "clamp"))
@@ -133,39 +118,11 @@ def test_offsets_clip_and_channel_slices(device, queue, check, kind):
     cfg = (3, 2, 2, 2, 2, 1) if kind == "dilated" else (3, 2, 2, 2, 1, 1)
     gen = rng(f"pool-clip-{kind}")
     x = randn(gen, 1, 9, 8, 44)
-    sentinel = -7.25
     fwd, bwd = _make(kind, device, cfg)
-    fwd.source_feature_channel_offset = 4
-    fwd.source_feature_channel_max_count = 37  # channels 4 .. 40
-    fwd.destination_feature_channel_offset = 8
-    fwd.offset = (-1, 1, 0)
-    fwd.clip_rect = m.Region((1, 2, 0), (3, 4, 1))
-    X = m.Image.from_numpy(x, device)
-    Y = m.Image.from_numpy(np.full((1, 7, 6, 48), sentinel, np.float32), device)
-    cb = queue.command_buffer()
-    state = fwd.temporary_result_state(cb, X)
-    fwd.encode(cb, X, state, Y)
-    g = randn(gen, 1, 7, 6, 48)
-    G = m.Image.from_numpy(g, device)
-    desc = bwd.destination_image_descriptor([G, X], [state])
-    assert (desc.width, desc.height, desc.feature_channels) == (8, 9, 44)
+    y, dx, g = channel_slices_run(device, queue, gen, fwd, bwd, x, 37, (-1, 1, 0), (1, 7, 6, 48))
     assert bwd.source_size[:2] == (3, 4)
-    dX = m.Image.from_numpy(np.full((1, 9, 8, 44), sentinel, np.float32), device)
-    bwd.encode(cb, G, X, state, dX)
-    assert state.read_count == 0
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED
-
     y_ref, dx_ref = pool_reference(kind, x[..., 4:41], g[:, 2:6, 1:4, 8:45], cfg, (-1, 1), (4, 3))
-    yo = Y.to_numpy()[0]
-    check(yo[2:6, 1:4, 8:45], y_ref[0], "forward")
-    outside = np.ones(yo.shape, bool)
-    outside[2:6, 1:4, 8:45] = False
-    assert np.all(yo[outside] == sentinel)
-    dxo = dX.to_numpy()[0]
-    check(dxo[..., 4:41], dx_ref[0], "gradient")
-    assert np.all(dxo[..., :4] == sentinel) and np.all(dxo[..., 41:] == sentinel)
+    check_channel_slices(check, y, dx, y_ref, dx_ref, 37)
 
 
 @pytest.mark.parametrize("zero_pad", [(0, 0), (1, 0), (2, 1)])
@@ -184,7 +141,7 @@ def test_average_counting_band(device, queue, check, zero_pad, exclude_edges):
     else:
         fwd.padding = m.NNDefaultPadding(m.PaddingMethod.SIZE_FULL)
         fwd.edge_mode = m.ImageEdgeMode.CLAMP
-    y, dx, g, states = _run_returning(device, queue, fwd, bwd, x, lambda shape: randn(gen, 1, *shape[1:]))
+    y, dx, g, states = forward_and_gradient(device, queue, fwd, bwd, x, random_like_result(gen, 1))
     assert (states[0].zero_pad_size_x, states[0].zero_pad_size_y) == zero_pad
     assert (bwd.zero_pad_size_x, bwd.zero_pad_size_y) == zero_pad
     y_ref, dx_ref = pool_reference("average", x, g, cfg, (fwd.offset.x, fwd.offset.y), y.shape[1:3],
@@ -198,7 +155,7 @@ def test_max_ties_go_to_the_first_tap_in_scan_order(device, queue):
     x = np.full((1, 4, 4, 4), 2.0, np.float32)
     fwd, bwd = _make("max", device, (2, 2, 2, 2, 1, 1))
     fwd.offset = (1, 1, 0)  # windows [0,1] x [0,1], [2,3] x ...
-    y, dx, g, _ = _run_returning(device, queue, fwd, bwd, x, lambda shape: np.ones(shape, np.float32))
+    y, dx, g, _ = forward_and_gradient(device, queue, fwd, bwd, x, lambda shape: np.ones(shape, np.float32))
     expected = np.zeros((4, 4), np.float32)
     expected[0::2, 0::2] = 1.0
     assert np.all(y == 2.0)
@@ -212,7 +169,7 @@ def test_gradient_is_bitwise_reproducible(device, queue):
     results = []
     for _ in range(2):
         fwd, bwd = _make("average", device, (3, 3, 1, 1, 1, 1))
-        _, dx, _, _ = _run_returning(device, queue, fwd, bwd, x, lambda shape: np.linspace(
+        _, dx, _, _ = forward_and_gradient(device, queue, fwd, bwd, x, lambda shape: np.linspace(
             -1, 1, 2 * int(np.prod(shape)), dtype=np.float32).reshape((2,) + tuple(shape[1:])))
         results.append(dx)
     assert results[0].tobytes() == results[1].tobytes()

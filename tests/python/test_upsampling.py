@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import forward_and_gradient, randn, random_like_result, rng
 
 SCALES = [(1, 1), (2, 2), (3, 2), (1, 4)]
 
@@ -27,20 +27,6 @@ def _torch_reference(x, g, sx, sy, mode, align):
     Y = F.interpolate(X, scale_factor=(sy, sx), mode=mode, **kwargs)
     (Y * torch.tensor(g, dtype=torch.float64).permute(0, 3, 1, 2)).sum().backward()
     return Y.detach().permute(0, 2, 3, 1).numpy(), X.grad.permute(0, 2, 3, 1).numpy()
-
-
-def _run(device, queue, fwd, bwd, x, gen):
-    fwd.destination_image_allocator = m.ImageAllocator.persistent()
-    bwd.destination_image_allocator = m.ImageAllocator.persistent()
-    xs = m.batch_from_numpy(x, device)
-    cb = queue.command_buffer()
-    ys, states = fwd.encode_batch(cb, xs, destination_state_is_temporary=False)
-    g = randn(gen, x.shape[0], *ys[0].shape[1:])
-    dxs = bwd.encode_batch(cb, m.batch_from_numpy(g, device), xs, states)
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED
-    return m.batch_to_numpy(ys), m.batch_to_numpy(dxs), g, states
 
 
 @pytest.mark.parametrize("channels", [3, 36])
@@ -56,7 +42,7 @@ def test_upsampling_matches_torch(device, queue, check, mode, align, scale, chan
     else:
         fwd, bwd = m.CNNUpsamplingBilinear(device, sx, sy, align), m.CNNUpsamplingBilinearGradient(device, sx, sy)
         assert fwd.align_corners == align
-    y, dx, g, states = _run(device, queue, fwd, bwd, x, gen)
+    y, dx, g, states = forward_and_gradient(device, queue, fwd, bwd, x, random_like_result(gen, x.shape[0]))
     assert y.shape == (2, 4 * sy, 5 * sx, channels)
     assert all(isinstance(s, m.CNNUpsamplingGradientState) for s in states)
     y_ref, dx_ref = _torch_reference(x, g, sx, sy, mode, align)
@@ -87,7 +73,7 @@ def test_bilinear_asymmetric_against_finite_differences(device, queue, check):
     x = randn(gen, 1, 3, 4, 5)
     fwd, bwd = m.CNNUpsamplingBilinear(device, sx, sy), m.CNNUpsamplingBilinearGradient(device, sx, sy)
     fwd.coordinate_mode = m.UpsamplingCoordinateMode.ASYMMETRIC
-    y, dx, g, states = _run(device, queue, fwd, bwd, x, gen)
+    y, dx, g, states = forward_and_gradient(device, queue, fwd, bwd, x, random_like_result(gen, x.shape[0]))
     assert states[0].coordinate_mode == m.UpsamplingCoordinateMode.ASYMMETRIC
     check(y, _asymmetric_forward(x.astype(np.float64), sx, sy), "forward")
     # The forward is linear, so central differences with any step are exact up to rounding.

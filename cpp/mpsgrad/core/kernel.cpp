@@ -33,6 +33,14 @@ Region clipToImage(const Region& clip, const Image& destination) {
     return r;
 }
 
+Region nonEmptyClip(const Region& clip, const Image& destination, const char* what) {
+    const Region r = clipToImage(clip, destination);
+    if (r.size.width == 0 || r.size.height == 0 || r.size.depth == 0)
+        throwValueError("clip_rect: selects no pixel of the ", destination.width(), "x", destination.height(), " ",
+                        what);
+    return r;
+}
+
 using namespace kernel_support;  // core/kernel_support.h
 
 uint32_t defaultPaddingMethod() {
@@ -78,10 +86,7 @@ std::vector<UnaryDispatch> CNNKernel::resolve(const CommandBuffer& cb, const Ima
         d.destination = destinations[i];
         d.sourceChannelOffset = sourceFeatureChannelOffset;
         d.sourceChannels = availableSourceChannels(*d.source);
-        d.clip = clipToImage(clipRect, *d.destination);
-        if (d.clip.size.width == 0 || d.clip.size.height == 0 || d.clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", d.destination->width(), "x",
-                            d.destination->height(), " destination image");
+        d.clip = nonEmptyClip(clipRect, *d.destination, "destination image");
         if (offset.z < 0 || offset.z >= d.source->numberOfImages())
             throwValueError("offset: z = ", offset.z, " is outside the source's ", d.source->numberOfImages(),
                             " image(s)");
@@ -288,10 +293,7 @@ std::vector<BinaryDispatch> CNNBinaryKernel::resolveBinary(const CommandBuffer& 
         d.primaryChannels = availablePrimaryChannels(*d.primary);
         d.secondaryChannelOffset = secondarySourceFeatureChannelOffset;
         d.secondaryChannels = availableSecondaryChannels(*d.secondary);
-        d.clip = clipToImage(clipRect, *d.destination);
-        if (d.clip.size.width == 0 || d.clip.size.height == 0 || d.clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", d.destination->width(), "x",
-                            d.destination->height(), " ", destinationName);
+        d.clip = nonEmptyClip(clipRect, *d.destination, destinationName);
         if (primaryOffset.z < 0 || primaryOffset.z >= d.primary->numberOfImages())
             throwValueError("primary_offset: z = ", primaryOffset.z, " is outside the ", primaryName, "'s ",
                             d.primary->numberOfImages(), " image(s)");
@@ -441,6 +443,22 @@ const ForwardSnapshot& CNNGradientKernel::snapshotOf(const State& state) const {
     if (auto* binary = dynamic_cast<const NNBinaryGradientState*>(&state)) return binary->snapshot;
     throwTypeError("gradient_state: ", className(), " needs the gradient state of its forward kernel, got a ",
                    state.className());
+}
+
+void CNNGradientKernel::checkSourceGradientChannels(const Image& sourceGradient, int64_t channels) const {
+    const int64_t available = availablePrimaryChannels(sourceGradient);
+    if (available < channels)
+        throwValueError("source_gradient: provides ", available, " feature channel(s) at primary_source_feature_"
+                        "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", channels);
+}
+
+void CNNGradientKernel::checkSourceImageChannels(const Image& sourceImage, int64_t channels,
+                                                 const char* forwardUse) const {
+    const int64_t available = availableSecondaryChannels(sourceImage);
+    if (available < channels)
+        throwValueError("source_image: provides ", available, " feature channel(s) at secondary_source_feature_"
+                        "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass ", forwardUse,
+                        " ", channels);
 }
 
 void CNNGradientKernel::configureFromSnapshot(const ForwardSnapshot& s) {

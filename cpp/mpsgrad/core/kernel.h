@@ -313,6 +313,13 @@ protected:
     void decodeGradientKernelProperties(serial::Reader& reader);
 
     int64_t destinationFeatureChannels(const Image&, const Image&) const override { return 0; }
+    // ValueError unless the incoming gradient provides the `channels` feature channels the
+    // forward pass wrote, at primary_source_feature_channel_offset.
+    void checkSourceGradientChannels(const Image& sourceGradient, int64_t channels) const;
+    // ValueError unless source_image provides `channels` feature channels at
+    // secondary_source_feature_channel_offset; `forwardUse` says what the forward pass did with
+    // them ("read", "wrote", ...).
+    void checkSourceImageChannels(const Image& sourceImage, int64_t channels, const char* forwardUse) const;
     // TypeError unless `state` is the gradient state type of this family.
     virtual void checkGradientStateType(const State& state) const = 0;
     // The forward snapshot recorded in the state.
@@ -336,5 +343,7 @@ private:
 void checkChannelOffset(int64_t value, const char* what);
 // The region of `destination` a clip rectangle selects (intersected with its bounds).
 Region clipToImage(const Region& clip, const Image& destination);
+// The same, with a ValueError naming the image (`what`) when the clip rectangle selects no pixel of it.
+Region nonEmptyClip(const Region& clip, const Image& destination, const char* what);
 
 }  // namespace mpsgrad

@@ -123,10 +123,7 @@ std::vector<MultiaryDispatch> CNNMultiaryKernel::resolve(const CommandBuffer& cb
         requireObject(destinations[i], "destination_image", "an Image");
         destinations[i]->checkUsable(cb, "destination_image");
         d.destination = destinations[i];
-        d.clip = clipToImage(clipRect, *d.destination);
-        if (d.clip.size.width == 0 || d.clip.size.height == 0 || d.clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", d.destination->width(), "x",
-                            d.destination->height(), " destination image");
+        d.clip = nonEmptyClip(clipRect, *d.destination, "destination image");
         d.destinationImageIndex = d.clip.origin.z;
         d.imageCount = int64_t(d.clip.size.depth);
         for (size_t s = 0; s < sourceCount(); ++s) {

@@ -150,10 +150,7 @@ ImageDescriptor CNNArithmetic::destinationImageDescriptor(const ImageBatch& sour
 
 StatePtr CNNArithmetic::makeResultState(const Image&, const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNArithmeticGradientState>(device_, op_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/float16_shadow.h"
 #include "core/errors.h"
+#include "kernels/data_source_loading.h"
 
 namespace mpsgrad {
 namespace {
@@ -50,17 +51,6 @@ void checkVarianceEpsilon(const float* variance, int64_t channels, float epsilon
         if (!(variance[c] + epsilon > 0.0f))
             throwValueError(what, ": variance + epsilon of channel ", c, " is ", variance[c] + epsilon,
                             "; it must be > 0");
-}
-
-// Runs `body` between the data source's load and purge.
-template <class Body>
-void withLoaded(CNNBatchNormalizationDataSource& source, Body&& body) {
-    if (!source.load()) throwValueError("data_source: load() returned False");
-    struct Purge {
-        CNNBatchNormalizationDataSource& s;
-        ~Purge() { s.purge(); }
-    } purgeOnExit{source};
-    body();
 }
 
 bool sameNeuron(const NNNeuronDescriptor& a, const NNNeuronDescriptor& b) {

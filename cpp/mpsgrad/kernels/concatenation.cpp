@@ -116,10 +116,7 @@ int64_t CNNConcatenation::destinationFeatureChannels(const ImageBatch& sources) 
 
 StatePtr CNNConcatenation::makeResultState(const ImageBatch& sources, CommandBuffer* cb) {
     auto state = std::make_shared<NNMultiaryGradientState>(device_, sources.size(), cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 

@@ -85,10 +85,7 @@ CNNDropout::CNNDropout(const Device& device, float keepProbability, uint64_t see
 
 StatePtr CNNDropout::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNDropoutGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -177,10 +174,7 @@ void CNNDropoutGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch&
         const Image& g = *sourceGradients[i];
         const Image& dst = *destinations[i];
         const int64_t N = s.sourceFeatureChannelCount;
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, *sourceImages[i], dst, nullptr, className());

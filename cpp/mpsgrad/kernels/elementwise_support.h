@@ -82,11 +82,8 @@ inline PointwiseGeometry resolvePointwiseGeometry(const CNNBinaryKernel& k, cons
                                                   const Image& secondary, const Image& destination,
                                                   const char* secondaryName, const char* kernelName) {
     PointwiseGeometry geo{};
-    geo.clip = clipToImage(k.clipRect, destination);
+    geo.clip = nonEmptyClip(k.clipRect, destination, "destination_gradient");
     const Region& clip = geo.clip;
-    if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-        throwValueError("clip_rect: selects no pixel of the ", destination.width(), "x", destination.height(),
-                        " destination_gradient");
     const int64_t shiftX = clipShift(k.clipRect.origin.x, clip.origin.x);
     const int64_t shiftY = clipShift(k.clipRect.origin.y, clip.origin.y);
     geo.gradientX = checked::toInt32(checked::addSigned(k.primaryOffset.x, shiftX, "primary_offset.x"), "primary_offset.x");

@@ -6,16 +6,6 @@ namespace mpsgrad {
 
 namespace {
 
-template <class Source, class Body>
-void withLoaded(Source& source, Body&& body) {
-    if (!source.load()) throwValueError("data_source: load() returned False");
-    struct Purge {
-        Source& s;
-        ~Purge() { s.purge(); }
-    } purgeOnExit{source};
-    body();
-}
-
 int64_t channelsOf(const std::shared_ptr<CNNGroupNormalizationDataSource>& source) {
     if (!source) throwTypeError("data_source: expected a CNNGroupNormalizationDataSource, got None");
     return source->numberOfFeatureChannels();
@@ -63,21 +53,10 @@ CNNGroupNormalization::CNNGroupNormalization(const Device& device,
                                              std::shared_ptr<CNNGroupNormalizationDataSource> dataSource)
     : GroupNormalizationKernelBase(device, channelsOf(dataSource), groupsOf(dataSource), "data_source"),
       dataSource_(std::move(dataSource)) {
-    if (const std::optional<float> e = dataSource_->epsilon()) {
-        groupnorm::checkEpsilon(*e, "data_source.epsilon()");
-        epsilon_ = *e;
-    }
-    reloadGammaAndBetaFromDataSource();
+    initFromDataSource(*dataSource_);
 }
 
-void CNNGroupNormalization::reloadGammaAndBetaFromDataSource() {
-    withLoaded(*dataSource_, [&] {
-        if (dataSource_->numberOfFeatureChannels() != numberOfFeatureChannels())
-            throwValueError("data_source: number_of_feature_channels() changed from ", numberOfFeatureChannels(),
-                            " to ", dataSource_->numberOfFeatureChannels());
-        setGammaAndBeta(dataSource_->gamma(), dataSource_->beta(), "data_source");
-    });
-}
+void CNNGroupNormalization::reloadGammaAndBetaFromDataSource() { loadGammaAndBeta(*dataSource_); }
 
 StatePtr CNNGroupNormalization::newState(int64_t images, CommandBuffer* cb) {
     std::shared_ptr<CNNGroupNormalization> self;

@@ -6,17 +6,6 @@ namespace mpsgrad {
 
 namespace {
 
-// Runs `body` between the data source's load and purge.
-template <class Source, class Body>
-void withLoaded(Source& source, Body&& body) {
-    if (!source.load()) throwValueError("data_source: load() returned False");
-    struct Purge {
-        Source& s;
-        ~Purge() { s.purge(); }
-    } purgeOnExit{source};
-    body();
-}
-
 int64_t channelsOf(const std::shared_ptr<CNNInstanceNormalizationDataSource>& source) {
     if (!source) throwTypeError("data_source: expected a CNNInstanceNormalizationDataSource, got None");
     return source->numberOfFeatureChannels();
@@ -50,21 +39,10 @@ CNNInstanceNormalization::CNNInstanceNormalization(const Device& device,
                                                    std::shared_ptr<CNNInstanceNormalizationDataSource> dataSource)
     : GroupNormalizationKernelBase(device, channelsOf(dataSource), channelsOf(dataSource), "data_source"),
       dataSource_(std::move(dataSource)) {
-    if (const std::optional<float> e = dataSource_->epsilon()) {
-        groupnorm::checkEpsilon(*e, "data_source.epsilon()");
-        epsilon_ = *e;
-    }
-    reloadGammaAndBetaFromDataSource();
+    initFromDataSource(*dataSource_);
 }
 
-void CNNInstanceNormalization::reloadGammaAndBetaFromDataSource() {
-    withLoaded(*dataSource_, [&] {
-        if (dataSource_->numberOfFeatureChannels() != numberOfFeatureChannels())
-            throwValueError("data_source: number_of_feature_channels() changed from ", numberOfFeatureChannels(),
-                            " to ", dataSource_->numberOfFeatureChannels());
-        setGammaAndBeta(dataSource_->gamma(), dataSource_->beta(), "data_source");
-    });
-}
+void CNNInstanceNormalization::reloadGammaAndBetaFromDataSource() { loadGammaAndBeta(*dataSource_); }
 
 StatePtr CNNInstanceNormalization::newState(int64_t images, CommandBuffer* cb) {
     std::shared_ptr<CNNInstanceNormalization> self;

@@ -120,10 +120,7 @@ StatePtr CNNNeuron::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNNeuronGradientState>(
         device_, descriptor_.neuronType,
         descriptor_.neuronType == CNNNeuronType::PReLU ? descriptor_.data.size() : 0, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -228,15 +225,8 @@ void CNNNeuronGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
             throwValueError("source_image: is the forward output Y of the CNNNeuron; CNNNeuronGradient needs the "
                             "forward input X as its secondary (source_image)");
         const int64_t C = s.sourceFeatureChannelCount;
-        const int64_t xChannels = availableSecondaryChannels(x);
-        if (xChannels < C)
-            throwValueError("source_image: provides ", xChannels, " feature channel(s) at secondary_source_feature_"
-                            "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass processed ",
-                            C);
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < C)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", C);
+        checkSourceImageChannels(x, C, "processed");
+        checkSourceGradientChannels(g, C);
         checkDestinationChannels(dst, C, "destination_gradient");
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, x, dst, nullptr, "CNNNeuronGradient");

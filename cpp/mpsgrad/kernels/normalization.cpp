@@ -111,10 +111,7 @@ CNNLocalContrastNormalization::CNNLocalContrastNormalization(const Device& devic
 
 StatePtr CNNLocalNormalizationBase::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNLocalNormalizationGradientState>(device_, kind_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -242,19 +239,10 @@ void CNNLocalNormalizationGradientBase::encodeGradientImpl(CommandBuffer& cb, co
                             s.sourceWidth, "x", s.sourceHeight, " source; ", className(),
                             " needs the forward source X");
         const int64_t N = s.sourceFeatureChannelCount;
-        const int64_t xChannels = availableSecondaryChannels(x);
-        if (xChannels < N)
-            throwValueError("source_image: provides ", xChannels, " feature channel(s) at secondary_source_feature_"
-                            "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass read ", N);
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkSourceImageChannels(x, N, "read");
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
-        const Region clip = clipToImage(clipRect, dst);
-        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
-                            " destination_gradient");
+        const Region clip = nonEmptyClip(clipRect, dst, "destination_gradient");
         if (primaryOffset.x < 0 || primaryOffset.y < 0 || primaryOffset.x >= g.width() || primaryOffset.y >= g.height())
             throwValueError("primary_offset: (", primaryOffset.x, ", ", primaryOffset.y, ") is outside the ", g.width(),
                             "x", g.height(), " source_gradient");

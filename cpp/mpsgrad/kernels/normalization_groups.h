@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
 #include "core/kernel.h"
 #include "kernels/batch_normalization.h"  // CNNNormalizationGammaAndBetaState
+#include "kernels/data_source_loading.h"
 
 namespace mpsgrad {
 
@@ -72,6 +74,14 @@ protected:
     GroupNormalizationKernelBase(const Device& device, int64_t channels, int64_t groups, const char* what);
     // Copies C floats of gamma and beta (null beta: zeros) into new device buffers.
     void setGammaAndBeta(const float* gamma, const float* beta, const char* what);
+    // Either family's data source: its epsilon(), when it has one, replaces the default (ValueError
+    // unless finite and > 0); then its gamma and beta are loaded.
+    template <class DataSource>
+    void initFromDataSource(DataSource& dataSource);
+    // -reloadGammaAndBetaFromDataSource: gamma and beta read between the data source's load and
+    // purge; ValueError if its channel count changed.
+    template <class DataSource>
+    void loadGammaAndBeta(DataSource& dataSource);
     // The family's state (its class and the kernel it records).
     virtual StatePtr newState(int64_t images, CommandBuffer* cb) = 0;
     // dynamic_cast of `state` to the family's state class; TypeError naming `what` otherwise.
@@ -134,5 +144,24 @@ void sgdUpdate(std::vector<float>& gamma, std::vector<float>& beta, float learni
 void checkVectorSize(const std::vector<float>& v, size_t count, const char* what);
 
 }  // namespace groupnorm
+
+template <class DataSource>
+void GroupNormalizationKernelBase::initFromDataSource(DataSource& dataSource) {
+    if (const std::optional<float> e = dataSource.epsilon()) {
+        groupnorm::checkEpsilon(*e, "data_source.epsilon()");
+        epsilon_ = *e;
+    }
+    loadGammaAndBeta(dataSource);
+}
+
+template <class DataSource>
+void GroupNormalizationKernelBase::loadGammaAndBeta(DataSource& dataSource) {
+    withLoaded(dataSource, [&] {
+        if (dataSource.numberOfFeatureChannels() != numberOfFeatureChannels())
+            throwValueError("data_source: number_of_feature_channels() changed from ", numberOfFeatureChannels(),
+                            " to ", dataSource.numberOfFeatureChannels());
+        setGammaAndBeta(dataSource.gamma(), dataSource.beta(), "data_source");
+    });
+}
 
 }  // namespace mpsgrad

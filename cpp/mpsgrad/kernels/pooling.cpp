@@ -81,10 +81,7 @@ CNNPooling::CNNPooling(const Device& device, PoolingKind kind, int64_t kernelWid
 
 StatePtr CNNPooling::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNPoolingGradientState>(device_, kind_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -224,21 +221,10 @@ void CNNPoolingGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch&
                             poolingForwardName(kind_), " read a ", s.sourceWidth, "x", s.sourceHeight,
                             " source; ", className(), " needs the forward source X (or an image of its size)");
         const int64_t N = s.sourceFeatureChannelCount;
-        if (readsSource) {
-            const int64_t xChannels = availableSecondaryChannels(x);
-            if (xChannels < N)
-                throwValueError("source_image: provides ", xChannels, " feature channel(s) at secondary_source_feature_"
-                                "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass read ", N);
-        }
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        if (readsSource) checkSourceImageChannels(x, N, "read");
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
-        const Region clip = clipToImage(clipRect, dst);
-        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
-                            " destination_gradient");
+        const Region clip = nonEmptyClip(clipRect, dst, "destination_gradient");
         if (primaryOffset.x < 0 || primaryOffset.y < 0 || primaryOffset.x >= g.width() || primaryOffset.y >= g.height())
             throwValueError("primary_offset: (", primaryOffset.x, ", ", primaryOffset.y, ") is outside the ", g.width(),
                             "x", g.height(), " source_gradient");

@@ -13,10 +13,7 @@ namespace {
 template <class StateT>
 StatePtr makeState(const Device& device, CommandBuffer* cb, Kernel& producer) {
     auto state = std::make_shared<StateT>(device, cb != nullptr, cb);
-    try {
-        state->producer = producer.shared_from_this();
-    } catch (const std::bad_weak_ptr&) {  // a kernel not owned by a shared_ptr (C++ stack object)
-    }
+    state->producer = producer.weak_from_this();  // empty for a kernel no shared_ptr owns (C++ stack object)
     return state;
 }
 

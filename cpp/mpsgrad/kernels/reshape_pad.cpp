@@ -76,10 +76,7 @@ void NNReshape::adjustDestinationDescriptor(ImageDescriptor& descriptor, const I
 
 StatePtr NNReshape::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<NNReshapeGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -166,11 +163,7 @@ void NNReshapeGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         if (dst.width() != s.sourceWidth || dst.height() != s.sourceHeight)
             throwValueError("destination_gradient: is ", dst.width(), "x", dst.height(), " but must be ",
                             s.sourceWidth, "x", s.sourceHeight, " like the forward source");
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < state.reshapedChannels)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ",
-                            state.reshapedChannels);
+        checkSourceGradientChannels(g, state.reshapedChannels);
         checkDestinationChannels(dst, s.sourceFeatureChannelCount, "destination_gradient");
         ReshapeParams p{};
         p.source = g.layout(primarySourceFeatureChannelOffset, state.reshapedChannels);
@@ -249,10 +242,7 @@ void NNPad::adjustDestinationDescriptor(ImageDescriptor& descriptor, const Image
 
 StatePtr NNPad::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<NNPadGradientState>(device_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -410,11 +400,7 @@ void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sour
             throwValueError("destination_gradient: is ", dst.width(), "x", dst.height(), " but must be ",
                             s.sourceWidth, "x", s.sourceHeight, " like the forward source");
         const int64_t written = int64_t(state.mapC.size());
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < written)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ",
-                            written);
+        checkSourceGradientChannels(g, written);
         const int64_t gx = checked::addSigned(primaryOffset.x, s.clipRect.origin.x, "primary_offset.x");
         const int64_t gy = checked::addSigned(primaryOffset.y, s.clipRect.origin.y, "primary_offset.y");
         const int64_t cw = int64_t(state.mapX.size()), ch = int64_t(state.mapY.size());

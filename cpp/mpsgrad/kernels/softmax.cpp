@@ -16,10 +16,7 @@ const char* forwardName(bool logSoftmax) { return logSoftmax ? "CNNLogSoftMax" :
 
 StatePtr CNNSoftMaxBase::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNSoftMaxGradientState>(device_, log_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -104,14 +101,8 @@ void CNNSoftMaxGradientBase::encodeGradientImpl(CommandBuffer& cb, const ImageBa
                             s.destinationFeatureChannels, " result; ", className(),
                             " needs the forward OUTPUT Y as its secondary (source_image)");
         const int64_t N = s.sourceFeatureChannelCount;
-        const int64_t yChannels = availableSecondaryChannels(y);
-        if (yChannels < N)
-            throwValueError("source_image: provides ", yChannels, " feature channel(s) at secondary_source_feature_"
-                            "channel_offset ", secondarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkSourceImageChannels(y, N, "wrote");
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
         const elementwise::PointwiseGeometry geo =
             elementwise::resolvePointwiseGeometry(*this, g, y, dst, "source_image", className());

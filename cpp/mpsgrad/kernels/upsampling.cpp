@@ -56,10 +56,7 @@ void CNNUpsampling::adjustDestinationDescriptor(ImageDescriptor& descriptor, con
 
 StatePtr CNNUpsampling::makeResultState(const Image&, CommandBuffer* cb) {
     auto state = std::make_shared<CNNUpsamplingGradientState>(device_, bilinear_, cb != nullptr, cb);
-    try {
-        state->producer = shared_from_this();
-    } catch (const std::bad_weak_ptr&) {
-    }
+    state->producer = weak_from_this();  // empty when no shared_ptr owns the kernel
     return state;
 }
 
@@ -190,15 +187,9 @@ void CNNUpsamplingGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBat
                             " read a ", s.sourceWidth, "x", s.sourceHeight, " source; ", className(),
                             " needs the forward source X (or an image of its size)");
         const int64_t N = s.sourceFeatureChannelCount;
-        const int64_t gChannels = availablePrimaryChannels(g);
-        if (gChannels < N)
-            throwValueError("source_gradient: provides ", gChannels, " feature channel(s) at primary_source_feature_"
-                            "channel_offset ", primarySourceFeatureChannelOffset, " but the forward pass wrote ", N);
+        checkSourceGradientChannels(g, N);
         checkDestinationChannels(dst, N, "destination_gradient");
-        const Region clip = clipToImage(clipRect, dst);
-        if (clip.size.width == 0 || clip.size.height == 0 || clip.size.depth == 0)
-            throwValueError("clip_rect: selects no pixel of the ", dst.width(), "x", dst.height(),
-                            " destination_gradient");
+        const Region clip = nonEmptyClip(clipRect, dst, "destination_gradient");
         const int64_t gz = primaryOffset.z;
         if (gz < 0 || gz >= g.numberOfImages())
             throwValueError("primary_offset: z selects an image the source_gradient does not have");

@@ -248,24 +248,36 @@ inline float gradientTerm(float g, float x, float y, float m, float pS, float sS
     else return g * (-(pS * x) / (sS * y * y));
 }
 
+// The operand rows of a gradient segment's current pixel, moved on by next(). ptrs and strides
+// (pixel strides) are indexed 0 = G, 1 = forward x, 2 = forward y, 3 = clamp state.
+struct GradientRows {
+    const float *g, *x, *y, *m;
+    const int64_t* strides;
+
+    GradientRows(const float* const* ptrs, const int64_t* pixelStrides)
+        : g(ptrs[0]), x(ptrs[1]), y(ptrs[2]), m(ptrs[3]), strides(pixelStrides) {}
+    void next() {
+        g += strides[0];
+        x += strides[1];
+        y += strides[2];
+        m += strides[3];
+    }
+};
+
 // Terms of one forward segment, accumulated into acc: pixel i of the segment, channel k,
 // goes to acc[(SX ? x0 + i : 0) * DC + (SCH ? k : 0)] where x0 is the segment's first pixel.
 // Operand channel strides: XC (forward x), YC (forward y).
 template <int32_t Op, bool ForSecondary, bool XC, bool YC, int32_t Mode, bool SX, bool SCH>
 void gradientSegment(int64_t count, int64_t C, int64_t x0, const float* const* ptrs, const int64_t* strides,
                      float* acc, int64_t DC, float pS, float sS, float lo, float hi) {
-    // ptrs: 0 = G, 1 = forward x, 2 = forward y, 3 = clamp state.
     const float pSsS = pS * sS;
-    for (int64_t i = 0; i < count; ++i) {
-        const float* g = ptrs[0] + i * strides[0];
-        const float* x = ptrs[1] + i * strides[1];
-        const float* y = ptrs[2] + i * strides[2];
-        const float* m = ptrs[3] + i * strides[3];
+    GradientRows r(ptrs, strides);
+    for (int64_t i = 0; i < count; ++i, r.next()) {
         float* a = acc + (SX ? (x0 + i) * DC : 0);
         float sum = 0.0f;
         for (int64_t k = 0; k < C; ++k) {
-            const float t = gradientTerm<Op, ForSecondary, Mode>(g[k], x[XC ? k : 0], y[YC ? k : 0], m[k], pS, sS,
-                                                                  pSsS, lo, hi);
+            const float t = gradientTerm<Op, ForSecondary, Mode>(r.g[k], r.x[XC ? k : 0], r.y[YC ? k : 0], r.m[k], pS,
+                                                                  sS, pSsS, lo, hi);
             if constexpr (SCH) a[k] += t;
             else sum += t;
         }
@@ -281,17 +293,14 @@ using GradientSegmentFn = void (*)(int64_t, int64_t, int64_t, const float* const
 // zeroed row buffer and copied out.
 template <int32_t Op, bool ForSecondary, int32_t Mode>
 MPSGRAD_TEMPLATE_VECTOR_CLONES void directGradientSegment(int64_t count, int64_t C, const float* const* ptrs,
-                                                 const int64_t* strides, float* d, int64_t ds, float pS, float sS,
-                                                 float lo, float hi) {
+                                                          const int64_t* strides, float* d, int64_t ds, float pS,
+                                                          float sS, float lo, float hi) {
     const float pSsS = pS * sS;
-    for (int64_t i = 0; i < count; ++i) {
-        const float* g = ptrs[0] + i * strides[0];
-        const float* x = ptrs[1] + i * strides[1];
-        const float* y = ptrs[2] + i * strides[2];
-        const float* m = ptrs[3] + i * strides[3];
+    GradientRows r(ptrs, strides);
+    for (int64_t i = 0; i < count; ++i, r.next()) {
         float* out = d + i * ds;
         for (int64_t k = 0; k < C; ++k)  // 0 + t as summed from zero by gradientSegment: a -0 term stores +0
-            out[k] = 0.0f + gradientTerm<Op, ForSecondary, Mode>(g[k], x[k], y[k], m[k], pS, sS, pSsS, lo, hi);
+            out[k] = 0.0f + gradientTerm<Op, ForSecondary, Mode>(r.g[k], r.x[k], r.y[k], r.m[k], pS, sS, pSsS, lo, hi);
     }
 }
 

@@ -146,13 +146,14 @@ struct MetalCommandBuffer::Segments {
             std::lock_guard<std::mutex> lock(mutex);
             if (!error.empty()) return;  // the data it would read may be wrong
         }
+        // fn comes wrapped by CommandBuffer::encodeHostCallback, which turns whatever the user's
+        // callback throws into a std::runtime_error "host callback failed: ...": nothing else
+        // reaches here (a thread's forced unwind passes through and must not be swallowed).
         std::string failure;
         try {
             fn();
         } catch (const std::exception& e) {
             failure = e.what();
-        } catch (...) {
-            failure = "host callback failed: unknown exception";
         }
         std::lock_guard<std::mutex> lock(mutex);
         if (!failure.empty() && error.empty()) error = "mpsgrad Metal backend: " + failure;
