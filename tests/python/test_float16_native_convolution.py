@@ -21,35 +21,19 @@ and one and two threads.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import ConvSpec, dest_size, make_conv, pad_offset, randn, rng, size_style
+from conftest import VALID, ConvCase, ConvSpec, make_conv, randn, rng
 
 F16 = m.ImageFeatureChannelFormat.FLOAT16
 F32 = m.ImageFeatureChannelFormat.FLOAT32
-PM = m.PaddingMethod
-SAME = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_SAME)
-VALID = int(PM.ALIGN_CENTERED | PM.ADD_REMAINDER_TO_TOP_LEFT | PM.SIZE_VALID_ONLY)
 SENTINEL = 7.25
+EXTRA = 4  # channels after the source / destination slice when an offset is set
 
 pytestmark = pytest.mark.float32_only("builds its FLOAT16 and FLOAT32 images explicitly")
-
-
-@dataclass
-class Case:
-    id: str
-    spec: ConvSpec
-    n: int
-    hw: tuple
-    method: int = SAME
-    src_off: int = 0  # source_feature_channel_offset (4 more channels after the slice when set)
-    dst_off: int = 0  # destination_feature_channel_offset (4 more channels after the slice when set)
-    edge: str = "zero"  # "clamp": forward and weight gradient only (the data gradient needs zero edges)
-
+Case = ConvCase
 
 CASES = [
     Case("im2col-3x3-s2-groups2-relu", ConvSpec(3, 3, 8, 16, sx=2, sy=2, groups=2, neuron="relu"), 3, (9, 11)),
@@ -69,30 +53,14 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = m.get_num_threads()
-    m.set_num_threads(request.param)
-    yield request.param
-    m.set_num_threads(before)
-
-
-def _geometry(case):
-    spec, style = case.spec, size_style(case.method)
-    H, W = case.hw
-    ow = dest_size(W, spec.sx, spec.kw_dil, style)
-    oh = dest_size(H, spec.sy, spec.kh_dil, style)
-    return ow, oh
-
-
 def _inputs(case):
     """Half-valued float32 arrays: the source (with the channels around its slice), the incoming
     gradient, weights and biases."""
     spec = case.spec
     gen = rng(case.id)
     H, W = case.hw
-    ow, oh = _geometry(case)
-    x = randn(gen, case.n, H, W, case.src_off + spec.cin + (4 if case.src_off else 0))
+    (ow, oh), _ = case.geometry()
+    x = randn(gen, case.n, H, W, case.src_off + spec.cin + (EXTRA if case.src_off else 0))
     e = randn(gen, case.n, oh, ow, spec.cout)
     w, b = spec.random_parameters(gen)
     return x.astype(np.float16).astype(np.float32), e.astype(np.float16).astype(np.float32), w, b
@@ -118,8 +86,8 @@ def _run(device, queue, case, formats, x_arr, e_arr, w, b):
         conv.edge_mode = m.ImageEdgeMode.CLAMP
         grad.secondary_edge_mode = m.ImageEdgeMode.CLAMP
         grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_WEIGHTS_AND_BIAS
-    ow, oh = _geometry(case)
-    y_channels = case.dst_off + spec.cout + (4 if case.dst_off else 0)
+    (ow, oh), _ = case.geometry()
+    y_channels = case.dst_off + spec.cout + (EXTRA if case.dst_off else 0)
     xs = m.batch_from_numpy(x_arr, device, channel_format=x_fmt)
     ys = m.batch_from_numpy(np.full((case.n, oh, ow, y_channels), SENTINEL, np.float32), device, channel_format=y_fmt)
     e_full = np.zeros((case.n, oh, ow, y_channels), np.float32)
@@ -166,7 +134,7 @@ FORMATS = {
 
 @pytest.mark.parametrize("formats", list(FORMATS), ids=list(FORMATS))
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_half_images_give_the_float32_kernel_rounded_once(device, queue, threads, case, formats):
+def test_half_images_give_the_float32_kernel_rounded_once(device, queue, num_threads, case, formats):
     x, e, w, b = _inputs(case)
     fmt = FORMATS[formats]
     y16, dx16, dw16, db16 = _run(device, queue, case, fmt, x, e, w, b)
@@ -179,7 +147,7 @@ def test_half_images_give_the_float32_kernel_rounded_once(device, queue, threads
     _same_bits(db16, db32, "bias gradient")
 
 
-def test_explicit_offset_and_clip_rect(device, queue, threads):
+def test_explicit_offset_and_clip_rect(device, queue, num_threads):
     """The old-style encode: an explicit offset and a clip rectangle inside a larger FLOAT16
     destination; pixels outside the rectangle keep their values."""
     spec = ConvSpec(3, 3, 16, 24, neuron="relu")
