@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/convolution_sub_pixel.h"
+#include "kernels/data_source_loading.h"
 
 namespace mpsgrad {
 
@@ -111,42 +112,30 @@ ConvolutionWeights loadWeights(const Device& device, CNNConvolutionDataSource& s
     ConvolutionWeights w;
     w.descriptor = source.descriptor();
     w.descriptor.validate();
-    if (!source.load()) throwValueError("data_source: load() returned False");
-    struct Purge {
-        CNNConvolutionDataSource& s;
-        // A destructor must not throw (that would terminate the process): a failing purge is
-        // reported and the kernel keeps the weights it copied.
-        ~Purge() {
-            try {
-                s.purge();
-            } catch (const std::exception& e) {
-                std::fprintf(stderr, "mpsgrad: warning: the data source's purge() failed: %s\n", e.what());
-            } catch (...) {
-                std::fprintf(stderr, "mpsgrad: warning: the data source's purge() failed\n");
+    // Between load and purge (a failing purge is reported, the kernel keeps the weights it copied).
+    withLoaded(source, [&] {
+        const float* weights = source.weights();
+        if (!weights) throwValueError("data_source: weights() returned no data");
+        size_t count = size_t(w.descriptor.weightCount());
+        size_t out = size_t(w.descriptor.outputFeatureChannels);
+        std::vector<float> folded(weights, weights + count);
+        const float* bias = source.biasTerms();
+        std::vector<float> biases(out, 0.0f);
+        if (bias) biases.assign(bias, bias + out);
+        w.hasBias = bias != nullptr;
+        if (!w.descriptor.foldedScale.empty()) {
+            int64_t per = w.descriptor.weightsPerOutputChannel();
+            for (size_t o = 0; o < out; ++o) {
+                for (int64_t k = 0; k < per; ++k) folded[o * per + k] *= w.descriptor.foldedScale[o];
+                biases[o] = biases[o] * w.descriptor.foldedScale[o] + w.descriptor.foldedShift[o];
             }
+            w.hasBias = true;
         }
-    } purgeOnExit{source};
-    const float* weights = source.weights();
-    if (!weights) throwValueError("data_source: weights() returned no data");
-    size_t count = size_t(w.descriptor.weightCount());
-    size_t out = size_t(w.descriptor.outputFeatureChannels);
-    std::vector<float> folded(weights, weights + count);
-    const float* bias = source.biasTerms();
-    std::vector<float> biases(out, 0.0f);
-    if (bias) biases.assign(bias, bias + out);
-    w.hasBias = bias != nullptr;
-    if (!w.descriptor.foldedScale.empty()) {
-        int64_t per = w.descriptor.weightsPerOutputChannel();
-        for (size_t o = 0; o < out; ++o) {
-            for (int64_t k = 0; k < per; ++k) folded[o * per + k] *= w.descriptor.foldedScale[o];
-            biases[o] = biases[o] * w.descriptor.foldedScale[o] + w.descriptor.foldedShift[o];
-        }
-        w.hasBias = true;
-    }
-    w.weights = uploadFloats(device, folded.data(), count);
-    w.biases = uploadFloats(device, biases.data(), out);
-    const auto& neuron = w.descriptor.fusedNeuronDescriptor;
-    if (!neuron.data.empty()) w.neuronData = uploadFloats(device, neuron.data.data(), neuron.data.size());
+        w.weights = uploadFloats(device, folded.data(), count);
+        w.biases = uploadFloats(device, biases.data(), out);
+        const auto& neuron = w.descriptor.fusedNeuronDescriptor;
+        if (!neuron.data.empty()) w.neuronData = uploadFloats(device, neuron.data.data(), neuron.data.size());
+    });
     return w;
 }
 
@@ -334,12 +323,8 @@ std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolution::exportWeigh
 }
 
 StatePtr CNNConvolution::makeResultState(const Image& source, CommandBuffer* cb) {
-    std::shared_ptr<CNNConvolution> self;
-    try {
-        self = std::static_pointer_cast<CNNConvolution>(shared_from_this());
-    } catch (const std::bad_weak_ptr&) {
-        // The kernel is not owned by a shared_ptr; the state's `convolution` stays null.
-    }
+    // Null when no shared_ptr owns the kernel (the state's back-reference then stays empty).
+    const auto self = std::static_pointer_cast<CNNConvolution>(weak_from_this().lock());
     auto state = std::make_shared<CNNConvolutionGradientState>(self, weights_.descriptor, source.width(),
                                                                source.height(), cb != nullptr, cb);
     state->producer = self;

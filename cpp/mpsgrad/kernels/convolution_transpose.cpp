@@ -207,11 +207,8 @@ void CNNConvolutionTranspose::adjustDestinationDescriptor(ImageDescriptor& descr
 }
 
 StatePtr CNNConvolutionTranspose::makeResultState(const Image& source, CommandBuffer* cb) {
-    std::shared_ptr<CNNConvolutionTranspose> self;
-    try {
-        self = std::static_pointer_cast<CNNConvolutionTranspose>(shared_from_this());
-    } catch (const std::bad_weak_ptr&) {
-    }
+    // Null when no shared_ptr owns the kernel (the state's back-reference then stays empty).
+    const auto self = std::static_pointer_cast<CNNConvolutionTranspose>(weak_from_this().lock());
     auto state = std::make_shared<CNNConvolutionTransposeGradientState>(
         device_, self, sizing_ ? sizing_->convolution() : nullptr, descriptor(), source.width(), source.height(),
         cb != nullptr, cb);
