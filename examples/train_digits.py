@@ -256,9 +256,9 @@ class DigitsNet:
         # uses the running mean and variance in an inference graph).
         self.fc2_eval = m.CNNFullyConnectedNode(hidden, self.sources["fc2"])
         self.eval_graph = m.NNGraph(device, self.fc2_eval.result_image)
-        # FLOAT32 intermediates: the graphs default to MPS's FLOAT16, but the kernels compute in
-        # float32 and convert half storage around every kernel (docs/float16.md), which makes a
-        # training step several times slower here (docs/graph.md "Formats and storage").
+        # FLOAT32 intermediates: the graphs default to MPS's FLOAT16, but on these 8x8 images the
+        # half conversions of the kernels that still use float32 shadows cost more than the halved
+        # bytes save (about 1.4x the step here; docs/graph.md "Formats and storage").
         for graph in (self.train_graph, self.eval_graph):
             graph.format = m.ImageFeatureChannelFormat.FLOAT32
         self.queue = m.CommandQueue(device)
