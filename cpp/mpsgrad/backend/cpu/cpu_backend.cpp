@@ -28,19 +28,25 @@ class CpuBuffer final : public Buffer {
 public:
     CpuBuffer(size_t bytes, BufferFill fill) : length_(bytes) {
         if (bytes > size_t(PTRDIFF_MAX) - kAlignment) throw std::bad_alloc();  // rounding up would wrap
-        size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-        allocated_ = rounded == 0 ? kAlignment : rounded;
-        data_ = cpu::buffer_cache::take(allocated_);  // resident pages of a freed buffer (buffer_cache.h)
-        if (!data_) data_ = std::aligned_alloc(kAlignment, allocated_);
+        const size_t block = blockBytes(bytes);
+        data_ = cpu::buffer_cache::take(block);  // resident pages of a freed buffer (buffer_cache.h)
+        if (!data_) data_ = std::aligned_alloc(kAlignment, block);
         if (!data_) throw std::bad_alloc();
-        if (fill == BufferFill::Zero) zeroFill(static_cast<char*>(data_), allocated_);
-        else prepareUnspecifiedBuffer(data_, allocated_);
+        if (fill == BufferFill::Zero) zeroFill(static_cast<char*>(data_), block);
+        else prepareUnspecifiedBuffer(data_, block);
     }
-    ~CpuBuffer() override { cpu::buffer_cache::give(data_, allocated_); }
+    ~CpuBuffer() override { cpu::buffer_cache::give(data_, blockBytes(length_)); }
     void* contents() override { return data_; }
     size_t length() const override { return length_; }
 
 private:
+    // Bytes of the block behind a buffer of `bytes` bytes: rounded up to the alignment, and one
+    // alignment unit for an empty buffer (std::aligned_alloc needs a nonzero multiple).
+    static size_t blockBytes(size_t bytes) {
+        const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+        return rounded == 0 ? kAlignment : rounded;
+    }
+
     // Buffers are zero-filled by contract (backend.h). A large fill (a batch of destination
     // images) is split over the backend's threads: one thread cannot reach the memory bandwidth,
     // and the fill would otherwise cost about as much as the element-wise op that follows.
@@ -59,7 +65,6 @@ private:
 
     void* data_;
     size_t length_;
-    size_t allocated_;  // bytes of the block: length_ rounded up to the alignment
 };
 
 using WorkItem = std::function<void()>;
