@@ -473,6 +473,20 @@ class ConvCase:
                   pad_offset(H, spec.sy, spec.kh_dil, self.method, "y"))
         return size, offset
 
+    def kernels(self, device, w, b):
+        """The case's CNNConvolution and CNNConvolutionGradient (make_conv) with its padding method,
+        source and destination feature-channel offsets (the source slice is spec.cin channels
+        long) and, for "clamp", the forward's CLAMP edge mode."""
+        _, conv, grad = make_conv(device, self.spec, w, b)
+        conv.padding = m.NNDefaultPadding(self.method)
+        conv.source_feature_channel_offset = self.src_off
+        if self.src_off:
+            conv.source_feature_channel_max_count = self.spec.cin
+        conv.destination_feature_channel_offset = self.dst_off
+        if self.edge == "clamp":
+            conv.edge_mode = m.ImageEdgeMode.CLAMP
+        return conv, grad
+
     def inputs(self, channels_after_slice: int):
         """Random inputs drawn from a generator seeded by the id, and their oracle.
 

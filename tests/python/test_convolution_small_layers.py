@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import VALID, ConvCase, ConvSpec, make_conv
+from conftest import VALID, ConvCase, ConvSpec
 
 SOURCE_CHANNELS_AFTER_SLICE = 4  # when src_off is set
 
@@ -60,13 +60,8 @@ CASES = [
 def _run(device, queue, case, x_arr, e_arr, w, b, contiguous):
     """Forward, then the data gradient (zero edges) and the weight and bias gradients of the batch."""
     spec = case.spec
-    _, conv, grad = make_conv(device, spec, w, b)
-    conv.padding = m.NNDefaultPadding(case.method)
-    conv.source_feature_channel_offset = case.src_off
-    if case.src_off:
-        conv.source_feature_channel_max_count = spec.cin
+    conv, grad = case.kernels(device, w, b)
     if case.edge == "clamp":
-        conv.edge_mode = m.ImageEdgeMode.CLAMP
         grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_WEIGHTS_AND_BIAS
 
     def images(arr):

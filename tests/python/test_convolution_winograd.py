@@ -49,14 +49,7 @@ def _run(device, queue, case, x_arr, e_arr, w, b):
     """Forward into destination images (sentinel-filled, `dst_off` channels in), then the data
     gradient (zero edges, no destination offset). Returns y (all channels), dx or None."""
     spec = case.spec
-    _, conv, grad = make_conv(device, spec, w, b)
-    conv.padding = m.NNDefaultPadding(case.method)
-    conv.source_feature_channel_offset = case.src_off
-    if case.src_off:
-        conv.source_feature_channel_max_count = spec.cin
-    conv.destination_feature_channel_offset = case.dst_off
-    if case.edge == "clamp":
-        conv.edge_mode = m.ImageEdgeMode.CLAMP
+    conv, grad = case.kernels(device, w, b)
     xs = m.batch_from_numpy(x_arr, device)
     (ow, oh), _ = case.geometry()
     cout_total = case.dst_off + spec.cout + (DESTINATION_CHANNELS_AFTER_SLICE if case.dst_off else 0)

@@ -72,18 +72,12 @@ def _run(device, queue, case, formats, x_arr, e_arr, w, b):
     result (all channels), the data gradient or None, the weight and bias gradients."""
     x_fmt, y_fmt, e_fmt, dx_fmt = formats
     spec = case.spec
-    _, conv, grad = make_conv(device, spec, w, b)
-    conv.padding = m.NNDefaultPadding(case.method)
-    conv.source_feature_channel_offset = case.src_off
-    if case.src_off:
-        conv.source_feature_channel_max_count = spec.cin
-    conv.destination_feature_channel_offset = case.dst_off
+    conv, grad = case.kernels(device, w, b)
     grad.primary_source_feature_channel_offset = case.dst_off
     grad.secondary_source_feature_channel_offset = case.src_off
     if case.src_off:
         grad.secondary_source_feature_channel_max_count = spec.cin
     if case.edge == "clamp":
-        conv.edge_mode = m.ImageEdgeMode.CLAMP
         grad.secondary_edge_mode = m.ImageEdgeMode.CLAMP
         grad.gradient_option = m.CNNConvolutionGradientOption.GRADIENT_WITH_WEIGHTS_AND_BIAS
     (ow, oh), _ = case.geometry()
