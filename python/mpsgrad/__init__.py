@@ -31,6 +31,7 @@ except ImportError as _error:
     raise
 from ._mpsgrad import *  # noqa: F401,F403  (the bound classes, enums and functions)
 from ._mpsgrad import CommandBufferError, Image
+from .profiler import Profile, ProfileEvent, profile
 from ._protocols import Handle, ImageSizeEncodingState, NNGramMatrixCallback, NNLossCallback, NNTrainableNode
 
 __version__ = "0.1.0"

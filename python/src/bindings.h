@@ -81,6 +81,7 @@ void drainCommitted();
 // to_bytes / from_bytes / pickle; walks the module's classes, so it must be bound last.
 void bindSerialization(py::module_& m);
 void bindThreads(py::module_& m);
+void bindProfiler(py::module_& m);
 
 // A float32 NumPy array that aliases `count` floats of a buffer slice (zero copy). The
 // array keeps the buffer alive.

@@ -40,6 +40,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     bindGraph(m);  // issue 15: after every family whose kernels and data sources it uses
     bindConcatenation(m);  // concatenation kernels and nodes (after the kernel and graph base classes)
     bindThreads(m);
+    bindProfiler(m);
     // Drain work committed from Python before the interpreter starts finalizing.
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));
     m.def("synchronize", [] { drainCommitted(); },

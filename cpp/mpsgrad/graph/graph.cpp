@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "core/profiler.h"
 #include "graph/graph_storage.h"
 
 namespace mpsgrad {
@@ -17,6 +18,15 @@ constexpr int64_t kReadCountReserve = int64_t(1) << 40;
 template <class T>
 bool contains(const std::vector<T>& values, const T& value) {
     return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// How the profiler names a node: its class, its label if it has one, and "+ neuron" when a fused
+// neuron runs with it.
+std::string profileLabel(const NNFilterNode& node, bool fusedNeuron) {
+    std::string label = node.className();
+    if (!node.label.empty()) label += " " + node.label;
+    if (fusedNeuron) label += " + neuron";
+    return label;
 }
 }  // namespace
 
@@ -354,6 +364,8 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
         // Unread: no later node reads it, it is not exported, and it is the result nobody asked for.
         ctx.resultIsRead = lastUse_.count(result.get()) || contains(exportedImages_, result) ||
                            (isResult && (resultsNeeded_.front() || result->exportFromGraph));
+        // The profiler files the node's backend ops under it (core/profiler.h).
+        profiler::EncodeScope scope(profiler::enabled() ? profileLabel(*node, fused) : std::string());
         NodeEncodeResult encoded = fused ? fused->producer->encodeWithNeuron(ctx, inputs.at(0), fused->neuron)
                                          : node->encode(ctx, inputs, inputStates);
         if (beforeUpdates && defersUpdate(*node))

@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/parallel.h"
 #include "core/command_buffer.h"
+#include "core/profiler.h"
 
 namespace mpsgrad {
 namespace {
@@ -612,10 +613,11 @@ public:
 
 private:
     // Work items capture their BufferSlices by value, which keeps the memory alive until
-    // the item has run.
-    static void encode(CommandBuffer& cb, WorkItem item) {
+    // the item has run. `op` defaults to the calling op's name (GCC and Clang): what the
+    // profiler reports (core/profiler.h).
+    static void encode(CommandBuffer& cb, WorkItem item, const char* op = __builtin_FUNCTION()) {
         cb.checkEncodable();
-        static_cast<CpuCommandBuffer&>(cb.backend()).add(std::move(item));
+        static_cast<CpuCommandBuffer&>(cb.backend()).add(profiler::timed(op, "cpu", cb.id(), std::move(item)));
     }
 };
 
