@@ -54,17 +54,20 @@ struct WindowStats {
     float t;
 };
 
+// Only the in-image taps are read (normalizationTapsInside): the cost is bounded by the image.
 inline WindowStats windowStats(device const float* x, NormalizationParams p, int n, int cx, int cy, int c) {
     const int left = cx - (p.kernelWidth >> 1);
     const int top = cy - (p.kernelHeight >> 1);
-    const float count = float(p.kernelWidth * p.kernelHeight);
+    const NormalizationTaps tx = normalizationTapsInside(left, p.kernelWidth, p.source.width);
+    const NormalizationTaps ty = normalizationTapsInside(top, p.kernelHeight, p.source.height);
+    const float count = float(p.kernelWidth) * float(p.kernelHeight);
     WindowStats s;
     s.mean = 0.0f;
     if (kNormalizationKind == kNormalizationSpatial) {
         float squares = 0.0f;
-        for (int ty = 0; ty < p.kernelHeight; ++ty) {
-            for (int tx = 0; tx < p.kernelWidth; ++tx) {
-                const float v = readX(x, p.source, n, left + tx, top + ty, c);
+        for (int j = ty.first; j <= ty.last; ++j) {
+            for (int i = tx.first; i <= tx.last; ++i) {
+                const float v = readX(x, p.source, n, left + i, top + j, c);
                 squares += v * v;
             }
         }
@@ -72,17 +75,20 @@ inline WindowStats windowStats(device const float* x, NormalizationParams p, int
         return s;
     }
     float sum = 0.0f;
-    for (int ty = 0; ty < p.kernelHeight; ++ty) {
-        for (int tx = 0; tx < p.kernelWidth; ++tx) sum += readX(x, p.source, n, left + tx, top + ty, c);
+    for (int j = ty.first; j <= ty.last; ++j) {
+        for (int i = tx.first; i <= tx.last; ++i) sum += readX(x, p.source, n, left + i, top + j, c);
     }
     s.mean = sum / count;
     float deviations = 0.0f;
-    for (int ty = 0; ty < p.kernelHeight; ++ty) {
-        for (int tx = 0; tx < p.kernelWidth; ++tx) {
-            const float d = readX(x, p.source, n, left + tx, top + ty, c) - s.mean;
+    for (int j = ty.first; j <= ty.last; ++j) {
+        for (int i = tx.first; i <= tx.last; ++i) {
+            const float d = readX(x, p.source, n, left + i, top + j, c) - s.mean;
             deviations += d * d;
         }
     }
+    // Each off-image tap reads 0: a deviation of -M.
+    const float inside = float(max(0, tx.last - tx.first + 1)) * float(max(0, ty.last - ty.first + 1));
+    deviations += (count - inside) * (s.mean * s.mean);
     s.t = p.delta + p.alpha * (deviations / count);
     return s;
 }
@@ -165,7 +171,7 @@ kernel void normalization_gradient(constant NormalizationParams& params [[buffer
         const int jx1 = min(p.gradientWidth - 1, px + (p.kernelWidth >> 1) - p.centerX);
         const int jy0 = max(0, py - ((p.kernelHeight - 1) >> 1) - p.centerY);
         const int jy1 = min(p.gradientHeight - 1, py + (p.kernelHeight >> 1) - p.centerY);
-        const float count = float(p.kernelWidth * p.kernelHeight);
+        const float count = float(p.kernelWidth) * float(p.kernelHeight);
         const float xv = readX(source, p.source, t.n, px, py, t.c);
         float direct = 0.0f;
         float sum = 0.0f;

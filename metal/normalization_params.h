@@ -20,7 +20,8 @@
 //                   L(k) = delta + alpha / channelSize * sum_{q in Q(k)} X(q)^2,
 //                   Q(k) = [max(0, k - (channelSize >> 1)), min(D - 1, k + ((channelSize - 1) >> 1))],
 //                   Y(k) = X(k) * L(k)^-beta,   D = destination.channels
-// X(c) is the center pixel of the window. Sums run over ty, then tx (or q) in increasing order.
+// X(c) is the center pixel of the window. Sums run over the in-image taps, ty, then tx (or q) in
+// increasing order; local contrast's V then adds (N - in-image taps) * M^2 for the off-image ones.
 //
 // Gradient: dX over the rectangle clip, in the coordinates of X (dX pixel (u, v) is X pixel (u, v)).
 // G pixel j = (jx, jy), 0 <= j < (gradientWidth, gradientHeight), at G position (gradientX + jx,
@@ -69,6 +70,24 @@ struct NormalizationParams {
 };
 
 // ---- index arithmetic shared by the CPU backend and the .metal kernels (ints only) ---------------
+
+// The in-image taps [first, last] (empty when first > last) of a window axis of k taps from
+// `start` over an image axis of `size` pixels. The kernels read only these: an off-image tap reads
+// 0, adds nothing to the sums of X and X^2, and adds M^2 to local contrast's sum of (X - M)^2,
+// which is added once for all of them (N - in-image taps) * M^2. So a window costs at most the
+// image's size whatever its own (issue 28: a 2**20 x 2**20 window over a 1 x 1 image used to visit
+// 10**12 taps). Coordinates are within +-2**29 (backend/binding_checks.cpp).
+struct NormalizationTaps {
+    int first;
+    int last;
+};
+
+inline NormalizationTaps normalizationTapsInside(int start, int k, int size) {
+    NormalizationTaps t;
+    t.first = start < 0 ? -start : 0;
+    t.last = size - 1 - start < k - 1 ? size - 1 - start : k - 1;
+    return t;
+}
 
 // First channel of Q(k) (the channels whose squares enter L(k)).
 inline int crossChannelFirst(int k, int size) { return k - (size >> 1) > 0 ? k - (size >> 1) : 0; }

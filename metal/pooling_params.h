@@ -19,6 +19,13 @@
 //                        (kEdgeClamp, or the padding method's ExcludeEdges bit); N = 0 gives 0
 // Max picks the first maximal tap in scan order (row by row, left to right); a NaN tap wins
 // over numbers and the first NaN stays.
+//
+// Cost: the kernels visit only the taps that can matter (poolingAxisTaps below): the in-image
+// taps, plus, where off-image taps are read (max; L2 under kEdgeClamp), the first tap of the run
+// before and of the run after the image, standing for the whole run. A window costs at most
+// (image width + 2) x (image height + 2) visits whatever its size (issue 28), with results equal
+// to visiting every tap (L2 under kEdgeClamp adds a run's squares as one product: the same sum
+// up to rounding).
 #pragma once
 
 #include "common_params.h"
@@ -72,8 +79,11 @@ struct PoolingParams {
 //       average:  G[j] / N(j)                                (in-image taps only)
 //       L2:       G[j] * X[u][v] / out(j), out(j) = sqrt(sum of the window's squares); 0 if out = 0
 // G pixel j is G[n][gradientY + jy][gradientX + jx]; window j is placed as in the forward pass,
-// window.windowLeftX/TopY being that of j = 0. Pixels no tap reaches get 0. The sum runs over
-// ty, jy, tx, jx in increasing order on every backend.
+// window.windowLeftX/TopY being that of j = 0. Pixels no tap reaches get 0. The sum runs over the
+// windows that reach (u, v), jy then jx in decreasing order, on every backend (where each window
+// reaches (u, v) through at most one tap this is the order ty, jy, tx, jx of increasing taps);
+// a window whose taps land on (u, v) m times (clamped edge reads) adds m times its term as one
+// product. So a pixel costs one step per window that reaches it, never one per tap.
 struct PoolingGradientParams {
     ImageLayout gradient;     // G; channels = N
     ImageLayout source;       // X (the forward source; max and L2 read it, average only its size)
@@ -145,6 +155,71 @@ inline PoolingSpan poolingWindowsHitting(PoolingSpan span, int start0, int s, in
     j.hi = j.hi < count - 1 ? j.hi : count - 1;
     if (span.lo > span.hi) j.hi = j.lo - 1;
     return j;
+}
+
+// ---- the taps a window visits (ints only; coordinates are within +-2**29, binding_checks.cpp) ---
+
+// The k taps of one window axis (first at `start`, spacing d) over an image axis of `size` pixels
+// fall into three runs: `lead` taps before the image, `inside` taps on it, `trail` taps after it.
+// Every tap of an edge run reads what the run's first tap reads (0, nothing, or the edge pixel).
+struct PoolingAxisTaps {
+    int lead;
+    int inside;
+    int trail;
+};
+
+inline PoolingAxisTaps poolingAxisTaps(int start, int k, int d, int size) {
+    PoolingAxisTaps a;
+    a.lead = start >= 0 ? 0 : (-start + d - 1) / d;
+    a.lead = a.lead < k ? a.lead : k;
+    const int through = size - 1 < start ? 0 : (size - 1 - start) / d + 1;  // taps at positions <= size - 1
+    a.inside = (through < k ? through : k) - a.lead;
+    a.inside = a.inside > 0 ? a.inside : 0;
+    a.trail = k - a.lead - a.inside;
+    return a;
+}
+
+// What an axis visits: with `edges` (off-image taps are read: max, or L2 under kEdgeClamp) the
+// first tap of the lead run, the inside taps, then the first tap of the trail run; without, only
+// the inside taps. Visit i is tap `tap`, standing for `weight` taps (its run's length).
+struct PoolingVisit {
+    int tap;
+    int weight;
+};
+
+inline int poolingAxisVisits(PoolingAxisTaps a, bool edges) {
+    return a.inside + (edges && a.lead > 0 ? 1 : 0) + (edges && a.trail > 0 ? 1 : 0);
+}
+
+inline PoolingVisit poolingAxisVisit(PoolingAxisTaps a, bool edges, int i) {
+    PoolingVisit v;
+    const int lead = edges && a.lead > 0 ? 1 : 0;
+    if (i < lead) {
+        v.tap = 0;
+        v.weight = a.lead;
+    } else if (i - lead < a.inside) {
+        v.tap = a.lead + i - lead;
+        v.weight = 1;
+    } else {
+        v.tap = a.lead + a.inside;
+        v.weight = a.trail;
+    }
+    return v;
+}
+
+// The windows j < count with at least one tap (of k) in span: [lo, hi] (empty when lo > hi).
+inline PoolingSpan poolingWindowsReaching(PoolingSpan span, int start0, int s, int d, int k, int count) {
+    PoolingSpan j;
+    j.lo = poolingWindowsHitting(span, start0, s, d, k - 1, count).lo;
+    j.hi = poolingWindowsHitting(span, start0, s, d, 0, count).hi;
+    if (span.lo > span.hi) j.hi = j.lo - 1;
+    return j;
+}
+
+// Whether tap t of the window starting at `start` lands in span.
+inline bool poolingTapLands(PoolingSpan span, int start, int d, int t) {
+    const int q = start + d * t;
+    return q >= span.lo && q <= span.hi;
 }
 
 }  // namespace mpsgrad

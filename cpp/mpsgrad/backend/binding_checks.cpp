@@ -109,6 +109,28 @@ void requireStrides(const char* op, int32_t sx, int32_t sy, int32_t dx, int32_t 
     requirePositive(op, "dilationY", dy);
 }
 
+// The kernels compute tap and pixel coordinates in 32-bit ints: sums such as
+// windowLeftX + strideX * x + dilationX * kx, or a gradient position minus an origin plus a tap.
+// Checking the first tap alone let a window's later taps wrap around (issue 28). So every axis of
+// every window op is checked whole, in int64: the first tap, the last tap of the last window and
+// the two spans stride * (count - 1) and dilation * (taps - 1) all lie within +-kMaxCoordinate,
+// which leaves room for any sum of three such terms in int32.
+constexpr int64_t kMaxCoordinate = int64_t(1) << 29;
+
+// Taps start + stride * j + dilation * t of one axis, 0 <= j < count, 0 <= t < taps.
+void requireWindowAxis(const char* op, const char* axis, int64_t start, int64_t stride, int64_t count,
+                       int64_t dilation, int64_t taps) {
+    if (count <= 0 || taps <= 0) return;  // no tap is computed
+    // |int32 * int32| < 2**62: none of these overflows int64.
+    const int64_t steps = stride * (count - 1), reach = dilation * (taps - 1), end = start + steps + reach;
+    auto inRange = [](int64_t v) { return v >= -kMaxCoordinate && v <= kMaxCoordinate; };
+    if (!inRange(start) || !inRange(end) || !inRange(steps) || !inRange(reach))
+        throwValueError(op, ": the windows' ", axis, " coordinates run from ", start, " to ", end, " (", count,
+                        " windows, stride ", stride, ", ", taps, " taps, dilation ", dilation,
+                        "); the kernels support coordinates and spans within +-2**29 (an offset, clip origin or "
+                        "kernel offset too far from the image)");
+}
+
 // PReLU's per-channel data: neuronDataOffset + channels floats.
 void requireNeuronData(const char* op, const NeuronParams& n, int32_t dataOffset, int32_t channels,
                        const BufferSlice& data) {
@@ -208,6 +230,8 @@ void checkConvolutionForwardHalf(const ConvolutionParams& p, const HalfBindings&
     requireImage(op, "source", p.source, p.batch, source, formats.source);
     requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    requireWindowAxis(op, "x", p.windowLeftX, p.strideX, p.clipWidth, p.dilationX, p.kernelWidth);
+    requireWindowAxis(op, "y", p.windowTopY, p.strideY, p.clipHeight, p.dilationY, p.kernelHeight);
     requireFloats(op, "weights", weights,
                   weightCount(op, p.destination.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight));
     if (p.hasBias) requireFloats(op, "biases", biases, p.destination.channels);
@@ -235,6 +259,12 @@ void checkConvolutionDataGradientHalf(const ConvolutionDataGradientParams& p, co
     requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
     requireImage(op, "destination", p.destination, p.batch, destination, formats.destination);
     requireClip(op, p.destination, p.clipX, p.clipY, p.clipWidth, p.clipHeight);
+    // Z (E with stride - 1 zeros between samples) is read at windowLeftX + x + dilationX * tx; E's
+    // samples sit at Z positions 0 .. stride * (E's size - 1).
+    requireWindowAxis(op, "x", p.windowLeftX, 1, p.clipWidth, p.dilationX, p.kernelWidth);
+    requireWindowAxis(op, "y", p.windowTopY, 1, p.clipHeight, p.dilationY, p.kernelHeight);
+    requireWindowAxis(op, "gradient x", 0, p.strideX, p.gradient.width, 1, 1);
+    requireWindowAxis(op, "gradient y", 0, p.strideY, p.gradient.height, 1, 1);
     requireFloats(op, "weights", weights,
                   weightCount(op, p.gradient.channels, p.destination.channels, p.groups, p.kernelWidth,
                               p.kernelHeight));
@@ -266,6 +296,8 @@ void checkConvolutionWeightGradientHalf(const ConvolutionWeightGradientParams& p
     requireStrides(op, p.strideX, p.strideY, p.dilationX, p.dilationY);
     requireImage(op, "gradient", p.gradient, p.batch, gradient, formats.gradient);
     requireImage(op, "source", p.source, p.batch, source, formats.source);
+    requireWindowAxis(op, "x", p.windowLeftX, p.strideX, p.gradient.width, p.dilationX, p.kernelWidth);
+    requireWindowAxis(op, "y", p.windowTopY, p.strideY, p.gradient.height, p.dilationY, p.kernelHeight);
     const int64_t count =
         weightCount(op, p.gradient.channels, p.source.channels, p.groups, p.kernelWidth, p.kernelHeight);
     if (p.computeWeights) requireFloats(op, "weight gradient", weightGradient, count);
@@ -407,17 +439,25 @@ void requireNormalization(const char* op, const NormalizationParams& p, const Bu
         throwValueError(op, ": window geometry out of range");
 }
 
+// The windows of the normalization ops, `count` per axis, centered from (centerX, centerY).
+void requireNormalizationWindows(const char* op, const NormalizationParams& p, int32_t countX, int32_t countY) {
+    requireWindowAxis(op, "x", int64_t(p.centerX) - (p.kernelWidth >> 1), 1, countX, 1, p.kernelWidth);
+    requireWindowAxis(op, "y", int64_t(p.centerY) - (p.kernelHeight >> 1), 1, countY, 1, p.kernelHeight);
+}
+
 }  // namespace
 
 void checkNormalizationForward(const NormalizationParams& p, const BufferSlice& source,
                                const BufferSlice& destination) {
     requireNormalization("normalizationForward", p, source, destination);
+    requireNormalizationWindows("normalizationForward", p, p.clipWidth, p.clipHeight);
 }
 
 void checkNormalizationGradient(const NormalizationParams& p, const BufferSlice& gradient, const BufferSlice& source,
                                 const BufferSlice& destination) {
     const char* op = "normalizationGradient";
     requireNormalization(op, p, source, destination);
+    requireNormalizationWindows(op, p, p.gradientWidth, p.gradientHeight);
     if (p.gradient.channels != p.destination.channels)
         throwValueError(op, ": the gradient and destination channel counts differ");
     requireImage(op, "gradient", p.gradient, p.batch, gradient);
@@ -427,6 +467,33 @@ void checkNormalizationGradient(const NormalizationParams& p, const BufferSlice&
         throwValueError(op, ": the ", p.gradientWidth, " x ", p.gradientHeight, " gradient windows from (",
                         p.gradientX, ", ", p.gradientY, ") lie outside the ", p.gradient.width, " x ",
                         p.gradient.height, " gradient image");
+}
+
+// ---- pooling ------------------------------------------------------------------------------------
+
+namespace {
+
+void requirePoolingWindow(const char* op, const PoolingWindow& w, int32_t countX, int32_t countY) {
+    requirePositive(op, "kernelWidth", w.kernelWidth);
+    requirePositive(op, "kernelHeight", w.kernelHeight);
+    requireStrides(op, w.strideX, w.strideY, w.dilationX, w.dilationY);
+    // Tap indices ty * kernelWidth + tx (the argmax) are 32-bit.
+    if (int64_t(w.kernelWidth) * w.kernelHeight > INT32_MAX)
+        throwValueError(op, ": a ", w.kernelWidth, " x ", w.kernelHeight, " window has more than 2**31 - 1 taps");
+    if (w.zeroPadX < 0 || w.zeroPadY < 0 || w.zeroPadX > kMaxCoordinate || w.zeroPadY > kMaxCoordinate)
+        throwValueError(op, ": zero pad sizes (", w.zeroPadX, ", ", w.zeroPadY, ") are outside [0, 2**29]");
+    requireWindowAxis(op, "x", w.windowLeftX, w.strideX, countX, w.dilationX, w.kernelWidth);
+    requireWindowAxis(op, "y", w.windowTopY, w.strideY, countY, w.dilationY, w.kernelHeight);
+}
+
+}  // namespace
+
+void checkPoolingForward(const PoolingParams& p) {
+    requirePoolingWindow("poolingForward", p.window, p.clipWidth, p.clipHeight);
+}
+
+void checkPoolingGradient(const PoolingGradientParams& p) {
+    requirePoolingWindow("poolingGradient", p.window, p.gradientWidth, p.gradientHeight);
 }
 
 void checkBatchNormalizationStatistics(const BatchNormalizationParams& p, const BufferSlice& source,

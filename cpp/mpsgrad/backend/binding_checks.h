@@ -7,7 +7,10 @@
 // bound BufferSlice after its offset, the clip rectangle lies inside the destination, and every
 // flat array (weights, biases, PReLU data, gradient outputs) fits its buffer. All arithmetic is
 // overflow-checked; every extent must also stay below 2**31 floats, the indexing range of the
-// Metal shaders.
+// Metal shaders. The windowed ops (convolution forward, data and weight gradients, local
+// normalization) also have every axis of their windows checked whole — first tap, last tap of the
+// last window, stride and dilation spans — against +-2**29, so no coordinate the backends compute
+// in 32-bit ints can wrap around.
 #pragma once
 
 #include <cstddef>
@@ -98,6 +101,11 @@ void checkNormalizationForward(const NormalizationParams& p, const BufferSlice& 
                                const BufferSlice& destination);
 void checkNormalizationGradient(const NormalizationParams& p, const BufferSlice& gradient, const BufferSlice& source,
                                 const BufferSlice& destination);
+
+// Pooling: the window geometry (every axis whole, zero pads, at most 2**31 - 1 taps per window).
+// The backends check the bindings themselves (cpu/pooling.cpp, metal/metal_pooling.cpp).
+void checkPoolingForward(const PoolingParams& p);
+void checkPoolingGradient(const PoolingGradientParams& p);
 
 // Optimizers: gradient, values and result hold p.count floats, and so does every state vector
 // p's rule reads (state0 unless plain SGD without momentum, state1 for Adam, state2 for AMSGrad).

@@ -62,6 +62,15 @@ int32_t toInt32(T v, const char* what) {
     return int32_t(v);
 }
 
+// v rounded up to a multiple of 4 (a pixel's channel stride), or ValueError when v is negative or
+// the rounding overflows int64 (roundUpTo4 of core/types.h assumes neither).
+inline int64_t roundUpTo4(int64_t v, const char* what) {
+    if (v < 0) throwValueError(what, ": ", v, " is negative");
+    if (v > std::numeric_limits<int64_t>::max() - 3)
+        throwValueError(what, ": ", v, " rounded up to a multiple of 4 overflows 64-bit arithmetic");
+    return (v + 3) & ~int64_t(3);
+}
+
 // Bytes of `count` floats, or ValueError.
 inline size_t floatBytes(uint64_t count, const char* what) { return size_t(mul(count, sizeof(float), what)); }
 

@@ -18,10 +18,11 @@ void checkChannelOffset(int64_t value, const char* what) {
 Region clipToImage(const Region& clip, const Image& destination) {
     auto clampAxis = [](int64_t origin, uint64_t size, int64_t extent, int64_t& outOrigin, uint64_t& outSize) {
         int64_t begin = std::max<int64_t>(0, origin);
-        // origin + size, saturated: a huge size (RECT_NO_CLIP) reaches the image's end.
-        int64_t sum = 0;
-        bool saturated = size > uint64_t(INT64_MAX) || __builtin_add_overflow(origin, int64_t(size), &sum);
-        int64_t end = saturated ? extent : std::min<int64_t>(extent, sum);
+        // origin + size exactly, in 128 bits: a huge size (RECT_NO_CLIP) reaches the image's end,
+        // but one that only makes up for an origin near -2**63 ends where the sum says (saturating
+        // every size above 2**63 made such a rectangle cover the whole row).
+        const __int128 sum = __int128(origin) + __int128(size);
+        int64_t end = sum >= __int128(extent) ? extent : int64_t(sum);
         begin = std::min(begin, extent);
         outOrigin = begin;
         outSize = end > begin ? uint64_t(end - begin) : 0;

@@ -105,6 +105,8 @@ inline constexpr uint32_t ExcludeEdges = 1u << 15;
 // MPSNNConvolutionAccumulatorPrecisionOption
 enum class NNConvolutionAccumulatorPrecisionOption : uint32_t { Half = 0, Float = 1 };
 
+// For 0 <= v <= INT64_MAX - 3 (sizes already validated); user-supplied counts go through
+// checked::roundUpTo4, which raises instead of overflowing.
 inline int64_t roundUpTo4(int64_t v) { return (v + 3) & ~int64_t(3); }
 
 }  // namespace mpsgrad

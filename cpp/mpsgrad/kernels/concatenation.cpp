@@ -92,9 +92,11 @@ CNNConcatenation::CNNConcatenation(const Device& device, size_t sourceCount) : C
 std::vector<int64_t> CNNConcatenation::rangeStarts(const std::vector<int64_t>& channels) {
     std::vector<int64_t> starts;
     int64_t next = 0;
+    // Counts come from Python as they are: a negative one or one near 2**63 must raise, not wrap
+    // (the range starts must never decrease).
     for (int64_t c : channels) {
         starts.push_back(next);
-        next = checked::addSigned(next, roundUpTo4(c), "feature channels");
+        next = checked::addSigned(next, checked::roundUpTo4(c, "channels"), "channels: their sum");
     }
     return starts;
 }

@@ -20,6 +20,16 @@ void checkSize(int64_t value, const char* name) {
         throwValueError(name, ": must be an integer in [1, ", kMaxWindowSize, "], got ", value);
 }
 
+// The backends number a window's taps t = ty * kernel_width + tx (the argmax of max pooling, the
+// divisor of average pooling) in 32-bit ints.
+constexpr int64_t kMaxWindowTaps = INT32_MAX;
+
+void checkTaps(int64_t kernelWidth, int64_t kernelHeight) {
+    if (kernelWidth * kernelHeight > kMaxWindowTaps)
+        throwValueError("kernel_width * kernel_height: a window has at most 2**31 - 1 taps, got ", kernelWidth, " x ",
+                        kernelHeight);
+}
+
 void checkZeroPad(int64_t value, const char* name) {
     if (value < 0 || value > kMaxWindowSize)
         throwValueError(name, ": must be an integer in [0, ", kMaxWindowSize, "], got ", value);
@@ -77,6 +87,7 @@ CNNPooling::CNNPooling(const Device& device, PoolingKind kind, int64_t kernelWid
     checkSize(strideY, "stride_in_pixels_y");
     checkSize(dilationX, "dilation_rate_x");
     checkSize(dilationY, "dilation_rate_y");
+    checkTaps(kernelWidth, kernelHeight);
 }
 
 StatePtr CNNPooling::makeResultState(const Image&, CommandBuffer* cb) {
@@ -154,6 +165,7 @@ CNNPoolingGradient::CNNPoolingGradient(const Device& device, PoolingKind kind, i
     checkSize(strideY, "stride_in_pixels_y");
     checkSize(dilationX, "dilation_rate_x");
     checkSize(dilationY, "dilation_rate_y");
+    checkTaps(kernelWidth, kernelHeight);
     secondaryStrideInPixelsX = strideX;
     secondaryStrideInPixelsY = strideY;
 }

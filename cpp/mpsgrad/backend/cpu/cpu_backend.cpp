@@ -523,10 +523,12 @@ public:
     // ---- pooling family --------------------------------------------------------------------
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
+        bindings::checkPoolingForward(p);
         encode(cb, [=] { cpu::poolingForward(p, source, destination); });
     }
     void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkPoolingGradient(p);
         encode(cb, [=] { cpu::poolingGradient(p, gradient, source, destination); });
     }
 

@@ -39,29 +39,38 @@ struct WindowStats {
     float t;
 };
 
+// N = kernelWidth * kernelHeight as a float (the product of two sizes up to 2**20 overflows int32).
+float windowCount(const NormalizationParams& p) { return float(p.kernelWidth) * float(p.kernelHeight); }
+
+// Only the in-image taps are read (normalizationTapsInside): the cost is bounded by the image.
 WindowStats windowStats(const NormalizationParams& p, const SourceReader& x, int64_t n, int32_t cx, int32_t cy,
                         int32_t c) {
     const int32_t left = cx - (p.kernelWidth >> 1), top = cy - (p.kernelHeight >> 1);
-    const float count = float(p.kernelWidth * p.kernelHeight);
+    const NormalizationTaps tx = normalizationTapsInside(left, p.kernelWidth, x.l.width);
+    const NormalizationTaps ty = normalizationTapsInside(top, p.kernelHeight, x.l.height);
+    const float count = windowCount(p);
     if (p.kind == kNormalizationSpatial) {
         float squares = 0.0f;
-        for (int32_t ty = 0; ty < p.kernelHeight; ++ty)
-            for (int32_t tx = 0; tx < p.kernelWidth; ++tx) {
-                const float v = x(n, left + tx, top + ty, c);
+        for (int32_t j = ty.first; j <= ty.last; ++j)
+            for (int32_t i = tx.first; i <= tx.last; ++i) {
+                const float v = x(n, left + i, top + j, c);
                 squares += v * v;
             }
         return {0.0f, p.delta + p.alpha / count * squares};
     }
     float sum = 0.0f;
-    for (int32_t ty = 0; ty < p.kernelHeight; ++ty)
-        for (int32_t tx = 0; tx < p.kernelWidth; ++tx) sum += x(n, left + tx, top + ty, c);
+    for (int32_t j = ty.first; j <= ty.last; ++j)
+        for (int32_t i = tx.first; i <= tx.last; ++i) sum += x(n, left + i, top + j, c);
     const float mean = sum / count;
     float deviations = 0.0f;
-    for (int32_t ty = 0; ty < p.kernelHeight; ++ty)
-        for (int32_t tx = 0; tx < p.kernelWidth; ++tx) {
-            const float d = x(n, left + tx, top + ty, c) - mean;
+    for (int32_t j = ty.first; j <= ty.last; ++j)
+        for (int32_t i = tx.first; i <= tx.last; ++i) {
+            const float d = x(n, left + i, top + j, c) - mean;
             deviations += d * d;
         }
+    // Each off-image tap reads 0: a deviation of -M.
+    const float inside = float(std::max(0, tx.last - tx.first + 1)) * float(std::max(0, ty.last - ty.first + 1));
+    deviations += (count - inside) * (mean * mean);
     return {mean, p.delta + p.alpha * (deviations / count)};
 }
 
@@ -107,7 +116,7 @@ float windowGradient(const NormalizationParams& p, const SourceReader& x, const 
     const int32_t jx1 = std::min(p.gradientWidth - 1, px + (p.kernelWidth >> 1) - p.centerX);
     const int32_t jy0 = std::max(0, py - ((p.kernelHeight - 1) >> 1) - p.centerY);
     const int32_t jy1 = std::min(p.gradientHeight - 1, py + (p.kernelHeight >> 1) - p.centerY);
-    const float count = float(p.kernelWidth * p.kernelHeight);
+    const float count = windowCount(p);
     const float xv = x(n, px, py, c);
     const bool spatial = p.kind == kNormalizationSpatial;
     float direct = 0.0f, sum = 0.0f;

@@ -68,11 +68,14 @@ inline bool maxWins(float v, float best) { return v > best || (v != v && best ==
 
 // Pools the window whose top-left tap is (sx, sy) into out[0..N); for max, argmax (if non-null)
 // receives each channel's winning tap index. `zeros` holds N zeros (the reads of off-image taps).
-// The channel loops are branch-free so that they vectorize.
+// Only the taps of pooling_params.h's visits are read (in-image taps, and the first tap of each
+// off-image run where off-image taps are read), so a huge window over a small image costs what
+// the image holds. The channel loops are branch-free so that they vectorize.
 void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, int64_t n, int32_t sx, int32_t sy,
                 int32_t jx, int32_t jy, float* out, int32_t* argmax, const float* zeros) {
     const int32_t N = src.channels;
     const bool clampReads = w.edgeMode == kEdgeClamp && w.mode != kPoolingAverage;
+    const bool edges = w.mode == kPoolingMax || clampReads;  // off-image taps are read
     if (w.mode == kPoolingMax) {
         for (int32_t c = 0; c < N; ++c) out[c] = -std::numeric_limits<float>::infinity();
         if (argmax)
@@ -80,12 +83,17 @@ void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, 
     } else {
         for (int32_t c = 0; c < N; ++c) out[c] = 0.0f;
     }
-    for (int32_t ty = 0; ty < w.kernelHeight; ++ty) {
-        const int32_t qy = sy + ty * w.dilationY;
-        for (int32_t tx = 0; tx < w.kernelWidth; ++tx) {
-            const int32_t qx = sx + tx * w.dilationX;
+    const PoolingAxisTaps ay = poolingAxisTaps(sy, w.kernelHeight, w.dilationY, src.height);
+    const PoolingAxisTaps ax = poolingAxisTaps(sx, w.kernelWidth, w.dilationX, src.width);
+    const int32_t visitsY = poolingAxisVisits(ay, edges), visitsX = poolingAxisVisits(ax, edges);
+    for (int32_t iy = 0; iy < visitsY; ++iy) {
+        const PoolingVisit vy = poolingAxisVisit(ay, edges, iy);
+        const int32_t qy = sy + vy.tap * w.dilationY;
+        for (int32_t ix = 0; ix < visitsX; ++ix) {
+            const PoolingVisit vx = poolingAxisVisit(ax, edges, ix);
+            const int32_t qx = sx + vx.tap * w.dilationX;
             const float* v = tapPixel(src, x, n, qx, qy, clampReads);
-            const int32_t t = ty * w.kernelWidth + tx;
+            const int32_t t = vy.tap * w.kernelWidth + vx.tap;
             if (w.mode == kPoolingMax) {
                 const float* values = v ? v : zeros;
                 if (argmax) {
@@ -99,8 +107,11 @@ void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, 
                 }
             } else if (v && w.mode == kPoolingAverage) {
                 for (int32_t c = 0; c < N; ++c) out[c] += v[c];
-            } else if (v) {
+            } else if (v && vy.weight == 1 && vx.weight == 1) {
                 for (int32_t c = 0; c < N; ++c) out[c] += v[c] * v[c];
+            } else if (v) {  // a clamped edge run of L2: its taps all read this pixel
+                const float runs = float(int64_t(vy.weight) * vx.weight);
+                for (int32_t c = 0; c < N; ++c) out[c] += v[c] * v[c] * runs;
             }
         }
     }
@@ -110,6 +121,12 @@ void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, 
     } else if (w.mode == kPoolingL2) {
         for (int32_t c = 0; c < N; ++c) out[c] = std::sqrt(out[c]);
     }
+}
+
+// The visits of a window over an image of W x H pixels (at most (W + 2) x (H + 2)): the work
+// estimate of parallelFor's grain, which must not overflow for huge windows.
+int64_t windowVisits(const PoolingWindow& w, int32_t W, int32_t H) {
+    return std::min<int64_t>(w.kernelWidth, int64_t(W) + 2) * std::min<int64_t>(w.kernelHeight, int64_t(H) + 2);
 }
 
 }  // namespace
@@ -129,7 +146,7 @@ void poolingForward(const PoolingParams& p, const BufferSlice& sourceSlice, cons
     float* y = destinationSlice.floats();
     const PoolingWindow& w = p.window;
     const int64_t rows = int64_t(p.batch) * p.clipHeight;
-    const int64_t work = int64_t(p.clipWidth) * N * w.kernelWidth * w.kernelHeight;
+    const int64_t work = int64_t(p.clipWidth) * N * windowVisits(w, p.source.width, p.source.height);
     parallelFor(rows, rowGrain(work), [&](int64_t r0, int64_t r1) {
         const std::vector<float> zeros(static_cast<size_t>(N), 0.0f);
         for (int64_t r = r0; r < r1; ++r) {
@@ -180,7 +197,8 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
     if (w.mode == kPoolingMax) argmax.resize(scratch);
     if (w.mode == kPoolingL2) ratio.resize(scratch);
     if (readsSource && gw > 0 && gh > 0) {
-        parallelFor(windowRows, rowGrain(int64_t(gw) * N * w.kernelWidth * w.kernelHeight), [&](int64_t r0, int64_t r1) {
+        parallelFor(windowRows, rowGrain(int64_t(gw) * N * windowVisits(w, p.source.width, p.source.height)),
+                    [&](int64_t r0, int64_t r1) {
             std::vector<float> out(static_cast<size_t>(N)), zeros(static_cast<size_t>(N), 0.0f);
             for (int64_t r = r0; r < r1; ++r) {
                 const int64_t n = r / gh;
@@ -206,38 +224,50 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
     const int32_t reachHiX = w.windowLeftX + w.strideX * (gw - 1) + w.dilationX * (w.kernelWidth - 1);
     const int32_t reachHiY = w.windowTopY + w.strideY * (gh - 1) + w.dilationY * (w.kernelHeight - 1);
     const int64_t rows = int64_t(p.batch) * p.clipHeight;
-    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * N * w.kernelWidth * w.kernelHeight), [&](int64_t r0, int64_t r1) {
+    // A dX pixel visits each window that reaches it once (pooling_params.h), in decreasing (jy, jx).
+    const int64_t reached = std::min<int64_t>(gw, int64_t(w.kernelWidth) * w.dilationX / w.strideX + 2) *
+                            std::min<int64_t>(gh, int64_t(w.kernelHeight) * w.dilationY / w.strideY + 2);
+    parallelFor(rows, rowGrain(int64_t(p.clipWidth) * N * reached), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.clipHeight;
             const int32_t v = p.clipY + int32_t(r % p.clipHeight);
             const PoolingSpan spanY = poolingLandingSpan(v, H, clamped, reachLoY, reachHiY);
+            const PoolingSpan jys = poolingWindowsReaching(spanY, w.windowTopY, w.strideY, w.dilationY, w.kernelHeight, gh);
             for (int32_t i = 0; i < p.clipWidth; ++i) {
                 const int32_t u = p.clipX + i;
                 float* acc = dx + pixelIndex(p.destination, n, u, v);
                 for (int32_t c = 0; c < N; ++c) acc[c] = 0.0f;
                 const PoolingSpan spanX = poolingLandingSpan(u, W, clamped, reachLoX, reachHiX);
-                for (int32_t ty = 0; ty < w.kernelHeight; ++ty) {
-                    const PoolingSpan jys = poolingWindowsHitting(spanY, w.windowTopY, w.strideY, w.dilationY, ty, gh);
-                    for (int32_t jy = jys.lo; jy <= jys.hi; ++jy) {
-                        for (int32_t tx = 0; tx < w.kernelWidth; ++tx) {
-                            const PoolingSpan jxs =
-                                poolingWindowsHitting(spanX, w.windowLeftX, w.strideX, w.dilationX, tx, gw);
-                            const int32_t t = ty * w.kernelWidth + tx;
-                            for (int32_t jx = jxs.lo; jx <= jxs.hi; ++jx) {
-                                const size_t at = ((size_t(n) * gh + jy) * gw + jx) * N;
-                                if (w.mode == kPoolingMax) {
-                                    const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
-                                    const int32_t* am = &argmax[at];
-                                    for (int32_t c = 0; c < N; ++c) acc[c] += am[c] == t ? gp[c] : 0.0f;
-                                } else if (w.mode == kPoolingAverage) {
-                                    const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
-                                    const float count = float(poolingAverageCount(w, W, H, jx, jy));
-                                    for (int32_t c = 0; c < N; ++c) acc[c] += gp[c] / count;
-                                } else {
-                                    const float* rp = &ratio[at];
-                                    for (int32_t c = 0; c < N; ++c) acc[c] += rp[c];
-                                }
+                const PoolingSpan jxs =
+                    poolingWindowsReaching(spanX, w.windowLeftX, w.strideX, w.dilationX, w.kernelWidth, gw);
+                for (int32_t jy = jys.hi; jy >= jys.lo; --jy) {
+                    const int32_t sy = w.windowTopY + w.strideY * jy;
+                    const int32_t landsY = poolingTapsInside(sy, w.kernelHeight, w.dilationY, spanY.lo, spanY.hi);
+                    for (int32_t jx = jxs.hi; jx >= jxs.lo; --jx) {
+                        const int32_t sx = w.windowLeftX + w.strideX * jx;
+                        const int32_t landsX = poolingTapsInside(sx, w.kernelWidth, w.dilationX, spanX.lo, spanX.hi);
+                        const size_t at = ((size_t(n) * gh + jy) * gw + jx) * N;
+                        const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
+                        if (w.mode == kPoolingMax) {
+                            // G goes to the argmax tap t of the window: counted here when t lands on (u, v).
+                            const int32_t* am = &argmax[at];
+                            for (int32_t c = 0; c < N; ++c) {
+                                const bool here = poolingTapLands(spanY, sy, w.dilationY, am[c] / w.kernelWidth) &&
+                                                  poolingTapLands(spanX, sx, w.dilationX, am[c] % w.kernelWidth);
+                                acc[c] += here ? gp[c] : 0.0f;
                             }
+                        } else if (landsY == 0 || landsX == 0) {
+                            continue;  // none of the window's taps lands on (u, v)
+                        } else if (w.mode == kPoolingAverage) {  // no clamped edges: one landing tap
+                            const float count = float(poolingAverageCount(w, W, H, jx, jy));
+                            for (int32_t c = 0; c < N; ++c) acc[c] += gp[c] / count;
+                        } else if (landsY == 1 && landsX == 1) {
+                            const float* rp = &ratio[at];
+                            for (int32_t c = 0; c < N; ++c) acc[c] += rp[c];
+                        } else {  // clamped edge reads: the window read (u, v) landsY * landsX times
+                            const float* rp = &ratio[at];
+                            const float lands = float(landsY) * float(landsX);
+                            for (int32_t c = 0; c < N; ++c) acc[c] += rp[c] * lands;
                         }
                     }
                 }

@@ -207,11 +207,13 @@ public:
     // ---- pooling family
     void poolingForward(CommandBuffer& cb, const PoolingParams& p, const BufferSlice& source,
                         const BufferSlice& destination) override {
+        bindings::checkPoolingForward(p);
         AutoreleaseScope pool;
         encodePoolingForward(ctx_, cb, p, source, destination);
     }
     void poolingGradient(CommandBuffer& cb, const PoolingGradientParams& p, const BufferSlice& gradient,
                          const BufferSlice& source, const BufferSlice& destination) override {
+        bindings::checkPoolingGradient(p);
         AutoreleaseScope pool;
         encodePoolingGradient(ctx_, cb, p, gradient, source, destination);
     }
