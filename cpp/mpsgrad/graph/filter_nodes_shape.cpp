@@ -11,7 +11,8 @@ namespace mpsgrad {
 NNReshapeNode::NNReshapeNode(const ImageNodePtr& source, int64_t resultWidth, int64_t resultHeight,
                              int64_t resultFeatureChannels)
     : NNFilterNode({source}, {}), w_(resultWidth), h_(resultHeight), c_(resultFeatureChannels) {
-    reshape_pad_checks::checkShape(w_, h_, c_);  // the kernel's check, at the node
+    // The kernel's check, at the node (under the node's parameter names).
+    reshape_pad_checks::checkShape(w_, h_, c_, "result_width, result_height, result_feature_channels");
     addResultState<NNGradientStateNode>();
 }
 

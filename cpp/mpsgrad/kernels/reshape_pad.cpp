@@ -33,10 +33,9 @@ int64_t checkedElements(int64_t w, int64_t h, int64_t c) { return int64_t(checke
 
 NNReshape::NNReshape(const Device& device) : CNNKernel(device) {}
 
-void reshape_pad_checks::checkShape(int64_t width, int64_t height, int64_t channels) {
+void reshape_pad_checks::checkShape(int64_t width, int64_t height, int64_t channels, const char* names) {
     if (width < 1 || height < 1 || channels < 1)
-        throwValueError("reshaped_width / reshaped_height / reshaped_feature_channels: must be >= 1, got ", width,
-                        ", ", height, ", ", channels);
+        throwValueError(names, ": must be >= 1, got ", width, ", ", height, ", ", channels);
     checkedElements(width, height, channels);
 }
 

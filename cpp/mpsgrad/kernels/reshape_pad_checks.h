@@ -10,8 +10,9 @@
 namespace mpsgrad::reshape_pad_checks {
 
 // ValueError unless a reshape to width x height x channels is possible (each >= 1, the element
-// count representable).
-void checkShape(int64_t width, int64_t height, int64_t channels);
+// count representable); `names` names the three parameters in the message.
+void checkShape(int64_t width, int64_t height, int64_t channels,
+                const char* names = "reshaped_width / reshaped_height / reshaped_feature_channels");
 // ValueError unless every padding size fits the int32 range the kernels index with.
 void checkPaddingSizes(const ImageCoordinate& before, const ImageCoordinate& after);
 // ValueError unless `edgeMode` is an ImageEdgeMode.
