@@ -17,7 +17,7 @@ void CNNNormalizationNode::configureKernel(CNNKernel& kernel) {
 
 CNNSpatialNormalizationNode::CNNSpatialNormalizationNode(const ImageNodePtr& source, int64_t kernelSize)
     : CNNNormalizationNode(source, LocalNormalizationKind::Spatial), size_(kernelSize) {
-    checkKernelArguments([&](const Device& d) { CNNSpatialNormalizationNode::makeKernel(d); });
+    checkKernelArguments("kernel_size", [&](const Device& d) { CNNSpatialNormalizationNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNKernel> CNNSpatialNormalizationNode::makeKernel(const Device& device) {
@@ -41,7 +41,8 @@ LocalNormalizationParameters CNNLocalContrastNormalizationNode::nodeDefaults() {
 
 CNNLocalContrastNormalizationNode::CNNLocalContrastNormalizationNode(const ImageNodePtr& source, int64_t kernelSize)
     : CNNNormalizationNode(source, LocalNormalizationKind::LocalContrast), size_(kernelSize) {
-    checkKernelArguments([&](const Device& d) { CNNLocalContrastNormalizationNode::makeKernel(d); });
+    checkKernelArguments("kernel_size",
+                         [&](const Device& d) { CNNLocalContrastNormalizationNode::makeKernel(d); });
     parameters = nodeDefaults();
 }
 
@@ -95,7 +96,8 @@ CNNSpatialNormalizationGradientNode::CNNSpatialNormalizationGradientNode(const I
     : CNNLocalNormalizationGradientNode(sourceGradient, sourceImage, gradientState,
                                         LocalNormalizationParameters::defaultsFor(LocalNormalizationKind::Spatial)),
       size_(kernelSize) {
-    checkKernelArguments([&](const Device& d) { CNNSpatialNormalizationGradientNode::makeKernel(d); });
+    checkKernelArguments("kernel_size",
+                         [&](const Device& d) { CNNSpatialNormalizationGradientNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNGradientKernel> CNNSpatialNormalizationGradientNode::makeKernel(const Device& device) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "core/errors.h"
 
 namespace mpsgrad {
 
@@ -15,6 +16,17 @@ const Device& kernelCheckDevice();
 template <class Make>
 void checkKernelArguments(Make&& make) {
     make(kernelCheckDevice());
+}
+
+// The same for a node whose parameter `parameter` stands for kernel arguments of other names (a
+// spatial window's kernel_size for its kernel_width and kernel_height): the message names both.
+template <class Make>
+void checkKernelArguments(const char* parameter, Make&& make) {
+    try {
+        make(kernelCheckDevice());
+    } catch (const ValueError& e) {
+        throwValueError(parameter, ": ", e.what());
+    }
 }
 
 }  // namespace mpsgrad
