@@ -483,7 +483,7 @@ class CommandBuffer:
         """
     def encode_host_callback(self, callback: collections.abc.Callable[[], typing.Any]) -> None:
         """
-        mpsgrad extension (docs/metal.md "Host points"): callback() runs on a host thread once all the work encoded before this call has completed and before any work encoded after it starts (it may read and write that work's images and states). An exception fails the command buffer: status ERROR, error 'host callback failed: ...', CommandBufferError at the wait. It must not wait for this command buffer.
+        mpsgrad extension (docs/metal.md "Host points"): callback() runs on a host thread once all the work encoded before this call has completed and before any work encoded after it starts (it may read and write that work's images and states). An exception fails the command buffer: status ERROR, error 'host callback failed: ...', CommandBufferError at the wait. Waiting in it for this command buffer (wait_until_completed or mpsgrad.synchronize) or a later one of its queue could never return, so it raises CommandBufferError.
         """
     def fail_on_commit(self, message: str = '') -> None:
         """
@@ -6431,6 +6431,6 @@ def state_batch_increment_read_count(batch: collections.abc.Sequence[State], amo
     """
 def synchronize() -> None:
     """
-    mpsgrad extension (like torch.mps.synchronize()): waits until every command buffer committed from Python has completed and its completed handlers have run. The emulated Metal device of the Linux test build runs command buffers only when the host waits, so this is what drives an execute_async there.
+    mpsgrad extension (like torch.mps.synchronize()): waits until every command buffer committed from Python has completed and its completed handlers have run. Called from a completed handler or host callback while that wait could never return (the callback's own buffer, or a later one of its queue, is pending) it raises CommandBufferError instead. The emulated Metal device of the Linux test build runs command buffers only when the host waits, so this is what drives an execute_async there.
     """
 RECT_NO_CLIP: Region

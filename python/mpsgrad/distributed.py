@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import math
+import numbers
 import os
 from typing import Iterable, List, Optional, Sequence
 
@@ -50,8 +52,9 @@ def init_process_group(backend: str = "gloo", timeout_seconds: float = 60.0, **k
     """torch.distributed.init_process_group from torchrun's environment (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE) with a timeout: a collective that waits longer for a peer (a rank that died
     or took another path) raises instead of hanging."""
-    if timeout_seconds <= 0:
-        raise ValueError(f"timeout_seconds: expected a positive number of seconds, got {timeout_seconds!r}")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected a str such as 'gloo', got {type(backend).__name__}")
+    _check_positive_number(timeout_seconds, "timeout_seconds")
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
         if name not in os.environ and "init_method" not in kwargs:
             raise ValueError(f"init_process_group: environment variable {name} is not set; run under torchrun "
@@ -59,7 +62,46 @@ def init_process_group(backend: str = "gloo", timeout_seconds: float = 60.0, **k
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds), **kwargs)
 
 
+# ---- argument checks: every public function checks its arguments first, so a wrong argument is a
+# TypeError / ValueError naming it even before torch.distributed is initialized --------------------
+
+def _type_name(value) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _check_group(group) -> None:
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group: expected None or a torch.distributed.ProcessGroup, got {_type_name(group)}")
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    """An int (not a bool, not a float) >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {_type_name(value)}")
+    if int(value) < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_positive_number(value, name: str) -> float:
+    """A real number (not a bool), finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a positive number, got {_type_name(value)}")
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _as_list(values, name: str, expected: str) -> list:
+    """The items of a list / tuple / other iterable. A lone array, a string or a non-iterable (None,
+    one state, an Image) is a TypeError: iterating it would silently mean something else."""
+    if values is None or isinstance(values, (str, bytes, np.ndarray)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name}: expected a list of {expected}, got {_type_name(values)}")
+    return list(values)
+
+
 def _require_group(group):
+    _check_group(group)
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("mpsgrad.distributed: torch.distributed is not initialized; call "
                            "mpsgrad.distributed.init_process_group() (or torch.distributed.init_process_group) first")
@@ -68,11 +110,13 @@ def _require_group(group):
 
 def rank(group=None) -> int:
     """This process's rank (0 when torch.distributed is not initialized)."""
+    _check_group(group)
     return dist.get_rank(group) if dist.is_available() and dist.is_initialized() else 0
 
 
 def world_size(group=None) -> int:
     """The number of processes (1 when torch.distributed is not initialized)."""
+    _check_group(group)
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -99,7 +143,7 @@ def gradient_arrays(state) -> List[np.ndarray]:
 
 def _float32_views(arrays: Iterable, what: str) -> List[np.ndarray]:
     views = []
-    for i, a in enumerate(arrays):
+    for i, a in enumerate(_as_list(arrays, what, "float32 numpy.ndarray objects")):
         if not isinstance(a, np.ndarray) or a.dtype != np.float32:
             raise TypeError(f"{what}[{i}]: expected a float32 numpy.ndarray, got "
                             f"{getattr(a, 'dtype', type(a).__name__)}")
@@ -187,19 +231,17 @@ def all_reduce_gradients(states: Iterable, weight: Optional[float] = None, group
     unequal shards. Raises ValueError when the ranks' layouts differ, RuntimeError when a
     collective fails (a rank died or the process group's timeout passed). Returns the number of
     data collectives issued (the buckets)."""
-    _require_group(group)
-    if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes: expected a positive int, got {bucket_bytes!r}")
+    _check_group(group)
+    _check_int(bucket_bytes, "bucket_bytes", 1)
     unique, seen = [], set()
-    for state in states:
+    for state in _as_list(states, "states", "gradient states"):
         if id(state) not in seen:
             seen.add(id(state))
             unique.append(state)
     views = [a for state in unique for a in gradient_arrays(state)]
     if weight is not None:
-        weight = float(weight)
-        if not weight > 0:
-            raise ValueError(f"weight: expected a positive number, got {weight!r}")
+        weight = _check_positive_number(weight, "weight")
+    _require_group(group)
     total = _check_same_layout([a.shape for a in views], "all_reduce_gradients", group,
                                1.0 if weight is None else weight)
     if weight is not None:
@@ -212,8 +254,10 @@ def all_reduce_arrays(arrays: Iterable[np.ndarray], group=None, bucket_bytes: in
     """Replaces, in place, every rank's float32 arrays by their mean over the ranks (bucketed), e.g.
     batch normalization's running mean and variance, which each rank accumulates from its own
     shard. ValueError when the ranks' shapes differ."""
-    _require_group(group)
+    _check_group(group)
+    _check_int(bucket_bytes, "bucket_bytes", 1)
     views = _float32_views(arrays, "arrays")
+    _require_group(group)
     _check_same_layout([a.shape for a in views], "all_reduce_arrays", group)
     _reduce_arrays(views, "all_reduce_arrays", group, bucket_bytes, dist.ReduceOp.SUM, 1.0 / world_size(group))
 
@@ -224,8 +268,13 @@ def broadcast_arrays(arrays: Iterable[np.ndarray], src: int = 0, group=None,
     writable views such as a CNNConvolutionWeightsAndBiasesState's weights and biases, or the
     arrays a data source returns). Reload the kernels afterwards (graph.reload_from_data_sources()
     or build the graph after the broadcast). ValueError when the ranks' shapes differ."""
-    _require_group(group)
+    _check_group(group)
+    src = _check_int(src, "src", 0)
+    _check_int(bucket_bytes, "bucket_bytes", 1)
     views = _float32_views(arrays, "arrays")
+    _require_group(group)
+    if src >= world_size(group):
+        raise ValueError(f"src: expected a rank in [0, {world_size(group)}), got {src}")
     _check_same_layout([a.shape for a in views], "broadcast_arrays", group)
     for indices in _buckets(views, bucket_bytes):
         contiguous = [np.ascontiguousarray(views[i]) for i in indices]
@@ -242,9 +291,13 @@ def shard(indices, rank_: Optional[int] = None, world_size_: Optional[int] = Non
     """This rank's contiguous slice of `indices` (a batch's sample indices): the slices of all ranks
     partition it, their sizes differ by at most one (pass the size as all_reduce_gradients' weight
     when they differ)."""
+    if indices is None:
+        raise TypeError("indices: expected a sequence of sample indices, got None")
     indices = np.asarray(indices)
-    r = rank() if rank_ is None else int(rank_)
-    n = world_size() if world_size_ is None else int(world_size_)
+    if indices.ndim == 0:
+        raise ValueError(f"indices: expected a sequence of sample indices, got a scalar {indices.item()!r}")
+    r = rank() if rank_ is None else _check_int(rank_, "rank_", 0)
+    n = world_size() if world_size_ is None else _check_int(world_size_, "world_size_", 1)
     if n < 1 or not 0 <= r < n:
         raise ValueError(f"rank: expected 0 <= rank < world_size, got rank {r}, world_size {n}")
     return np.array_split(indices, n)[r]
@@ -254,7 +307,9 @@ def checksum(arrays: Iterable[np.ndarray]) -> str:
     """A hex digest of the arrays' bytes (SHA-256, first 16 hex digits): equal on every rank
     exactly when the weights are bitwise identical."""
     h = hashlib.sha256()
-    for a in arrays:
+    for i, a in enumerate(_as_list(arrays, "arrays", "numpy.ndarray objects")):
+        if not isinstance(a, np.ndarray):  # anything else would hash its object's bytes, not its values
+            raise TypeError(f"arrays[{i}]: expected a numpy.ndarray, got {_type_name(a)}")
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()[:16]
 
@@ -280,6 +335,7 @@ class DataParallel:
             raise TypeError(f"graph: expected an NNGraph, got {type(graph).__name__}")
         if not isinstance(sync_batch_norm, bool):
             raise TypeError(f"sync_batch_norm: expected a bool, got {type(sync_batch_norm).__name__}")
+        _check_int(bucket_bytes, "bucket_bytes", 1)
         _require_group(group)
         self.graph, self.group, self.bucket_bytes = graph, group, bucket_bytes
         self.weight: Optional[float] = None  # set per step for unequal shards
@@ -344,13 +400,13 @@ def sync_batch_norm_statistics(state, count: int, group=None) -> int:
     statistics weighted by its count, in float64. Encode CNNBatchNormalization with the state
     afterwards (a new command buffer). Returns the total count (for the running variance's
     unbiasing)."""
-    _require_group(group)
+    _check_group(group)
     _check_batch_normalization_state(state)
-    if int(count) < 1:
-        raise ValueError(f"count: expected a positive number of values per channel, got {count!r}")
+    count = _check_int(count, "count", 1)
     mean, variance = state.mean, state.variance
     if mean is None or variance is None:
         raise ValueError("state: has no batch statistics yet; encode CNNBatchNormalizationStatistics first")
+    _require_group(group)
     n = float(count)
     mu = mean.astype(np.float64)
     sums = torch.from_numpy(np.concatenate([[n], n * mu, n * (variance.astype(np.float64) + mu * mu)]))
@@ -373,14 +429,14 @@ def sync_batch_norm_gradients(state, count: int, group=None) -> None:
     equally large shards the stored values are then the mean over ranks of the local dγ and dβ,
     what data-parallel training applies to gamma and beta (all_reduce_gradients leaves them as they
     are)."""
-    _require_group(group)
+    _check_group(group)
     _check_batch_normalization_state(state)
-    if int(count) < 1:
-        raise ValueError(f"count: expected a positive number of values per channel, got {count!r}")
+    count = _check_int(count, "count", 1)
     d_gamma, d_beta = state.gradient_for_gamma, state.gradient_for_beta
     if d_gamma is None or d_beta is None:
         raise ValueError("state: has no gamma/beta gradients yet; encode CNNBatchNormalizationStatisticsGradient "
                          "first")
+    _require_group(group)
     sums = torch.from_numpy(np.concatenate([[float(count)], d_gamma.astype(np.float64), d_beta.astype(np.float64)]))
     _check_same_layout([d_gamma.shape], "sync_batch_norm_gradients", group)
     _collective("sync_batch_norm_gradients", dist.all_reduce, sums, group=group)

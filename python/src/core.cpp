@@ -67,13 +67,17 @@ void drainCommitted() {
         pending.swap(committedBuffers);
     }
     py::gil_scoped_release release;  // completed handlers need the GIL while we wait
-    for (auto& weak : pending)
-        if (auto b = weak.lock()) {
+    for (size_t i = 0; i < pending.size(); ++i)
+        if (auto b = pending[i].lock()) {
             try {
                 b->waitUntilCompleted();
-            } catch (const std::exception&) {
-                // A buffer that cannot be waited on (e.g. committed from its queue's own handler) is
-                // left to finish on its own.
+            } catch (const CommandBufferError& e) {
+                // Only a wait that could never return raises here: mpsgrad.synchronize() from a
+                // completed handler or host callback of a pending buffer (or of an earlier buffer
+                // of its queue). Raise instead of hanging, and keep the buffers not waited for.
+                std::lock_guard<std::mutex> lock(committedMutex);
+                committedBuffers.insert(committedBuffers.begin(), pending.begin() + i, pending.end());
+                throw CommandBufferError(std::string("synchronize: ") + e.what());
             }
         }
 }
@@ -487,8 +491,9 @@ void bindCore(py::module_& m) {
              "mpsgrad extension (docs/metal.md \"Host points\"): callback() runs on a host thread once all the "
              "work encoded before this call has completed and before any work encoded after it starts (it may "
              "read and write that work's images and states). An exception fails the command buffer: status "
-             "ERROR, error 'host callback failed: ...', CommandBufferError at the wait. It must not wait for "
-             "this command buffer.");
+             "ERROR, error 'host callback failed: ...', CommandBufferError at the wait. Waiting in it for this "
+             "command buffer (wait_until_completed or mpsgrad.synchronize) or a later one of its queue could never "
+             "return, so it raises CommandBufferError.");
 
     py::class_<CommandQueue, std::shared_ptr<CommandQueue>>(m, "CommandQueue", "MTLCommandQueue")
         .def(py::init([](const DeviceArg& device) { return std::make_shared<CommandQueue>(deviceOr(device)); }),

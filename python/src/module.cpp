@@ -45,7 +45,9 @@ PYBIND11_MODULE(_mpsgrad, m) {
     py::module_::import("atexit").attr("register")(py::cpp_function([] { drainCommitted(); }));
     m.def("synchronize", [] { drainCommitted(); },
           "mpsgrad extension (like torch.mps.synchronize()): waits until every command buffer committed from Python "
-          "has completed and its completed handlers have run. The emulated Metal device of the Linux test build "
+          "has completed and its completed handlers have run. Called from a completed handler or host callback "
+          "while that wait could never return (the callback's own buffer, or a later one of its queue, is "
+          "pending) it raises CommandBufferError instead. The emulated Metal device of the Linux test build "
           "runs command buffers only when the host waits, so this is what drives an execute_async there.");
     bindSerialization(m);  // keep last: it adds pickle support to every class bound above
 }

@@ -17,9 +17,45 @@ uint64_t nextId() {
     return ++counter;
 }
 
-// The queue whose completion handlers the current thread is running (0: none).
-thread_local uint64_t completingQueue = 0;
-thread_local const CommandBuffer* completingBuffer = nullptr;
+// The callbacks this thread is running on behalf of command buffers (completed handlers and host
+// callbacks), innermost last; they nest when a callback waits on a buffer of another queue that a
+// lazy device then runs on this thread. Until a callback returns, its buffer cannot complete, nor
+// can a buffer of its queue that has not completed yet (a queue completes its buffers in commit
+// order, so those all come after it): a wait on one of those could never return, so
+// waitUntilCompleted raises instead (blockedWaitReason).
+struct RunningCallback {
+    const CommandBuffer* buffer;
+    uint64_t queueId;
+    const char* kind;  // "completed handler" or "host callback"
+};
+thread_local std::vector<RunningCallback> runningCallbacks;
+
+// Marks, for its lifetime, that this thread runs a callback of `buffer`.
+class CallbackScope {
+public:
+    CallbackScope(const CommandBuffer* buffer, uint64_t queueId, const char* kind) {
+        runningCallbacks.push_back({buffer, queueId, kind});
+    }
+    ~CallbackScope() { runningCallbacks.pop_back(); }
+    CallbackScope(const CallbackScope&) = delete;
+    CallbackScope& operator=(const CallbackScope&) = delete;
+};
+
+// Why waiting from this thread on `buffer` (of queue `queueId`, whose handlers have not all run)
+// could never return; "" when it can.
+std::string blockedWaitReason(const CommandBuffer* buffer, uint64_t queueId) {
+    for (auto it = runningCallbacks.rbegin(); it != runningCallbacks.rend(); ++it) {
+        if (it->buffer == buffer)
+            return detail::concat("called from this command buffer's own ", it->kind, "; the ", it->kind,
+                                  " runs as part of the buffer's work, so the wait could never return");
+        if (queueId != 0 && it->queueId == queueId)
+            return detail::concat("called from a ", it->kind, " of the same command queue on a buffer that runs ",
+                                  "after the ", it->kind, "'s own; the queue runs it only once the ", it->kind,
+                                  " returns, so the wait could never return (use another queue or wait outside the ",
+                                  it->kind, ")");
+    }
+    return "";
+}
 
 }  // namespace
 
@@ -78,8 +114,11 @@ void CommandBuffer::addCompletedHandler(CompletedHandler handler) {
 void CommandBuffer::encodeHostCallback(std::function<void()> fn) {
     if (!fn) throwValueError("callback: expected a callable, got an empty function");
     checkEncodable();
-    // One message on every backend, naming where the failure came from.
-    backend_->encodeHostCallback([fn = std::move(fn)] {
+    // One message on every backend, naming where the failure came from. Every backend runs the
+    // callback through this wrapper, so the deadlock guard (CallbackScope) holds on all of them.
+    // `this` outlives the callback: the backend holds the buffer until its work has finished.
+    backend_->encodeHostCallback([this, fn = std::move(fn)] {
+        CallbackScope scope(this, queueId_, "host callback");
         try {
             fn();
         } catch (abi::__forced_unwind&) {
@@ -128,10 +167,7 @@ void CommandBuffer::finish(const std::string& error) {
         std::lock_guard<std::mutex> lock(mutex_);
         status_ = error.empty() ? CommandBufferStatus::Completed : CommandBufferStatus::Error;
     }
-    const uint64_t outerQueue = completingQueue;
-    const CommandBuffer* outerBuffer = completingBuffer;
-    completingQueue = queueId_;
-    completingBuffer = this;
+    CallbackScope scope(this, queueId_, "completed handler");
     for (auto& handler : handlers) {
         try {
             handler(*this);
@@ -143,8 +179,6 @@ void CommandBuffer::finish(const std::string& error) {
             std::fprintf(stderr, "mpsgrad: a completed handler raised an unknown exception\n");
         }
     }
-    completingQueue = outerQueue;
-    completingBuffer = outerBuffer;
     std::vector<std::shared_ptr<const void>> retained;
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -159,15 +193,8 @@ void CommandBuffer::waitUntilCompleted() {
         std::lock_guard<std::mutex> lock(mutex_);
         if (status_ == CommandBufferStatus::NotEnqueued)
             throw CommandBufferError("wait_until_completed: the command buffer was never committed");
-        if (!handlersDone_ && completingBuffer != nullptr &&
-            (completingBuffer == this || (queueId_ != 0 && completingQueue == queueId_)))
-            throw CommandBufferError(
-                completingBuffer == this
-                    ? "wait_until_completed: called from this command buffer's own completed handler; the "
-                      "handler runs as part of completion, so the wait could never return"
-                    : "wait_until_completed: called from a completed handler of the same command queue on a "
-                      "buffer that runs after the handler's own; the wait could never return (use another queue "
-                      "or wait outside the handler)");
+        const std::string reason = handlersDone_ ? std::string() : blockedWaitReason(this, queueId_);
+        if (!reason.empty()) throw CommandBufferError("wait_until_completed: " + reason);
     }
     if (backend_) backend_->wait();
     std::unique_lock<std::mutex> lock(mutex_);

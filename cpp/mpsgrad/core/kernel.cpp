@@ -160,9 +160,7 @@ ImageBatch CNNKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, 
     if (sources.empty()) throwValueError("source_images: the batch is empty");
     for (const auto& s : sources) {
         requireObject(s, "source_image", "an Image");
-        if (s->numberOfImages() != 1)
-            throwValueError("source_image: the returning encode forms need images with number_of_images == 1, got ",
-                            s->numberOfImages());
+        requireSingleImage(s, "source_image");
     }
     ImageDescriptor descriptor = destinationImageDescriptor(sources, {});
     ImageBatch destinations = allocateDestinations(
@@ -183,6 +181,7 @@ ImageBatch CNNKernel::allocateDestinationImages(CommandBuffer& cb, const ImageBa
     checkCommandBuffer(cb);
     if (sources.empty()) throwValueError("source_images: the batch is empty");
     requireObject(sources.front(), "source_image", "an Image");
+    requireSingleImages(sources, "source_image");  // allocates single-image destinations
     ImageDescriptor descriptor = destinationImageDescriptor({sources.front()}, {});
     return allocateDestinations(
         cb, destinationImageAllocator, descriptor, this, count,
@@ -367,13 +366,8 @@ ImageBatch CNNBinaryKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& pri
     for (size_t i = 0; i < primaries.size(); ++i) {
         requireObject(primaries[i], "primary_image", "an Image");
         requireObject(secondaries[i], "secondary_image", "an Image");
-        // The result is allocated with one image per entry (spec §1.2): a multi-image input would
-        // silently lose all images but the first.
-        for (const auto& [image, what] : {std::pair<const Image*, const char*>{primaries[i].get(), "primary_image"},
-                                          {secondaries[i].get(), "secondary_image"}})
-            if (image->numberOfImages() != 1)
-                throwValueError(what, ": the returning encode forms need images with number_of_images == 1, got ",
-                                image->numberOfImages(), " (use batch_representation() or pass destination_image)");
+        requireSingleImage(primaries[i], "primary_image");
+        requireSingleImage(secondaries[i], "secondary_image");
     }
     ImageDescriptor descriptor = destinationImageDescriptor({primaries.front(), secondaries.front()}, {});
     ImageBatch destinations = allocateDestinations(
@@ -546,6 +540,9 @@ ImageBatch CNNGradientKernel::encodeBatch(CommandBuffer& cb, const ImageBatch& s
     if (sourceGradients.empty()) throwValueError("source_gradients: the batch is empty");
     requireSameLength(sourceGradients.size(), sourceImages.size(), "source_gradients", "source_images");
     requireSameLength(sourceGradients.size(), gradientStates.size(), "source_gradients", "gradient_states");
+    // Checked here, once for every gradient kernel: the destinations below hold one image each.
+    requireSingleImages(sourceGradients, "source_gradient");
+    requireSingleImages(sourceImages, "source_image");
     ImageDescriptor descriptor =
         destinationImageDescriptor({sourceGradients.front(), sourceImages.front()}, {gradientStates.front()});
     ImageBatch destinations = allocateDestinations(

@@ -54,6 +54,20 @@ inline bool writesWholeDestination(const ImageDescriptor& d, int64_t destination
            covers(clip.origin.y, clip.size.height, d.height) && covers(clip.origin.z, clip.size.depth, d.numberOfImages);
 }
 
+// The returning encode forms allocate one single-image destination per batch entry (spec §1.2),
+// so an input holding several images would silently lose all but the first: every returning form
+// (forward, binary, multiary, gradient, and the kernels that allocate through
+// allocateDestinationImages) refuses it here. `image` may be null (checked by the caller).
+inline void requireSingleImage(const ImagePtr& image, const char* what) {
+    if (image && image->numberOfImages() != 1)
+        throwValueError(what, ": the returning encode forms need images with number_of_images == 1, got ",
+                        image->numberOfImages(), " (use batch_representation() or pass the destination)");
+}
+
+inline void requireSingleImages(const ImageBatch& images, const char* what) {
+    for (const auto& image : images) requireSingleImage(image, what);
+}
+
 // The destinations of a returning encode. Storage the kernel overwrites completely skips the
 // zero fill (a whole extra pass over memory), but only from the built-in allocators: a custom
 // allocator may create other images while it runs, and those must keep the zero fill.

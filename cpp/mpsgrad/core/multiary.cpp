@@ -208,11 +208,7 @@ ImageBatch CNNMultiaryKernel::encodeBatch(CommandBuffer& cb, const std::vector<I
                             " image(s) but source 0's has ", count);
         for (const auto& image : sourceBatches[s]) {
             requireObject(image, "source_images", "an Image");
-            // The result is allocated with one image per entry (spec §1.2).
-            if (image->numberOfImages() != 1)
-                throwValueError("source_images: the returning encode forms need images with number_of_images == 1, "
-                                "got ", image->numberOfImages(), " (use batch_representation() or pass "
-                                "destination_image)");
+            requireSingleImage(image, "source_images");
         }
     }
     ImageBatch firsts;

@@ -1,14 +1,9 @@
 // The local normalization nodes (spatial, local contrast, cross channel) and their gradient nodes.
 #include "core/errors.h"
+#include "graph/kernel_argument_checks.h"
 #include "graph/filter_nodes_normalization.h"
 
 namespace mpsgrad {
-
-namespace {
-void checkKernelSize(int64_t size, const char* what) {
-    if (size < 1) throwValueError(what, ": must be >= 1, got ", size);
-}
-}  // namespace
 
 CNNNormalizationNode::CNNNormalizationNode(const ImageNodePtr& source, LocalNormalizationKind kind)
     : UnaryKernelNode(source), parameters(LocalNormalizationParameters::defaultsFor(kind)) {}
@@ -22,7 +17,7 @@ void CNNNormalizationNode::configureKernel(CNNKernel& kernel) {
 
 CNNSpatialNormalizationNode::CNNSpatialNormalizationNode(const ImageNodePtr& source, int64_t kernelSize)
     : CNNNormalizationNode(source, LocalNormalizationKind::Spatial), size_(kernelSize) {
-    checkKernelSize(size_, "kernel_size");
+    checkKernelArguments("kernel_size", [&](const Device& d) { CNNSpatialNormalizationNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNKernel> CNNSpatialNormalizationNode::makeKernel(const Device& device) {
@@ -46,7 +41,8 @@ LocalNormalizationParameters CNNLocalContrastNormalizationNode::nodeDefaults() {
 
 CNNLocalContrastNormalizationNode::CNNLocalContrastNormalizationNode(const ImageNodePtr& source, int64_t kernelSize)
     : CNNNormalizationNode(source, LocalNormalizationKind::LocalContrast), size_(kernelSize) {
-    checkKernelSize(size_, "kernel_size");
+    checkKernelArguments("kernel_size",
+                         [&](const Device& d) { CNNLocalContrastNormalizationNode::makeKernel(d); });
     parameters = nodeDefaults();
 }
 
@@ -66,7 +62,7 @@ std::vector<std::shared_ptr<NNGradientFilterNode>> CNNLocalContrastNormalization
 
 CNNCrossChannelNormalizationNode::CNNCrossChannelNormalizationNode(const ImageNodePtr& source, int64_t kernelSize)
     : CNNNormalizationNode(source, LocalNormalizationKind::CrossChannel), size_(kernelSize) {
-    checkKernelSize(size_, "kernel_size");
+    checkKernelArguments([&](const Device& d) { CNNCrossChannelNormalizationNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNKernel> CNNCrossChannelNormalizationNode::makeKernel(const Device& device) {
@@ -100,7 +96,8 @@ CNNSpatialNormalizationGradientNode::CNNSpatialNormalizationGradientNode(const I
     : CNNLocalNormalizationGradientNode(sourceGradient, sourceImage, gradientState,
                                         LocalNormalizationParameters::defaultsFor(LocalNormalizationKind::Spatial)),
       size_(kernelSize) {
-    checkKernelSize(size_, "kernel_size");
+    checkKernelArguments("kernel_size",
+                         [&](const Device& d) { CNNSpatialNormalizationGradientNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNGradientKernel> CNNSpatialNormalizationGradientNode::makeKernel(const Device& device) {
@@ -113,11 +110,7 @@ CNNLocalContrastNormalizationGradientNode::CNNLocalContrastNormalizationGradient
     : CNNLocalNormalizationGradientNode(sourceGradient, sourceImage, gradientState,
                                         CNNLocalContrastNormalizationNode::nodeDefaults()),
       kw_(kernelWidth), kh_(kernelHeight) {
-    checkKernelSize(kw_, "kernel_width");
-    checkKernelSize(kh_, "kernel_height");
-    if (kw_ != kh_)
-        throwValueError("kernel_height: the local contrast normalization needs kernel_width == kernel_height, got ",
-                        kw_, " and ", kh_);
+    checkKernelArguments([&](const Device& d) { CNNLocalContrastNormalizationGradientNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNGradientKernel> CNNLocalContrastNormalizationGradientNode::makeKernel(const Device& device) {
@@ -130,7 +123,7 @@ CNNCrossChannelNormalizationGradientNode::CNNCrossChannelNormalizationGradientNo
     : CNNLocalNormalizationGradientNode(sourceGradient, sourceImage, gradientState,
                                         LocalNormalizationParameters::defaultsFor(LocalNormalizationKind::CrossChannel)),
       size_(kernelSize) {
-    checkKernelSize(size_, "kernel_size");
+    checkKernelArguments([&](const Device& d) { CNNCrossChannelNormalizationGradientNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNGradientKernel> CNNCrossChannelNormalizationGradientNode::makeKernel(const Device& device) {

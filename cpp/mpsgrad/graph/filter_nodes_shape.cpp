@@ -2,6 +2,7 @@
 // compose NNReshape / NNPad and their gradient kernels, whose states carry the forward geometry.
 #include "core/errors.h"
 #include "graph/filter_nodes.h"
+#include "kernels/reshape_pad_checks.h"
 
 namespace mpsgrad {
 
@@ -10,9 +11,8 @@ namespace mpsgrad {
 NNReshapeNode::NNReshapeNode(const ImageNodePtr& source, int64_t resultWidth, int64_t resultHeight,
                              int64_t resultFeatureChannels)
     : NNFilterNode({source}, {}), w_(resultWidth), h_(resultHeight), c_(resultFeatureChannels) {
-    if (w_ <= 0 || h_ <= 0 || c_ <= 0)
-        throwValueError("result_width, result_height, result_feature_channels: must all be > 0, got ", w_, ", ", h_,
-                        ", ", c_);
+    // The kernel's check, at the node (under the node's parameter names).
+    reshape_pad_checks::checkShape(w_, h_, c_, "result_width, result_height, result_feature_channels");
     addResultState<NNGradientStateNode>();
 }
 
@@ -45,6 +45,9 @@ std::shared_ptr<CNNGradientKernel> NNReshapeGradientNode::makeKernel(const Devic
 NNPadNode::NNPadNode(const ImageNodePtr& source, ImageCoordinate paddingSizeBefore, ImageCoordinate paddingSizeAfter,
                      ImageEdgeMode edgeMode)
     : NNFilterNode({source}, {}), before_(paddingSizeBefore), after_(paddingSizeAfter), edge_(edgeMode) {
+    // The kernel checks these when it encodes (its properties are writable); the node's are fixed.
+    reshape_pad_checks::checkPaddingSizes(before_, after_);
+    reshape_pad_checks::checkEdgeMode(edge_);
     addResultState<NNGradientStateNode>();
 }
 

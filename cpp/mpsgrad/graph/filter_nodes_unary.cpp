@@ -1,6 +1,7 @@
 // Neuron, pooling, softmax, upsampling and dropout nodes and their gradient nodes, plus the
 // encode helpers every family file uses.
 #include "core/errors.h"
+#include "graph/kernel_argument_checks.h"
 #include "graph/filter_nodes.h"
 
 namespace mpsgrad {
@@ -91,12 +92,6 @@ const char* poolingNodeName(PoolingKind kind, bool gradient) {
     return "CNNPoolingNode";
 }
 
-void checkPoolingGeometry(int64_t kw, int64_t kh, int64_t sx, int64_t sy, int64_t dx, int64_t dy) {
-    if (kw < 1 || kh < 1) throwValueError("kernel_width/kernel_height: must be >= 1, got ", kw, "x", kh);
-    if (sx < 1 || sy < 1) throwValueError("stride_in_pixels_x/y: must be >= 1, got ", sx, "x", sy);
-    if (dx < 1 || dy < 1) throwValueError("dilation_rate_x/y: must be >= 1, got ", dx, "x", dy);
-}
-
 std::shared_ptr<CNNPooling> makePooling(const Device& device, PoolingKind kind, int64_t kw, int64_t kh, int64_t sx,
                                         int64_t sy, int64_t dx, int64_t dy) {
     switch (kind) {
@@ -126,7 +121,7 @@ CNNPoolingNode::CNNPoolingNode(const ImageNodePtr& source, PoolingKind kind, int
                                int64_t dilationY)
     : NNFilterNode({source}, {}), kind_(kind), kw_(kernelWidth), kh_(kernelHeight), sx_(strideX), sy_(strideY),
       dx_(dilationX), dy_(dilationY) {
-    checkPoolingGeometry(kw_, kh_, sx_, sy_, dx_, dy_);
+    checkKernelArguments([&](const Device& d) { makePooling(d, kind_, kw_, kh_, sx_, sy_, dx_, dy_); });
     addResultState<NNGradientStateNode>();
 }
 
@@ -166,7 +161,7 @@ CNNPoolingGradientNode::CNNPoolingGradientNode(const ImageNodePtr& sourceGradien
                                                int64_t dilationX, int64_t dilationY)
     : GradientKernelNode(sourceGradient, sourceImage, gradientState), kind_(kind), kw_(kernelWidth),
       kh_(kernelHeight), sx_(strideX), sy_(strideY), dx_(dilationX), dy_(dilationY) {
-    checkPoolingGeometry(kw_, kh_, sx_, sy_, dx_, dy_);
+    checkKernelArguments([&](const Device& d) { makePoolingGradient(d, kind_, kw_, kh_, sx_, sy_, dx_, dy_); });
     paddingPolicy = std::move(padding);
 }
 
@@ -202,16 +197,10 @@ std::shared_ptr<CNNGradientKernel> CNNLogSoftMaxGradientNode::makeKernel(const D
 
 // ---- upsampling --------------------------------------------------------------------------------------
 
-namespace {
-void checkScale(int64_t sx, int64_t sy) {
-    if (sx < 1 || sy < 1) throwValueError("scale_factor_x/y: must be >= 1, got ", sx, "x", sy);
-}
-}  // namespace
-
 CNNUpsamplingNode::CNNUpsamplingNode(const ImageNodePtr& source, bool bilinear, int64_t scaleX, int64_t scaleY,
                                      bool alignCorners)
     : UnaryKernelNode(source), bilinear_(bilinear), sx_(scaleX), sy_(scaleY), align_(alignCorners) {
-    checkScale(sx_, sy_);
+    checkKernelArguments([&](const Device& d) { CNNUpsamplingNode::makeKernel(d); });
 }
 
 std::shared_ptr<CNNKernel> CNNUpsamplingNode::makeKernel(const Device& device) {
@@ -228,7 +217,8 @@ CNNUpsamplingGradientNode::CNNUpsamplingGradientNode(const ImageNodePtr& sourceG
                                                      const ImageNodePtr& sourceImage,
                                                      const StateNodePtr& gradientState, int64_t scaleX, int64_t scaleY)
     : GradientKernelNode(sourceGradient, sourceImage, gradientState), sx_(scaleX), sy_(scaleY) {
-    checkScale(sx_, sy_);
+    // Both kinds' gradient kernels take the same scale factors (the subclass is not built yet).
+    checkKernelArguments([&](const Device& d) { CNNUpsamplingNearestGradient(d, sx_, sy_); });
 }
 
 std::shared_ptr<CNNGradientKernel> CNNUpsamplingNearestGradientNode::makeKernel(const Device& device) {
@@ -243,7 +233,9 @@ std::shared_ptr<CNNGradientKernel> CNNUpsamplingBilinearGradientNode::makeKernel
 
 CNNDropoutNode::CNNDropoutNode(const ImageNodePtr& source, float keepProbability, uint64_t seed,
                                Size3 maskStrideInPixels)
-    : UnaryKernelNode(source), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {}
+    : UnaryKernelNode(source), keep_(keepProbability), seed_(seed), stride_(maskStrideInPixels) {
+    checkKernelArguments([&](const Device& d) { CNNDropoutNode::makeKernel(d); });
+}
 
 std::shared_ptr<CNNKernel> CNNDropoutNode::makeKernel(const Device& device) {
     return std::make_shared<CNNDropout>(device, keep_, seed_, stride_);
@@ -257,7 +249,9 @@ CNNDropoutGradientNode::CNNDropoutGradientNode(const ImageNodePtr& sourceGradien
                                                const StateNodePtr& gradientState, float keepProbability,
                                                uint64_t seed, Size3 maskStrideInPixels)
     : GradientKernelNode(sourceGradient, sourceImage, gradientState), keep_(keepProbability), seed_(seed),
-      stride_(maskStrideInPixels) {}
+      stride_(maskStrideInPixels) {
+    checkKernelArguments([&](const Device& d) { CNNDropoutGradientNode::makeKernel(d); });
+}
 
 std::shared_ptr<CNNGradientKernel> CNNDropoutGradientNode::makeKernel(const Device& device) {
     return std::make_shared<CNNDropoutGradient>(device, keep_, seed_, stride_);

@@ -238,8 +238,14 @@ void checkSourceBatches(const std::vector<ImageBatch>& images, size_t expectedIm
         if (images[i].size() != n)
             throwValueError("source_images: every source batch must have the same length; batch 0 has ", n,
                             ", batch ", i, " has ", images[i].size());
-        for (const auto& image : images[i])
+        for (const auto& image : images[i]) {
             if (!image) throwValueError("source_images: batch ", i, " holds None");
+            // Every node's result holds one image per batch entry: more would be dropped silently.
+            if (image->numberOfImages() != 1)
+                throwValueError("source_images: batch ", i, " holds an image with number_of_images == ",
+                                image->numberOfImages(), "; the graph needs number_of_images == 1 (pass the images "
+                                "of a batch as separate entries: batch_representation())");
+        }
     }
     for (size_t i = 0; i < states.size(); ++i)
         if (states[i].size() != n)

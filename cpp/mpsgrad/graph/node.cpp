@@ -2,6 +2,7 @@
 #include "graph/node.h"
 
 #include "core/errors.h"
+#include "graph/kernel_argument_checks.h"
 
 namespace mpsgrad {
 
@@ -51,6 +52,11 @@ std::vector<StateNodePtr> NNFilterNode::resultStates() {
 StateNodePtr NNFilterNode::resultState() {
     auto states = resultStates();
     return states.empty() ? nullptr : states.front();
+}
+
+const Device& kernelCheckDevice() {
+    static const Device cpu("cpu");
+    return cpu;
 }
 
 void NNFilterNode::checkSourceCount(size_t count) const {

@@ -6,6 +6,7 @@
 #include "core/checked.h"
 #include "core/errors.h"
 #include "kernels/elementwise_support.h"
+#include "kernels/reshape_pad_checks.h"
 
 namespace mpsgrad {
 namespace {
@@ -32,12 +33,15 @@ int64_t checkedElements(int64_t w, int64_t h, int64_t c) { return int64_t(checke
 
 NNReshape::NNReshape(const Device& device) : CNNKernel(device) {}
 
+void reshape_pad_checks::checkShape(int64_t width, int64_t height, int64_t channels, const char* names) {
+    if (width < 1 || height < 1 || channels < 1)
+        throwValueError(names, ": must be >= 1, got ", width, ", ", height, ", ", channels);
+    checkedElements(width, height, channels);
+}
+
 template <class F>
 auto NNReshape::withShape(int64_t width, int64_t height, int64_t channels, F&& run) {
-    if (width < 1 || height < 1 || channels < 1)
-        throwValueError("reshaped_width / reshaped_height / reshaped_feature_channels: must be >= 1, got ", width,
-                        ", ", height, ", ", channels);
-    checkedElements(width, height, channels);
+    reshape_pad_checks::checkShape(width, height, channels);
     struct Reset {
         Shape& shape;
         ~Reset() { shape = Shape{}; }
@@ -224,6 +228,21 @@ int64_t padSize(uint64_t value, const char* name) {
 
 }  // namespace
 
+void reshape_pad_checks::checkPaddingSizes(const ImageCoordinate& before, const ImageCoordinate& after) {
+    padSize(before.x, "padding_size_before.x");
+    padSize(before.y, "padding_size_before.y");
+    padSize(before.channel, "padding_size_before.channel");
+    padSize(after.x, "padding_size_after.x");
+    padSize(after.y, "padding_size_after.y");
+    padSize(after.channel, "padding_size_after.channel");
+}
+
+void reshape_pad_checks::checkEdgeMode(ImageEdgeMode edgeMode) {
+    const uint32_t mode = static_cast<uint32_t>(edgeMode);
+    if (mode > static_cast<uint32_t>(ImageEdgeMode::Constant))
+        throwValueError("edge_mode: expected an ImageEdgeMode, got ", mode);
+}
+
 int64_t NNPad::destinationFeatureChannels(const Image& source) const {
     return padSize(paddingSizeBefore.channel, "padding_size_before.channel") + availableSourceChannels(source) +
            padSize(paddingSizeAfter.channel, "padding_size_after.channel");
@@ -247,9 +266,7 @@ StatePtr NNPad::makeResultState(const Image&, CommandBuffer* cb) {
 }
 
 void NNPad::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) {
-    const uint32_t mode = static_cast<uint32_t>(edgeMode);
-    if (mode > static_cast<uint32_t>(ImageEdgeMode::Constant))
-        throwValueError("edge_mode: expected an ImageEdgeMode, got ", mode);
+    reshape_pad_checks::checkEdgeMode(edgeMode);
     struct Encoded {
         PadParams params;
         std::vector<int32_t> maps;

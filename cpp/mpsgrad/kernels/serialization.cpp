@@ -449,16 +449,19 @@ void writeLocalNormalization(serial::Writer& w, const K& k) {
     w.i64(k.window().channels);
 }
 
+// Malformed data is a SerializationError naming the field, like every other decoder: the window
+// checks fail through the reader, the constructor's own checks (sizes, width == height) are rethrown.
 template <class T>
 std::shared_ptr<T> makeLocalNormalization(serial::Reader& r, const Device& device) {
     const int64_t width = r.i64("kernel_width"), height = r.i64("kernel_height"), channels = r.i64("kernel_size");
     if constexpr (std::is_same_v<T, CNNCrossChannelNormalization> ||
                   std::is_same_v<T, CNNCrossChannelNormalizationGradient>) {
-        if (width != 1 || height != 1) throwValueError("kernel_width: a cross-channel window is 1x1 in space");
-        return std::make_shared<T>(device, channels);
+        if (width != 1 || height != 1)
+            r.fail("kernel_width", detail::concat("a cross-channel window is 1x1 in space, got ", width, "x", height));
+        return asSerializationError(r, "kernel_size", [&] { return std::make_shared<T>(device, channels); });
     } else {
-        if (channels != 1) throwValueError("kernel_size: a spatial window spans 1 channel");
-        return std::make_shared<T>(device, width, height);
+        if (channels != 1) r.fail("kernel_size", detail::concat("a spatial window spans 1 channel, got ", channels));
+        return asSerializationError(r, "kernel_width", [&] { return std::make_shared<T>(device, width, height); });
     }
 }
 
@@ -474,6 +477,8 @@ LocalNormalizationParameters readLocalNormalizationParameters(serial::Reader& r)
     q.p0 = r.f32("p0");
     q.pm = r.f32("pm");
     q.ps = r.f32("ps");
+    // The values a setter would refuse (non-finite, alpha < 0, delta <= 0) are malformed data too.
+    asSerializationError(r, "parameters", [&] { q.validate(); });
     return q;
 }
 
