@@ -56,15 +56,19 @@ REJECTIONS = os.environ.get("MPSGRAD_FUZZ_REJECTIONS") == "1"  # --rejections: r
 ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError", "CommandBufferError")
 
 
-def run_case(seed: int, index: int, m, devices) -> dict:
+def run_case(seed: int, index: int, m, devices, announce=None, entering=None) -> dict:
     r = random.Random(f"{seed}:{index}")
     device = m.Device(r.choice(devices))
     ctx = Context(m=m, device=device, queue=m.CommandQueue(device))
     names = sorted(FAMILIES)
     steps = [r.choice(names) for _ in range(r.randint(1, 4))]
+    if announce:
+        announce(steps)
     outcome = {"case": index, "calls": 0, "rejected": 0, "failure": None, "kind": None, "steps": steps}
     for step in steps:
         ctx.step = step
+        if entering:
+            entering(step)
         calls_before = ctx.calls
         started = time.perf_counter()
         try:
@@ -96,8 +100,10 @@ def worker(seed: int, first: int, count: int, devices) -> None:
     import mpsgrad as m
     warnings.simplefilter("ignore")
     for index in range(first, first + count):
-        print(json.dumps({"start": index}), flush=True)
-        print(json.dumps(run_case(seed, index, m, devices)), flush=True)
+        # the families are announced before they run: a crash or a hang is then charged to them
+        announce = lambda steps, index=index: print(json.dumps({"start": index, "steps": steps}), flush=True)
+        entering = lambda step: print(json.dumps({"in": step}), flush=True)
+        print(json.dumps(run_case(seed, index, m, devices, announce, entering)), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +174,7 @@ def _run_chunk(seed, first, count, devices, case_timeout, summary: Summary):
     while first < end:
         proc, lines, err = _start_worker(seed, first, end - first, devices)
         started, deadline, hung = None, time.monotonic() + case_timeout + 60, False  # (+ import time)
+        steps = current = None
         while True:
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -183,6 +190,9 @@ def _run_chunk(seed, first, count, devices, case_timeout, summary: Summary):
                 continue
             if "start" in record:
                 started, deadline = record["start"], time.monotonic() + case_timeout
+                steps = record["steps"]
+            elif "in" in record:
+                current = record["in"]
             else:
                 _record(summary, seed, record)
                 started = None
@@ -200,17 +210,12 @@ def _run_chunk(seed, first, count, devices, case_timeout, summary: Summary):
         else:
             summary.crashes += 1
             what = f"crash (exit {rc})"
-        steps = _steps_of(seed, where, devices)
+        if started is None:
+            steps = "(before its first case)"
+        else:
+            what += f" in {current}"
         summary.failures.append(f"seed {seed} case {where} {steps}: {what}\n{stderr}")
         first = where + 1  # the cases after the one that died still run
-
-
-def _steps_of(seed, index, devices):
-    """The families a case draws (the first draws of run_case, replayed)."""
-    r = random.Random(f"{seed}:{index}")
-    r.choice(devices)
-    names = sorted(FAMILIES)
-    return [r.choice(names) for _ in range(r.randint(1, 4))]
 
 
 def fuzz(seed: int, cases: int, first: int = 0, jobs: int = 2, chunk: int = 250, devices=("cpu",),

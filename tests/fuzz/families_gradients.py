@@ -1,4 +1,4 @@
-"""Fuzz families with gradient kernels: pooling of every kind with random windows, strides, dilation and
+"""Fuzz families with gradient kernels: the returning and into-destination encode forms of gradients, pooling of every kind with random windows, strides, dilation and
 offsets (forward and gradient vs a NumPy tap enumeration of docs/pooling.md), the arithmetic gradients
 and NaN propagation, softmax gradients, bilinear upsampling (adjoint identity), dropout's gradient,
 and the parameterized neuron types (gradient vs float64 finite differences of the formula).
@@ -274,3 +274,86 @@ def _descriptor_of(m, name, a, b, c):
     kind = {"ELU": "ELU", "ReLUN": "RELUN", "HardSigmoid": "HARD_SIGMOID", "SoftPlus": "SOFT_PLUS",
             "SoftSign": "SOFT_SIGN", "Exponential": "EXPONENTIAL", "Logarithm": "LOGARITHM", "Power": "POWER"}[name]
     return m.NNNeuronDescriptor(getattr(m.CNNNeuronType, kind), *(v for v in (a, b, c) if v is not None))
+
+
+# ---------------------------------------------------------------------------------------------
+# the encode forms of gradient kernels: the returning form and the into-destination form (destination
+# from destination_image_descriptor) give the same image, bit for bit, of the described size and format
+
+
+def _gradient_pair(r: random.Random, ctx: Context, c: int):
+    """(forward, gradient) of a random family whose gradient takes (G, X, state)."""
+    m = ctx.m
+    kind = r.choice(["neuron", "pooling", "upsampling", "local", "convolution", "softmax"])
+    if kind == "neuron":
+        d = m.NNNeuronDescriptor(m.CNNNeuronType.TANH, 1.0, 1.0)
+        return m.CNNNeuron(ctx.device, d), m.CNNNeuronGradient(ctx.device, d), kind
+    if kind == "pooling":
+        k, s = r.randint(1, 3), r.randint(1, 2)
+        return m.CNNPoolingAverage(ctx.device, k, k, s, s), m.CNNPoolingAverageGradient(ctx.device, k, k, s, s), kind
+    if kind == "upsampling":
+        return m.CNNUpsamplingNearest(ctx.device, 2, 1), m.CNNUpsamplingNearestGradient(ctx.device, 2, 1), kind
+    if kind == "local":
+        return m.CNNSpatialNormalization(ctx.device, 3, 3), m.CNNSpatialNormalizationGradient(ctx.device, 3, 3), kind
+    if kind == "softmax":
+        return m.CNNSoftMax(ctx.device), m.CNNSoftMaxGradient(ctx.device), kind
+    k = r.choice([1, 3])
+    d = m.CNNConvolutionDescriptor(k, k, c, c)
+    source = m.CNNConvolutionWeightsDataSource(d, random_array(r, c, k, k, c), random_array(r, c))
+    return m.CNNConvolution(ctx.device, source), m.CNNConvolutionGradient(ctx.device, source), kind
+
+
+@family("gradient_forms")
+def gradient_forms_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    if not ctx.reach(r, "runtime.gradient_returning", 1.0):
+        return
+    h, w, c = r.randint(2, 5), r.randint(2, 5), r.randint(1, 6)
+    forward, gradient, kind = _gradient_pair(r, ctx, c)
+    if r.random() < 0.4:
+        return _gradient_batch_forms(r, ctx, forward, gradient, kind, r.randint(1, 3), h, w, c)
+    x_arr = random_array(r, h, w, c)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    fmt = r.choice([m.ImageFeatureChannelFormat.FLOAT32, m.ImageFeatureChannelFormat.FLOAT16])
+    forward.destination_image_allocator = m.ImageAllocator.persistent()  # y is read by both forms
+    ctx.start_call()
+    cb = ctx.queue.command_buffer()
+    y, state = forward.encode(cb, x, destination_state_is_temporary=False)
+    g = m.Image.from_numpy(random_array(r, y.height, y.width, y.feature_channels), ctx.device, channel_format=fmt)
+    source = y if kind == "softmax" else x  # the softmax gradient reads the forward's result
+    returned = gradient.encode(cb, g, source, state)
+    desc = gradient.destination_image_descriptor([g, source], [state])
+    into = m.Image(ctx.device, desc)
+    gradient.encode(cb, g, source, state, into)
+    run(ctx, cb)
+    shape = (returned.width, returned.height, returned.feature_channels, returned.feature_channel_format)
+    if shape != (desc.width, desc.height, desc.feature_channels, desc.channel_format):
+        raise WrongResult(f"{type(gradient).__name__}: the returning form made {shape}, the descriptor says "
+                          f"{(desc.width, desc.height, desc.feature_channels, desc.channel_format)}")
+    if returned.feature_channel_format != fmt:  # the allocator rule: the source gradient's format
+        raise WrongResult(f"{type(gradient).__name__}: returned {returned.feature_channel_format}, source gradient {fmt}")
+    check_close(returned.to_numpy(), into.to_numpy(), f"{type(gradient).__name__}: returning vs into-destination",
+                tol=0.0)
+
+
+def _gradient_batch_forms(r, ctx, forward, gradient, kind, n, h, w, c):
+    """encode_batch's returning form against its into-destination form, image by image."""
+    m = ctx.m
+    forward.destination_image_allocator = m.ImageAllocator.persistent()
+    xs = m.batch_from_numpy(random_array(r, n, h, w, c), ctx.device)
+    ctx.start_call()
+    cb = ctx.queue.command_buffer()
+    ys, states = forward.encode_batch(cb, xs, destination_state_is_temporary=False)
+    y0 = ys[0]
+    gs = m.batch_from_numpy(random_array(r, n, y0.height, y0.width, y0.feature_channels), ctx.device)
+    sources = ys if kind == "softmax" else xs
+    returned = gradient.encode_batch(cb, gs, sources, states)
+    into = [m.Image(ctx.device, gradient.destination_image_descriptor([gs[i], sources[i]], [states[i]]))
+            for i in range(n)]
+    gradient.encode_batch(cb, gs, sources, states, into)
+    run(ctx, cb)
+    if len(returned) != n:
+        raise WrongResult(f"{type(gradient).__name__}.encode_batch returned {len(returned)} images for {n}")
+    for i in range(n):
+        check_close(returned[i].to_numpy(), into[i].to_numpy(),
+                    f"{type(gradient).__name__}: encode_batch image {i} of {n} vs into-destination", tol=0.0)

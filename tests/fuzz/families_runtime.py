@@ -207,7 +207,8 @@ def _distributed_bad_call(r, ctx, mdist, arrays):
     """Wrong arguments must raise ValueError or TypeError naming the parameter (docs/distributed.md)."""
     m = ctx.m
     calls = [
-        ("all_reduce_arrays(bucket_bytes=0)", lambda: mdist.all_reduce_arrays(arrays, bucket_bytes=0)),
+        # (bucket_bytes <= 0: only all_reduce_gradients documents it as invalid, so it is not drawn here)
+        ("all_reduce_gradients(bucket_bytes=0)", lambda: mdist.all_reduce_gradients([], bucket_bytes=0)),
         ("all_reduce_arrays(float64 arrays)", lambda: mdist.all_reduce_arrays([np.zeros(3)])),
         ("all_reduce_arrays(read-only array)", lambda: mdist.all_reduce_arrays([_read_only(arrays[0])])),
         ("all_reduce_arrays(not arrays)", lambda: mdist.all_reduce_arrays([r.choice(WRONG_TYPES)])),

@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 
+from families_training import batch_norm_reference
 from fuzz_support import (HUGE_INTS, Context, WrongResult, check_close, check_nan_where, family,
                           random_array, run)
 
@@ -98,28 +99,41 @@ def optimizer_edges_ops(r: random.Random, ctx: Context):
 
 @family("batch_normalization_batch")
 def batch_normalization_batch_ops(r: random.Random, ctx: Context):
+    """Training-mode batch normalization of N images given as a batch (a list) or as one Image holding
+    N images (number_of_images, into destinations): statistics, Y, the statistics gradient and dX
+    against the float64 reference over all N images."""
     m = ctx.m
     if not ctx.reach(r, "batch_normalization.batch", 1.0):
         return
     n, h, w, c = r.randint(2, 3), r.randint(1, 4), r.randint(1, 4), r.randint(1, 6)
     gamma, beta, mean, var = (random_array(r, c) for _ in range(4))
     source = m.CNNBatchNormalizationWeightsDataSource(gamma, beta, mean, np.abs(var) + 0.5)
-    kernel = m.CNNBatchNormalization(ctx.device, source)
-    kernel.destination_image_allocator = m.ImageAllocator.persistent()
-    x_arr = random_array(r, n, h, w, c)
-    xs = m.batch_from_numpy(x_arr, ctx.device)
+    kernel, gradient = m.CNNBatchNormalization(ctx.device, source), m.CNNBatchNormalizationGradient(ctx.device)
+    x_arr, g_arr = random_array(r, n, h, w, c), random_array(r, n, h, w, c)
+    multi = r.random() < 0.5
     ctx.start_call()
     cb = ctx.queue.command_buffer()
+    if multi:
+        xs, gs = [m.Image.from_numpy(x_arr, ctx.device)], [m.Image.from_numpy(g_arr, ctx.device)]
+        ys, dxs = [m.Image(ctx.device, m.ImageDescriptor(w, h, c, n)) for _ in range(2)]
+        ys, dxs = [ys], [dxs]
+    else:
+        xs, gs = m.batch_from_numpy(x_arr, ctx.device), m.batch_from_numpy(g_arr, ctx.device)
+        ys, dxs = ([m.Image(ctx.device, m.ImageDescriptor(w, h, c)) for _ in range(n)] for _ in range(2))
     state = kernel.result_state(xs[0])
     m.CNNBatchNormalizationStatistics(ctx.device).encode_batch(cb, xs, state)
-    ys = kernel.encode_batch(cb, xs, state)
+    kernel.encode_batch(cb, xs, state, ys)
+    m.CNNBatchNormalizationStatisticsGradient(ctx.device).encode_batch(cb, gs, xs, state)
+    gradient.encode_batch(cb, gs, xs, [state] * len(xs), dxs)
     run(ctx, cb)
-    x64 = x_arr.astype(np.float64)
-    mu, v = x64.mean(axis=(0, 1, 2)), x64.var(axis=(0, 1, 2))
-    check_close(state.mean, mu, "batch mean over N images")
-    check_close(state.variance, v, "batch variance over N images")
-    ref = (x64 - mu) / np.sqrt(v + kernel.epsilon) * gamma + beta
-    check_close(m.batch_to_numpy(ys), ref, "batch normalization of every image of the batch", tol=1e-3)
+    ref_mean, ref_var, ref_y, ref_dgamma, ref_dbeta, ref_dx = batch_norm_reference(x_arr, g_arr, gamma, beta,
+                                                                                 kernel.epsilon)
+    label = "one Image of N images" if multi else "a batch of N images"
+    check_close(state.mean, ref_mean, f"batch mean over {label}")
+    check_close(state.variance, ref_var, f"batch variance over {label}")
+    check_close(np.concatenate([y.to_numpy() for y in ys]), ref_y, f"batch normalization Y of {label}", tol=1e-3)
+    check_close(state.gradient_for_gamma, ref_dgamma, f"gradient_for_gamma over {label}", tol=1e-3)
+    check_close(np.concatenate([d.to_numpy() for d in dxs]), ref_dx, f"batch normalization dX of {label}", tol=1e-3)
 
 
 # ---------------------------------------------------------------------------------------------
