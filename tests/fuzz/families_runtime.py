@@ -11,7 +11,7 @@ import socket
 
 import numpy as np
 
-from fuzz_support import (WRONG_TYPES, Context, InvalidAccepted, WrongResult, check_close, family,
+from fuzz_support import (WORKER_SETUP, WRONG_TYPES, Context, InvalidAccepted, WrongResult, check_close, family,
                           random_array, run)
 
 
@@ -165,6 +165,16 @@ def threads_and_cache_ops(r: random.Random, ctx: Context):
 # mpsgrad.distributed in a one-process gloo group: averages of one rank are the identity
 
 
+def _import_distributed():
+    try:
+        import mpsgrad.distributed  # noqa: F401 - imports torch (seconds): done before the first case
+    except ImportError:  # no torch: the distributed family does nothing
+        pass
+
+
+WORKER_SETUP.append(_import_distributed)
+
+
 def _distributed():
     import torch.distributed as dist
 
@@ -180,7 +190,10 @@ def _distributed():
 
 @family("distributed")
 def distributed_ops(r: random.Random, ctx: Context):
-    mdist = _distributed()
+    try:
+        mdist = _distributed()
+    except ImportError:
+        return
     arrays = [random_array(r, r.randint(1, 40)) for _ in range(r.randint(1, 4))]
     copies = [a.copy() for a in arrays]
     action = r.choice(["all_reduce", "broadcast", "shard", "checksum", "bad"])
