@@ -6,7 +6,8 @@ import random
 
 import numpy as np
 
-from fuzz_support import Context, FLOAT16_TOL, as_stored, check_close, family, image_format, random_array, run
+from fuzz_support import (Context, FLOAT16_TOL, WrongResult, as_stored, check_close, family, forward_and_gradient_into,
+                          image_format, random_array, run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,3 +290,42 @@ def upsampling_ops(r: random.Random, ctx: Context):
     run(ctx, cb)
     check_close(y.to_numpy()[0], np.repeat(np.repeat(x_arr, sy, axis=0), sx, axis=1), "nearest upsampling")
     check_close(dx.to_numpy()[0], g_arr.reshape(h, sy, w, sx, c).sum(axis=(1, 3)), "nearest upsampling gradient")
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution geometry at large: any window (1-5 by 1-5), stride, dilation, groups, offset and
+# destination size, ZERO edges. The forward without bias is linear in X and in W, so its gradients
+# are its adjoints: <conv(X), G> = <X, dX(G)> = <W, dW(G)>, and dB = sum(G): exact identities that
+# need no formula for the window placement.
+
+
+@family("convolution_geometry")
+def convolution_geometry_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    kw, kh = r.randint(1, 5), r.randint(1, 5)
+    groups = r.choice([1, 1, 2, 3])
+    per = [1, 2, 3] if groups == 1 else [4, 8]  # grouped: a multiple of 4 channels per group (docs)
+    cin, cout = groups * r.choice(per), groups * r.choice(per)
+    d = m.CNNConvolutionDescriptor(kw, kh, cin, cout)
+    d.stride_in_pixels_x, d.stride_in_pixels_y = r.randint(1, 3), r.randint(1, 3)
+    d.dilation_rate_x, d.dilation_rate_y = r.randint(1, 3), r.randint(1, 3)
+    d.groups = groups
+    wgt = random_array(r, cout, kh, kw, cin // groups)
+    source = m.CNNConvolutionWeightsDataSource(d, wgt, np.zeros(cout, np.float32))
+    conv, grad = m.CNNConvolution(ctx.device, source), m.CNNConvolutionGradient(ctx.device, source)
+    h, w = r.randint(1, 7), r.randint(1, 7)
+    ho, wo = r.randint(1, 5), r.randint(1, 5)
+    x_arr, g_arr = random_array(r, h, w, cin), random_array(r, ho, wo, cout)
+    y, dx, state = forward_and_gradient_into(ctx, conv, grad, x_arr, g_arr, (r.randint(-2, 3), r.randint(-2, 3)))
+    g64 = g_arr.astype(np.float64)
+    lhs = float((y.to_numpy()[0].astype(np.float64) * g64).sum())
+    label = (f"convolution {kw}x{kh} stride {d.stride_in_pixels_x},{d.stride_in_pixels_y} dilation "
+             f"{d.dilation_rate_x},{d.dilation_rate_y} groups {groups} offset {tuple(conv.offset)[:2]} "
+             f"{w}x{h} -> {wo}x{ho}")
+    scale = max(1.0, float(np.abs(x_arr).sum() * np.abs(g64).sum() * np.abs(wgt).max()) ** 0.5)
+    via_dx = float((x_arr.astype(np.float64) * dx.to_numpy()[0][:h, :w]).sum())
+    via_dw = float((wgt.astype(np.float64) * np.asarray(state.gradient_for_weights).reshape(wgt.shape)).sum())
+    for name, value in (("<X, dX>", via_dx), ("<W, dW>", via_dw)):
+        if abs(value - lhs) > 1e-4 * scale:
+            raise WrongResult(f"{label}: <conv(X), G> = {lhs:.6g} but {name} = {value:.6g}")
+    check_close(np.asarray(state.gradient_for_biases), g64.sum(axis=(0, 1)), f"{label}: bias gradient")

@@ -63,7 +63,8 @@ def loss_ops(r: random.Random, ctx: Context):
     d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
     d.label_smoothing = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="label_smoothing")
     d.number_of_classes = ctx.bad(r, 1, [0, -3, 2**30], what="number_of_classes")
-    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1), (h + 1, w, c)], what="labels shape")
+    wide = ctx.reach(r, "loss.wide_labels", 1.0)  # labels with more channels than the source: defect (c)
+    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1) if wide else (h, w + 1, c), (h + 1, w, c)], what="labels shape")
     loss = m.CNNLoss(ctx.device, d)
     labels = m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(
         t_arr if t_shape == (h, w, c) else random_array(r, *t_shape)))
