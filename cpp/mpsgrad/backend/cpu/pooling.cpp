@@ -7,7 +7,10 @@
 // The gradients gather: each dX pixel sums, in a fixed order (ty, jy, tx, jx), the windows whose
 // taps land on it, so no two threads write one element and results are bitwise reproducible.
 // Max and L2 first compute, per gradient pixel and channel, what the gather needs (the argmax tap,
-// or G / out), once, in a scratch array.
+// or G / out), once, in a scratch array. Max pooling whose windows share no source pixel (2x2
+// stride 2, the common case) scatters instead: each window writes its gradient to its argmax tap,
+// one pass over the windows with the same results (maxGradientScatter).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -123,10 +126,74 @@ void poolWindow(const ImageLayout& src, const float* x, const PoolingWindow& w, 
     }
 }
 
+// The first tap index t >= 0 of a window axis starting at `start` (taps `dilation` apart) whose
+// position start + dilation * t is at or after `lo`: the landing tap when exactly one lands.
+int32_t firstLandingTap(int32_t lo, int32_t start, int32_t dilation) {
+    return lo > start ? (lo - start + dilation - 1) / dilation : 0;
+}
+
 // The visits of a window over an image of W x H pixels (at most (W + 2) x (H + 2)): the work
 // estimate of parallelFor's grain, which must not overflow for huge windows.
 int64_t windowVisits(const PoolingWindow& w, int32_t W, int32_t H) {
     return std::min<int64_t>(w.kernelWidth, int64_t(W) + 2) * std::min<int64_t>(w.kernelHeight, int64_t(H) + 2);
+}
+
+// True when no source pixel is read by two taps of max pooling's windows: the windows do not
+// overlap on either axis, and no clamped read lands on an edge pixel from beyond the image.
+bool maxTapsAreDisjoint(const PoolingGradientParams& p) {
+    const PoolingWindow& w = p.window;
+    if (w.mode != kPoolingMax) return false;
+    if (int64_t(w.strideX) < int64_t(w.dilationX) * (w.kernelWidth - 1) + 1 ||
+        int64_t(w.strideY) < int64_t(w.dilationY) * (w.kernelHeight - 1) + 1)
+        return false;
+    if (w.edgeMode != kEdgeClamp) return true;  // off-image taps read zeros: they land nowhere
+    const int64_t hiX = int64_t(w.windowLeftX) + int64_t(w.strideX) * (p.gradientWidth - 1) +
+                        int64_t(w.dilationX) * (w.kernelWidth - 1);
+    const int64_t hiY = int64_t(w.windowTopY) + int64_t(w.strideY) * (p.gradientHeight - 1) +
+                        int64_t(w.dilationY) * (w.kernelHeight - 1);
+    return w.windowLeftX >= 0 && w.windowTopY >= 0 && hiX < p.source.width && hiY < p.source.height;
+}
+
+// Max pooling's gradient when maxTapsAreDisjoint: dX is 0 except at each window's argmax tap,
+// which receives the window's gradient. One pass over the windows (the argmax found as the forward
+// finds it) replaces the gather per dX pixel of the general case; each dX element is written at
+// most once, with the value the gather sums to (0 + G), so results are the same bit for bit.
+void maxGradientScatter(const PoolingGradientParams& p, const float* g, const float* x, float* dx) {
+    const PoolingWindow& w = p.window;
+    const int32_t N = p.destination.channels, gw = p.gradientWidth, gh = p.gradientHeight;
+    const int32_t W = p.source.width, H = p.source.height;
+    const int64_t clipRows = int64_t(p.batch) * p.clipHeight;
+    parallelFor(clipRows, rowGrain(int64_t(p.clipWidth) * N), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.clipHeight;
+            const int32_t v = p.clipY + int32_t(r % p.clipHeight);
+            for (int32_t i = 0; i < p.clipWidth; ++i)
+                std::fill_n(dx + pixelIndex(p.destination, n, p.clipX + i, v), N, 0.0f);
+        }
+    });
+    const auto inClip = [&](int32_t u, int32_t v) {
+        return u >= p.clipX && u - p.clipX < p.clipWidth && v >= p.clipY && v - p.clipY < p.clipHeight && u < W &&
+               v < H;
+    };
+    // Window rows write disjoint source rows (the windows do not overlap), images disjoint images.
+    parallelFor(int64_t(p.batch) * gh, rowGrain(int64_t(gw) * N * windowVisits(w, W, H)), [&](int64_t r0, int64_t r1) {
+        std::vector<float> out(static_cast<size_t>(N)), zeros(static_cast<size_t>(N), 0.0f);
+        std::vector<int32_t> argmax(static_cast<size_t>(N));
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / gh;
+            const int32_t jy = int32_t(r % gh);
+            for (int32_t jx = 0; jx < gw; ++jx) {
+                const int32_t sx = w.windowLeftX + w.strideX * jx, sy = w.windowTopY + w.strideY * jy;
+                poolWindow(p.source, x, w, n, sx, sy, jx, jy, out.data(), argmax.data(), zeros.data());
+                const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
+                for (int32_t c = 0; c < N; ++c) {
+                    const int32_t u = sx + w.dilationX * (argmax[c] % w.kernelWidth);
+                    const int32_t v = sy + w.dilationY * (argmax[c] / w.kernelWidth);
+                    if (inClip(u, v)) dx[pixelIndex(p.destination, n, u, v) + c] = 0.0f + gp[c];
+                }
+            }
+        }
+    });
 }
 
 }  // namespace
@@ -188,6 +255,7 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
     const float* x = readsSource ? sourceSlice.floats() : nullptr;
     float* dx = destinationSlice.floats();
     const int32_t gw = p.gradientWidth, gh = p.gradientHeight;
+    if (maxTapsAreDisjoint(p)) return maxGradientScatter(p, g, x, dx);  // e.g. 2x2 stride 2
 
     // Max: the argmax tap of every window and channel. L2: G / out (0 where out = 0).
     std::vector<int32_t> argmax;
@@ -248,7 +316,15 @@ void poolingGradient(const PoolingGradientParams& p, const BufferSlice& gradient
                         const int32_t landsX = poolingTapsInside(sx, w.kernelWidth, w.dilationX, spanX.lo, spanX.hi);
                         const size_t at = ((size_t(n) * gh + jy) * gw + jx) * N;
                         const float* gp = g + pixelIndex(p.gradient, n, p.gradientX + jx, p.gradientY + jy);
-                        if (w.mode == kPoolingMax) {
+                        if (w.mode == kPoolingMax && landsY == 1 && landsX == 1) {
+                            // One tap of the window lands on (u, v): G goes here where the argmax is that
+                            // tap. An integer compare per channel, which vectorizes (the general case
+                            // below divides every argmax by the kernel width).
+                            const int32_t tap = firstLandingTap(spanY.lo, sy, w.dilationY) * w.kernelWidth +
+                                                firstLandingTap(spanX.lo, sx, w.dilationX);
+                            const int32_t* am = &argmax[at];
+                            for (int32_t c = 0; c < N; ++c) acc[c] += am[c] == tap ? gp[c] : 0.0f;
+                        } else if (w.mode == kPoolingMax) {
                             // G goes to the argmax tap t of the window: counted here when t lands on (u, v).
                             const int32_t* am = &argmax[at];
                             for (int32_t c = 0; c < N; ++c) {
