@@ -3635,7 +3635,7 @@ class CNNLossLabels(State):
     """
     def __init__(self, device: Device | str, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
         """
-        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
+        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or, for reduction NONE, the labels' width and height with at most their channels (the source's). Labels and weights may have more channels than the loss source: the first ones are read
         """
     @property
     def labels_image(self) -> Image:
