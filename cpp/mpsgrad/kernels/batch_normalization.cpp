@@ -653,9 +653,14 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         auto& state = bnState(states[i], "gradient_state", className());
         const int64_t C = state.numberOfFeatureChannels();
         checkSameNeuron(neuron_, state, className());
+        // The batch-statistics formula differentiates through μ and σ², so it applies only when the
+        // forward normalized with the batch's statistics. With constant ones (no statistics kernel
+        // ran: the data source's, as CALCULATE_STATISTICS_NEVER in a training graph) dX is
+        // γ/√(σ²+ε)·G' (spec §2.5), whatever training_statistics says.
+        const bool batchFormula = trainingStatistics && state.batchStatistics;
         const bool haveGradients =
             state.statisticsGradientCount > 0 && (state.phase == Phase::StatisticsGradient || state.phase == Phase::Gradient);
-        if (trainingStatistics && !haveGradients)
+        if (batchFormula && !haveGradients)
             throwValueError("gradient_state: ", className(), " (training_statistics=True) needs "
                             "CNNBatchNormalizationStatisticsGradient to have been encoded with this state first, "
                             "over the whole batch");
@@ -680,7 +685,7 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         p.destination = dst.layout(destinationFeatureChannelOffset, C);
         p.batch = int32_t(images);
         p.totalCount = int32_t(state.statisticsGradientCount);
-        p.trainingStatistics = trainingStatistics ? 1 : 0;
+        p.trainingStatistics = batchFormula ? 1 : 0;
         params.push_back(p);
     }
     Backend& backend = device_.backend();
