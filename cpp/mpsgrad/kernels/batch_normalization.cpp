@@ -4,6 +4,8 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <set>
 
 #include "core/float16_shadow.h"
 #include "core/errors.h"
@@ -119,6 +121,15 @@ Backend::BatchNormalizationVectors stateVectors(const CNNBatchNormalizationState
     v.gammaGradient = s.resourceAtIndex(4);
     v.betaGradient = s.resourceAtIndex(5);
     return v;
+}
+
+// Every kernel that reads a temporary image decrements its read count once per encode (spec
+// §1.5), an image listed twice in the batches included once (as CNNKernel's encodes do).
+void noteReadsOnce(std::initializer_list<const ImageBatch*> batches) {
+    std::set<const Image*> seen;
+    for (const ImageBatch* batch : batches)
+        for (const ImagePtr& image : *batch)
+            if (image && seen.insert(image.get()).second) image->noteRead();
 }
 
 BatchNormalizationParams stateParams(const CNNBatchNormalizationState& s) {
@@ -525,6 +536,7 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     state->statisticsCount = count;
     state->statisticsGradientCount = 0;
     state->phase = CNNBatchNormalizationState::Phase::Statistics;
+    noteReadsOnce({&sources});
 }
 
 // ---- statistics gradient ---------------------------------------------------------------------------
@@ -616,6 +628,7 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     state->statisticsGradientCount = count;
     state->phase = Phase::StatisticsGradient;
     state->noteRead();
+    noteReadsOnce({&sourceGradients, &sourceImages});
 }
 
 // ---- gradient --------------------------------------------------------------------------------------
