@@ -2766,11 +2766,11 @@ class CNNBatchNormalization(CNNKernel):
         """
     def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, batch_normalization_state: typing.Any = None, destination_image: typing.Any = None) -> Image:
         """
-        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned.
+        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned (the source must then have number_of_images == 1).
         """
     def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
         """
-        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages: (without destination_images they are allocated and returned; the sources must then have number_of_images == 1)
         """
     def reload_gamma_and_beta_from_data_source(self) -> None:
         """

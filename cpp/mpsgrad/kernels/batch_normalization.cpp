@@ -402,6 +402,27 @@ StatePtr CNNBatchNormalization::makeResultState(const Image&, CommandBuffer* cb)
     return std::make_shared<CNNBatchNormalizationState>(self, weights_.channels, cb != nullptr, cb);
 }
 
+ImagePtr CNNBatchNormalization::encode(CommandBuffer& cb, const ImagePtr& source,
+                                       const std::shared_ptr<CNNBatchNormalizationState>& state) {
+    return encodeBatch(cb, ImageBatch{source}, state).front();
+}
+
+ImageBatch CNNBatchNormalization::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
+                                              const std::shared_ptr<CNNBatchNormalizationState>& state) {
+    checkCommandBuffer(cb);
+    if (sources.empty()) throwValueError("source_images: the batch is empty");
+    for (const ImagePtr& source : sources) {
+        if (!source) throwTypeError("source_image: expected an Image, got None");
+        // A multi-image source would get a one-image destination: image 0 only.
+        if (source->numberOfImages() != 1)
+            throwValueError("source_image: the returning encode forms need images with number_of_images == 1, got ",
+                            source->numberOfImages(), " (use batch_representation() or pass destination_image)");
+    }
+    ImageBatch destinations = allocateDestinationImages(cb, sources, sources.size());
+    encodeBatch(cb, sources, state ? StateBatch(sources.size(), state) : StateBatch{}, destinations);
+    return destinations;
+}
+
 void CNNBatchNormalization::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
                                        const StateBatch& states) {
     const int64_t C = weights_.channels;
