@@ -885,7 +885,7 @@ class NNDefaultPadding(NNPadding):
     @staticmethod
     def padding_for_tensorflow_average_pooling() -> NNDefaultPadding:
         """
-        +[MPSNNDefaultPadding paddingForTensorflowAveragePooling]
+        +[MPSNNDefaultPadding paddingForTensorflowAveragePooling]: TF SAME (SIZE_SAME | ALIGN_CENTERED | ADD_REMAINDER_TO_BOTTOM_RIGHT) that also sets the kernel's edge_mode to CLAMP (average pooling over the in-image pixels) in its custom step; the method carries CUSTOM | CUSTOM_WHITELIST_FOR_NODE_FUSION
         """
     @staticmethod
     def padding_for_tensorflow_average_pooling_valid_only() -> NNDefaultPadding:
