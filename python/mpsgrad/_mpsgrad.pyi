@@ -885,7 +885,7 @@ class NNDefaultPadding(NNPadding):
     @staticmethod
     def padding_for_tensorflow_average_pooling() -> NNDefaultPadding:
         """
-        +[MPSNNDefaultPadding paddingForTensorflowAveragePooling]
+        +[MPSNNDefaultPadding paddingForTensorflowAveragePooling]: TF SAME (SIZE_SAME | ALIGN_CENTERED | ADD_REMAINDER_TO_BOTTOM_RIGHT) that also sets the kernel's edge_mode to CLAMP (average pooling over the in-image pixels) in its custom step; the method carries CUSTOM | CUSTOM_WHITELIST_FOR_NODE_FUSION
         """
     @staticmethod
     def padding_for_tensorflow_average_pooling_valid_only() -> NNDefaultPadding:
@@ -2766,11 +2766,11 @@ class CNNBatchNormalization(CNNKernel):
         """
     def encode(self, command_buffer: CommandBuffer, source_image: typing.Any, batch_normalization_state: typing.Any = None, destination_image: typing.Any = None) -> Image:
         """
-        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned.
+        -encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read count is decremented). Without a state: inference with the data source's statistics. Without a destination one is allocated and returned (the source must then have number_of_images == 1).
         """
     def encode_batch(self, command_buffer: CommandBuffer, source_images: typing.Any, batch_normalization_state: typing.Any = None, destination_images: typing.Any = None) -> list[Image]:
         """
-        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:
+        -encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages: (without destination_images they are allocated and returned; the sources must then have number_of_images == 1)
         """
     def reload_gamma_and_beta_from_data_source(self) -> None:
         """
@@ -3635,7 +3635,7 @@ class CNNLossLabels(State):
     """
     def __init__(self, device: Device | str, labels: typing.Any, loss_image_size: typing.Any = None, weights: typing.Any = None) -> None:
         """
-        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)
+        -initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: (descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: retained). loss_image_size: (1, 1, 1) (default) or, for reduction NONE, the labels' width and height with at most their channels (the source's). Labels and weights may have more channels than the loss source: the first ones are read
         """
     @property
     def labels_image(self) -> Image:

@@ -333,12 +333,8 @@ void bindKernels(py::module_& m) {
                py::handle destination) -> ImagePtr {
                 ImagePtr src = imageOf(source, "source_image");
                 auto s = bnStateOf(state, "batch_normalization_state", true);
-                ImagePtr dst;
-                if (destination.is_none()) {
-                    dst = k.allocateDestinationImages(cb, {src}, 1).front();
-                } else {
-                    dst = imageOf(destination, "destination_image");
-                }
+                if (destination.is_none()) return k.encode(cb, src, s);  // single-image sources only
+                ImagePtr dst = imageOf(destination, "destination_image");
                 k.encode(cb, src, s, dst);
                 return dst;
             },
@@ -346,26 +342,22 @@ void bindKernels(py::module_& m) {
             py::arg("destination_image") = py::none(),
             "-encodeToCommandBuffer:sourceImage:batchNormalizationState:destinationImage: (a temporary state's read "
             "count is decremented). Without a state: inference with the data source's statistics. Without a "
-            "destination one is allocated and returned.")
+            "destination one is allocated and returned (the source must then have number_of_images == 1).")
         .def(
             "encode_batch",
             [](CNNBatchNormalization& k, CommandBuffer& cb, py::handle sources, py::handle state,
                py::handle destinations) -> ImageBatch {
                 ImageBatch src = toImageBatch(sources, "source_images");
                 auto s = bnStateOf(state, "batch_normalization_state", true);
-                StateBatch states = s ? StateBatch(src.size(), s) : StateBatch{};
-                ImageBatch dst;
-                if (destinations.is_none()) {
-                    dst = k.allocateDestinationImages(cb, src, src.size());
-                } else {
-                    dst = toImageBatch(destinations, "destination_images");
-                }
-                k.encodeBatch(cb, src, states, dst);
+                if (destinations.is_none()) return k.encodeBatch(cb, src, s);  // single-image sources only
+                ImageBatch dst = toImageBatch(destinations, "destination_images");
+                k.encodeBatch(cb, src, s ? StateBatch(src.size(), s) : StateBatch{}, dst);
                 return dst;
             },
             py::arg("command_buffer"), py::arg("source_images"), py::arg("batch_normalization_state") = py::none(),
             py::arg("destination_images") = py::none(),
-            "-encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages:")
+            "-encodeBatchToCommandBuffer:sourceImages:batchNormalizationState:destinationImages: (without "
+            "destination_images they are allocated and returned; the sources must then have number_of_images == 1)")
         .def("reload_gamma_and_beta_from_data_source", &CNNBatchNormalization::reloadGammaAndBetaFromDataSource,
              "-reloadGammaAndBetaFromDataSource")
         .def("reload_mean_and_variance_from_data_source", &CNNBatchNormalization::reloadMeanAndVarianceFromDataSource,

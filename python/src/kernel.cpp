@@ -282,7 +282,10 @@ void bindKernel(py::module_& m) {
         .def_static("padding_with_method", &NNDefaultPadding::paddingWithMethod, py::arg("method"),
                     "+[MPSNNDefaultPadding paddingWithMethod:]")
         .def_static("padding_for_tensorflow_average_pooling", &NNDefaultPadding::paddingForTensorflowAveragePooling,
-                    "+[MPSNNDefaultPadding paddingForTensorflowAveragePooling]")
+                    "+[MPSNNDefaultPadding paddingForTensorflowAveragePooling]: TF SAME (SIZE_SAME | ALIGN_CENTERED | "
+                    "ADD_REMAINDER_TO_BOTTOM_RIGHT) that also sets the kernel's edge_mode to CLAMP (average pooling "
+                    "over the in-image pixels) in its custom step; the method carries CUSTOM | "
+                    "CUSTOM_WHITELIST_FOR_NODE_FUSION")
         .def_static("padding_for_tensorflow_average_pooling_valid_only",
                     &NNDefaultPadding::paddingForTensorflowAveragePoolingValidOnly,
                     "+[MPSNNDefaultPadding paddingForTensorflowAveragePoolingValidOnly]");

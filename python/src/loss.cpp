@@ -255,7 +255,9 @@ void bindLoss(py::module_& m) {
              py::arg("weights") = py::none(),
              "-initWithDevice:labelsDescriptor: / -initWithDevice:lossImageSize:labelsDescriptor:weightsDescriptor: "
              "(descriptors: the data is copied) / -initWithDevice:lossImageSize:labelsImage:weightsImage: (images: "
-             "retained). loss_image_size: (1, 1, 1) (default) or the labels' size (reduction NONE)")
+             "retained). loss_image_size: (1, 1, 1) (default) or, for reduction NONE, the labels' width and height with at "
+             "most their channels (the source's). Labels and weights may have more channels than the loss source: "
+             "the first ones are read")
         .def_property_readonly("loss_image", &CNNLossLabels::lossImage, "MPSCNNLossLabels.lossImage")
         .def_property_readonly("labels_image", &CNNLossLabels::labelsImage, "MPSCNNLossLabels.labelsImage")
         .def_property_readonly("weights_image", &CNNLossLabels::weightsImage, "MPSCNNLossLabels.weightsImage");

@@ -274,10 +274,11 @@ def test_bad_inputs_raise(device, queue):
     with pytest.raises(ValueError, match="bytes_per_row"):
         m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32)).bytes_per_row = 4
     with pytest.raises(ValueError, match="loss_image_size"):
-        m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32)), loss_image_size=(2, 2, 1))
-    with pytest.raises(ValueError, match="weights"):
+        # more channels than the labels (fewer are fine: labels may be wider than the source)
+        m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32)), loss_image_size=(2, 2, 3))
+    with pytest.raises(ValueError, match="weights"):  # another height (the channel counts may differ)
         m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32)),
-                        weights=m.CNNLossDataDescriptor(np.zeros((2, 2, 1), np.float32)))
+                        weights=m.CNNLossDataDescriptor(np.zeros((1, 2, 2), np.float32)))
     d = m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM)
     d.label_smoothing = 1.5
     with pytest.raises(ValueError, match="label_smoothing"):
@@ -285,7 +286,7 @@ def test_bad_inputs_raise(device, queue):
     loss = m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM))
     src = m.Image.from_numpy(np.zeros((1, 2, 2, 2), np.float32), device)
     cb = queue.command_buffer()
-    wrong = m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 3), np.float32)))
+    wrong = m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 1), np.float32)))  # fewer channels
     with pytest.raises(ValueError, match="labels"):
         loss.encode(cb, src, wrong)
     per_element = m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32)),

@@ -4,6 +4,7 @@
 
 #include "core/checked.h"
 #include "core/errors.h"
+#include "core/kernel.h"
 
 namespace mpsgrad {
 
@@ -21,8 +22,17 @@ std::shared_ptr<NNDefaultPadding> NNDefaultPadding::paddingWithMethod(uint32_t m
 }
 
 std::shared_ptr<NNDefaultPadding> NNDefaultPadding::paddingForTensorflowAveragePooling() {
-    return paddingWithMethod(PaddingMethod::SizeSame | PaddingMethod::AlignCentered |
-                             PaddingMethod::AddRemainderToBottomRight);
+    return paddingWithMethod(kTensorflowAveragePoolingMethod);
+}
+
+ImageDescriptor NNDefaultPadding::destinationImageDescriptor(const ImageBatch&, const StateBatch&, Kernel& kernel,
+                                                             const ImageDescriptor& suggested) {
+    // TensorFlow's SAME average pooling divides by the in-image taps; MPS gets there through Clamp,
+    // which average pooling treats as "count the valid pixels only". Gradient (binary) kernels take
+    // their edge mode from the forward state instead.
+    if (method_ == kTensorflowAveragePoolingMethod)
+        if (auto* unary = dynamic_cast<CNNKernel*>(&kernel)) unary->edgeMode = ImageEdgeMode::Clamp;
+    return suggested;
 }
 
 std::shared_ptr<NNDefaultPadding> NNDefaultPadding::paddingForTensorflowAveragePoolingValidOnly() {

@@ -38,13 +38,25 @@ public:
     explicit NNDefaultPadding(uint32_t method) : method_(method) {}
     // +paddingWithMethod:
     static std::shared_ptr<NNDefaultPadding> paddingWithMethod(uint32_t method);
-    // +paddingForTensorflowAveragePooling (SizeSame, centred, remainder bottom-right, edge mode Clamp)
+    // +paddingForTensorflowAveragePooling: SizeSame, centred, remainder bottom-right, and edge mode
+    // Clamp, so that border windows average their in-image pixels only (spec §1.8). The Clamp is set
+    // by the policy's custom step, so its method also carries Custom | CustomWhitelistForNodeFusion
+    // (kTensorflowAveragePoolingMethod): the step runs wherever the destination descriptor is made
+    // (returning encodes, the graph), node fusion stays allowed, and the method alone (what
+    // serialization stores) rebuilds the policy.
     static std::shared_ptr<NNDefaultPadding> paddingForTensorflowAveragePooling();
+    static constexpr uint32_t kTensorflowAveragePoolingMethod =
+        PaddingMethod::SizeSame | PaddingMethod::AlignCentered | PaddingMethod::AddRemainderToBottomRight |
+        PaddingMethod::Custom | PaddingMethod::CustomWhitelistForNodeFusion;
     // +paddingForTensorflowAveragePoolingValidOnly
     static std::shared_ptr<NNDefaultPadding> paddingForTensorflowAveragePoolingValidOnly();
 
     uint32_t paddingMethod() const override { return method_; }
     std::string label() const override;
+    // The custom step: kTensorflowAveragePoolingMethod sets a unary kernel's edge mode to Clamp
+    // (idempotent, as graph runs need); any other method keeps the suggested descriptor.
+    ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates,
+                                               Kernel& kernel, const ImageDescriptor& suggested) override;
     std::shared_ptr<NNPadding> inverse() const override;
 
 private:

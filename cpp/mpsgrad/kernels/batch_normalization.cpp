@@ -4,6 +4,8 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <set>
 
 #include "core/float16_shadow.h"
 #include "core/errors.h"
@@ -119,6 +121,15 @@ Backend::BatchNormalizationVectors stateVectors(const CNNBatchNormalizationState
     v.gammaGradient = s.resourceAtIndex(4);
     v.betaGradient = s.resourceAtIndex(5);
     return v;
+}
+
+// Every kernel that reads a temporary image decrements its read count once per encode (spec
+// §1.5), an image listed twice in the batches included once (as CNNKernel's encodes do).
+void noteReadsOnce(std::initializer_list<const ImageBatch*> batches) {
+    std::set<const Image*> seen;
+    for (const ImageBatch* batch : batches)
+        for (const ImagePtr& image : *batch)
+            if (image && seen.insert(image.get()).second) image->noteRead();
 }
 
 BatchNormalizationParams stateParams(const CNNBatchNormalizationState& s) {
@@ -391,6 +402,27 @@ StatePtr CNNBatchNormalization::makeResultState(const Image&, CommandBuffer* cb)
     return std::make_shared<CNNBatchNormalizationState>(self, weights_.channels, cb != nullptr, cb);
 }
 
+ImagePtr CNNBatchNormalization::encode(CommandBuffer& cb, const ImagePtr& source,
+                                       const std::shared_ptr<CNNBatchNormalizationState>& state) {
+    return encodeBatch(cb, ImageBatch{source}, state).front();
+}
+
+ImageBatch CNNBatchNormalization::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
+                                              const std::shared_ptr<CNNBatchNormalizationState>& state) {
+    checkCommandBuffer(cb);
+    if (sources.empty()) throwValueError("source_images: the batch is empty");
+    for (const ImagePtr& source : sources) {
+        if (!source) throwTypeError("source_image: expected an Image, got None");
+        // A multi-image source would get a one-image destination: image 0 only.
+        if (source->numberOfImages() != 1)
+            throwValueError("source_image: the returning encode forms need images with number_of_images == 1, got ",
+                            source->numberOfImages(), " (use batch_representation() or pass destination_image)");
+    }
+    ImageBatch destinations = allocateDestinationImages(cb, sources, sources.size());
+    encodeBatch(cb, sources, state ? StateBatch(sources.size(), state) : StateBatch{}, destinations);
+    return destinations;
+}
+
 void CNNBatchNormalization::encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches,
                                        const StateBatch& states) {
     const int64_t C = weights_.channels;
@@ -525,6 +557,7 @@ void CNNBatchNormalizationStatistics::encodeBatch(CommandBuffer& cb, const Image
     state->statisticsCount = count;
     state->statisticsGradientCount = 0;
     state->phase = CNNBatchNormalizationState::Phase::Statistics;
+    noteReadsOnce({&sources});
 }
 
 // ---- statistics gradient ---------------------------------------------------------------------------
@@ -616,6 +649,7 @@ void CNNBatchNormalizationStatisticsGradient::encodeBatch(CommandBuffer& cb, con
     state->statisticsGradientCount = count;
     state->phase = Phase::StatisticsGradient;
     state->noteRead();
+    noteReadsOnce({&sourceGradients, &sourceImages});
 }
 
 // ---- gradient --------------------------------------------------------------------------------------
@@ -653,9 +687,14 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         auto& state = bnState(states[i], "gradient_state", className());
         const int64_t C = state.numberOfFeatureChannels();
         checkSameNeuron(neuron_, state, className());
+        // The batch-statistics formula differentiates through μ and σ², so it applies only when the
+        // forward normalized with the batch's statistics. With constant ones (no statistics kernel
+        // ran: the data source's, as CALCULATE_STATISTICS_NEVER in a training graph) dX is
+        // γ/√(σ²+ε)·G' (spec §2.5), whatever training_statistics says.
+        const bool batchFormula = trainingStatistics && state.batchStatistics;
         const bool haveGradients =
             state.statisticsGradientCount > 0 && (state.phase == Phase::StatisticsGradient || state.phase == Phase::Gradient);
-        if (trainingStatistics && !haveGradients)
+        if (batchFormula && !haveGradients)
             throwValueError("gradient_state: ", className(), " (training_statistics=True) needs "
                             "CNNBatchNormalizationStatisticsGradient to have been encoded with this state first, "
                             "over the whole batch");
@@ -680,7 +719,7 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         p.destination = dst.layout(destinationFeatureChannelOffset, C);
         p.batch = int32_t(images);
         p.totalCount = int32_t(state.statisticsGradientCount);
-        p.trainingStatistics = trainingStatistics ? 1 : 0;
+        p.trainingStatistics = batchFormula ? 1 : 0;
         params.push_back(p);
     }
     Backend& backend = device_.backend();

@@ -188,6 +188,16 @@ public:
     const NNNeuronDescriptor& fusedNeuronDescriptor() const { return neuron_; }
     bool isResultStateReusedAcrossBatch() const override { return true; }
 
+    using CNNKernel::encode;
+    using CNNKernel::encodeBatch;
+    // The returning forms of -encode[Batch]ToCommandBuffer:sourceImage[s]:batchNormalizationState:
+    // destinationImage[s]: (state may be null: inference). Destinations come from the
+    // destination_image_allocator; like every returning form (docs/api.md) they need sources with
+    // number_of_images == 1, since each returns one single-image destination per source.
+    ImagePtr encode(CommandBuffer& cb, const ImagePtr& source, const std::shared_ptr<CNNBatchNormalizationState>& state);
+    ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
+                           const std::shared_ptr<CNNBatchNormalizationState>& state);
+
     void reloadGammaAndBetaFromDataSource();
     void reloadMeanAndVarianceFromDataSource();
     // Encoded copies of the state's buffers (a temporary state's read count is decremented).

@@ -37,6 +37,13 @@ bool sameSize(const Image& image, const LossSize& s) {
     return image.width() == s.width && image.height() == s.height && image.featureChannels() == s.channels;
 }
 
+// Labels, weights and per-element loss images may be wider than the source: MPS reads (writes) their
+// first `s.channels` feature channels, so Apple's samples can pass labels rounded up to a multiple of
+// 4 channels (12 for a 10-class output). Width and height must match; fewer channels are refused.
+bool coversSize(const Image& image, const LossSize& s) {
+    return image.width() == s.width && image.height() == s.height && image.featureChannels() >= s.channels;
+}
+
 std::string sizeText(const Image& i) {
     return detail::concat(i.width(), " x ", i.height(), " x ", i.featureChannels());
 }
@@ -113,11 +120,11 @@ CNNLossLabels::CNNLossLabels(const Device& device, LossSize lossImageSize, const
                              const CNNLossDataDescriptor* weights)
     : State(device) {
     const LossSize& s = labels.size();
-    if (weights && (weights->size().width != s.width || weights->size().height != s.height ||
-                    weights->size().channels != s.channels))
+    // The channel counts may differ: each must cover the source's channels, checked at encode.
+    if (weights && (weights->size().width != s.width || weights->size().height != s.height))
         throwValueError("weights_descriptor: size (", weights->size().width, ", ", weights->size().height, ", ",
-                        weights->size().channels, ") differs from the labels' (", s.width, ", ", s.height, ", ",
-                        s.channels, ")");
+                        weights->size().channels, ") differs in width or height from the labels' (", s.width, ", ",
+                        s.height, ", ", s.channels, ")");
     labels_ = imageFromDescriptor(device, labels);
     if (weights) weights_ = imageFromDescriptor(device, *weights);
     makeLossImage(lossImageSize);
@@ -131,8 +138,9 @@ CNNLossLabels::CNNLossLabels(const Device& device, LossSize lossImageSize, Image
     if (weights_) {
         if (weights_->device() != device) throwValueError("weights_image: belongs to another device");
         if (weights_->width() != labels_->width() || weights_->height() != labels_->height() ||
-            weights_->featureChannels() != labels_->featureChannels() || weights_->numberOfImages() != 1)
-            throwValueError("weights_image: is ", sizeText(*weights_), " but the labels image ", sizeText(*labels_));
+            weights_->numberOfImages() != 1)
+            throwValueError("weights_image: is ", sizeText(*weights_), " but the labels image ", sizeText(*labels_),
+                            " (the width and height must match)");
     }
     makeLossImage(lossImageSize);
 }
@@ -140,9 +148,13 @@ CNNLossLabels::CNNLossLabels(const Device& device, LossSize lossImageSize, Image
 void CNNLossLabels::makeLossImage(LossSize size) {
     checkSize(size, "loss_image_size");
     const bool scalar = size.width == 1 && size.height == 1 && size.channels == 1;
-    if (!scalar && !sameSize(*labels_, size))
-        throwValueError("loss_image_size: must be (1, 1, 1) or the labels' size ", sizeText(*labels_), ", got (",
-                        size.width, ", ", size.height, ", ", size.channels, ")");
+    // Per element: the labels' width and height, and the source's channels, which labels wider
+    // than the source (see coversSize) exceed, so any count up to the labels' is accepted.
+    if (!scalar && !(size.width == labels_->width() && size.height == labels_->height() &&
+                     size.channels <= labels_->featureChannels()))
+        throwValueError("loss_image_size: must be (1, 1, 1) or the labels' width and height with at most their ",
+                        "feature channels (", sizeText(*labels_), "), got (", size.width, ", ", size.height, ", ",
+                        size.channels, ")");
     loss_ = imageOfSize(device_, size);
 }
 
@@ -239,16 +251,16 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
                             "batch_representation()");
         if (s.width() != W || s.height() != H || s.featureChannels() != C)
             throwValueError("source_images: image ", i, " is ", sizeText(s), ", image 0 ", sizeText(first));
-        if (!sameSize(*im.labels, LossSize{W, H, C}))
+        if (!coversSize(*im.labels, LossSize{W, H, C}))
             throwValueError(labelsName, ": the labels image is ", sizeText(*im.labels), " but the source image ",
-                            sizeText(s));
-        if (im.weights && !sameSize(*im.weights, LossSize{W, H, C}))
+                            sizeText(s), " (labels need its width and height and at least its feature channels)");
+        if (im.weights && !coversSize(*im.weights, LossSize{W, H, C}))
             throwValueError("weights: the weights image is ", sizeText(*im.weights), " but the source image ",
-                            sizeText(s));
+                            sizeText(s), " (weights need its width and height and at least its feature channels)");
         if (!sameSize(*im.gradient, LossSize{W, H, C}))
             throwValueError("destination_image: is ", sizeText(*im.gradient), " but the source image ", sizeText(s));
         const Image& lossImage = *im.loss;
-        if (perElement && !sameSize(lossImage, LossSize{W, H, C}))
+        if (perElement && !coversSize(lossImage, LossSize{W, H, C}))
             throwValueError(labelsName, ": reduction NONE needs a loss image of the source's size ", sizeText(s),
                             " (loss_image_size), got ", sizeText(lossImage));
         if (!perElement && !sameSize(lossImage, LossSize{1, 1, 1}))
@@ -352,6 +364,10 @@ void encodeProduct(CNNMultiply& multiply, CommandBuffer& cb, const ImagePtr& pri
     multiply.primaryStrideInFeatureChannels = ps;
     multiply.secondaryStrideInPixelsX = multiply.secondaryStrideInPixelsY = ss;
     multiply.secondaryStrideInFeatureChannels = ss;
+    // An operand may be wider than the destination (weights wider than the loss source): its first
+    // channels are the ones that pair with the destination's.
+    const uint64_t channels = uint64_t(destination->featureChannels());
+    multiply.primarySourceFeatureChannelMaxCount = multiply.secondarySourceFeatureChannelMaxCount = channels;
     multiply.encode(cb, primary, secondary, StatePtr{}, destination);
 }
 

@@ -182,8 +182,10 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
             throwValueError("source_images: image ", i, " is ", sizeText(s), ", image 0 ", sizeText(*sources[0]));
         const Image& t = *labels[i]->labelsImage();
         t.checkUsable(cb, "labels");
-        if (!hasSize(t, W, H, C))
-            throwValueError("labels: the labels image is ", sizeText(t), " but the source image ", sizeText(s));
+        // As CNNLoss: labels wider than the source are accepted and their first C channels read.
+        if (t.width() != W || t.height() != H || t.featureChannels() < C)
+            throwValueError("labels: the labels image is ", sizeText(t), " but the source image ", sizeText(s),
+                            " (labels need its width and height and at least its feature channels)");
         if (labels[i]->weightsImage())
             throwValueError("labels: a weights image is not supported by CNNYOLOLoss (the scales weight the parts)");
         if (!hasSize(*destinations[i], W, H, C))
@@ -191,7 +193,7 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
                             sizeText(s));
         const Image& lossImage = *labels[i]->lossImage();
         lossImage.checkUsable(cb, "labels");
-        if (perElement && !hasSize(lossImage, W, H, C))
+        if (perElement && !(lossImage.width() == W && lossImage.height() == H && lossImage.featureChannels() >= C))
             throwValueError("labels: reduction NONE needs a loss image of the source's size ", sizeText(s),
                             " (loss_image_size), got ", sizeText(lossImage));
         if (!perElement && !hasSize(lossImage, 1, 1, 1))
