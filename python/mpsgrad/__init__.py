@@ -144,7 +144,13 @@ def _guard_class(cls):
         if klass is cls:
             # Direct instances are constructed here, so `Cls.__new__(Cls)` is a complete object or a
             # TypeError. Python subclasses construct through their own __init__ (pybind11 checks it).
-            raw_init(obj, *args, **kwargs)
+            try:
+                raw_init(obj, *args, **kwargs)
+            except BaseException:
+                # The traceback keeps this frame's locals, and a bound object whose constructor
+                # raised has no valid C++ part (its methods would read freed memory): let it go.
+                del obj
+                raise
             if is_enum and int(obj) not in {int(v) for v in cls.__members__.values()}:
                 raise ValueError(f"{cls.__name__}: {int(obj)} is not one of its values "
                                  f"{sorted(int(v) for v in cls.__members__.values())}")
@@ -152,7 +158,11 @@ def _guard_class(cls):
 
     def __init__(self, *args, **kwargs):
         if not _mpsgrad._is_initialized(self):
-            raw_init(self, *args, **kwargs)
+            try:
+                raw_init(self, *args, **kwargs)
+            except BaseException:
+                del self  # as in __new__: no traceback keeps the half-built object
+                raise
 
     def __reduce_ex__(self, protocol):
         if is_enum:

@@ -422,3 +422,30 @@ def test_8_concatenation_gradient_of_clamped_reads_on_multi_image_images(device,
     got = dxb.to_numpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+# ---- a constructor that raises leaves no dangling object behind ---------------------------------
+
+
+def test_object_of_a_failed_constructor_is_not_kept(device):
+    """The traceback of a failed construction used to keep the half-built object (the __new__
+    guard's local), whose methods read the freed C++ object: pytest's failure report crashed on its
+    repr. No frame of the traceback holds such an object now."""
+    run_isolated("""
+        import pytest
+        failing = [
+            lambda: m.CNNLossLabels(dev, m.CNNLossDataDescriptor(np.zeros((2, 2, 12), np.float32)), (2, 2, 16)),
+            lambda: m.CNNPoolingMax(dev, 0, 2),
+            lambda: m.Image(dev, m.ImageDescriptor(2, 2, 4, -1)),
+        ]
+        for make in failing:
+            with pytest.raises((ValueError, TypeError)) as info:
+                make()
+            tb = info.value.__traceback__
+            while tb is not None:
+                for value in list(tb.tb_frame.f_locals.values()):
+                    if type(value).__module__.startswith("mpsgrad"):
+                        assert m._mpsgrad._is_initialized(value), f"a half-built {type(value).__name__} is kept"
+                        repr(value)
+                tb = tb.tb_next
+    """, device.name)
