@@ -54,6 +54,20 @@ def optimizer_ops(r: random.Random, ctx: Context):
 # loss: mean squared error, SUM reduction (value sum((y - t)^2), gradient 2 (y - t))
 
 
+def narrower_labels(h: int, w: int, c: int):
+    """Label shapes a loss must refuse for an h x w x c source: another width or height, or fewer
+    channels (wider ones are valid: docs/losses_and_optimizers.md)."""
+    return [(h, w + 1, c), (h + 1, w, c)] + ([(h, w, c - 1)] if c > 1 else [])
+
+
+def widened_labels(r: random.Random, ctx: Context, t: np.ndarray) -> np.ndarray:
+    """t, or t with 1-3 more channels of noise (as Apple's sample rounds labels up to a multiple of
+    4): a loss reads only the source's channels, so the result must be t's either way."""
+    if not ctx.reach(r, "loss.wide_labels", 0.3):
+        return t
+    return np.concatenate([t, random_array(r, t.shape[0], t.shape[1], r.randint(1, 3))], axis=2)
+
+
 @family("loss")
 def loss_ops(r: random.Random, ctx: Context):
     m = ctx.m
@@ -63,11 +77,10 @@ def loss_ops(r: random.Random, ctx: Context):
     d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
     d.label_smoothing = ctx.bad(r, 0.0, [-0.5, 1.5, float("nan")], what="label_smoothing")
     d.number_of_classes = ctx.bad(r, 1, [0, -3, 2**30], what="number_of_classes")
-    wide = ctx.reach(r, "loss.wide_labels", 1.0)  # labels with more channels than the source: defect (c)
-    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1) if wide else (h, w + 1, c), (h + 1, w, c)], what="labels shape")
+    t_shape = ctx.bad(r, (h, w, c), narrower_labels(h, w, c), what="labels shape")
     loss = m.CNNLoss(ctx.device, d)
     labels = m.CNNLossLabels(ctx.device, m.CNNLossDataDescriptor(
-        t_arr if t_shape == (h, w, c) else random_array(r, *t_shape)))
+        widened_labels(r, ctx, t_arr) if t_shape == (h, w, c) else random_array(r, *t_shape)))
     cb = ctx.queue.command_buffer()
     grad = loss.encode(cb, m.Image.from_numpy(y_arr, ctx.device), labels)
     run(ctx, cb)
@@ -120,11 +133,12 @@ def split_loss_ops(r: random.Random, ctx: Context):
     d = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.SUM)
     forward, gradient = m.NNForwardLoss(ctx.device, d), m.NNLossGradient(ctx.device, d)
     gradient.delta = ctx.bad(r, 1.0, [0.0, -1.0, float("inf")], what="delta")
-    t_shape = ctx.bad(r, (h, w, c), [(h, w, c + 1), (h, w + 1, c)], what="labels shape")
+    t_shape = ctx.bad(r, (h, w, c), narrower_labels(h, w, c), what="labels shape")
     g_shape = ctx.bad(r, (1, 1, 1), [(h, w, c)] if (h, w, c) != (1, 1, 1) else [(1, 1, 2)],
                       what="source gradient shape")
     ys = [m.Image.from_numpy(y_arr, ctx.device)]
-    ts = [m.Image.from_numpy(t_arr if t_shape == (h, w, c) else random_array(r, *t_shape), ctx.device)]
+    ts = [m.Image.from_numpy(widened_labels(r, ctx, t_arr) if t_shape == (h, w, c) else random_array(r, *t_shape),
+                             ctx.device)]
     gs = [m.Image.from_numpy(np.full(g_shape, seed, np.float32), ctx.device)]
     labels_gradient = r.random() < 0.5  # d/dt of (y - t)^2 is -(d/dy)
     gradient.compute_label_gradients = labels_gradient

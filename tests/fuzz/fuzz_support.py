@@ -43,8 +43,9 @@ class WrongExceptionType(AssertionError):
     """An allowed exception type, but not the one the docs name (e.g. ValueError for SerializationError)."""
 
 
-# Generator parts that reach defects being fixed elsewhere (docs/verification.md, "The API fuzz test"):
-# MPSGRAD_FUZZ_SKIP="part,part" (or "known") leaves them out of a run until the fixes are merged.
+# Generator parts written to reach the defects of issues 28 and 29 (all fixed; each has a regression
+# test): MPSGRAD_FUZZ_SKIP="part,part" (or "known" for all of them) leaves parts out of a run, to
+# bisect a failure, without changing any other case of the seed (docs/verification.md).
 KNOWN_DEFECT_PARTS = {
     "edges.int32_window": "(a) convolution-family windows at and beyond +-2**31 (offsets, clip, kernel offsets)",
     "edges.huge_window": "(a) pooling / spatial / LCN windows up to 2**20",
