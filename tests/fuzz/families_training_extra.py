@@ -133,7 +133,11 @@ def batch_normalization_batch_ops(r: random.Random, ctx: Context):
     check_close(state.variance, ref_var, f"batch variance over {label}")
     check_close(np.concatenate([y.to_numpy() for y in ys]), ref_y, f"batch normalization Y of {label}", tol=1e-3)
     check_close(state.gradient_for_gamma, ref_dgamma, f"gradient_for_gamma over {label}", tol=1e-3)
-    check_close(np.concatenate([d.to_numpy() for d in dxs]), ref_dx, f"batch normalization dX of {label}", tol=1e-3)
+    # dX = γ/σ · (G − mean G − x̂ · mean(G x̂)): float32 rounding of the terms is amplified by γ/σ, which
+    # is large where a channel's few pixels (as few as 2) vary little, while the difference cancels.
+    amplification = max(1.0, float(np.max(np.abs(gamma) / np.sqrt(ref_var + kernel.epsilon))))
+    check_close(np.concatenate([d.to_numpy() for d in dxs]), ref_dx, f"batch normalization dX of {label}",
+                tol=1e-3 * amplification)
 
 
 # ---------------------------------------------------------------------------------------------

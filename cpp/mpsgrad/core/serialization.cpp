@@ -348,9 +348,11 @@ std::shared_ptr<NNPadding> decodePadding(serial::Reader& r) {
         }
     }
     if (kind == 2) {
+        // A SerializationError (a ValueError): the bytes name a policy they do not hold, which a
+        // corrupted record can do as well as a custom padding the caller must pass.
         if (!r.externals.padding)
-            throwValueError("padding: the data was written with a custom NNPadding it does not contain; pass that "
-                            "policy as padding= when decoding");
+            r.fail("padding", "the data was written with a custom NNPadding it does not contain; pass that "
+                              "policy as padding= when decoding");
         r.externalPaddingUsed = true;
         return r.externals.padding;
     }
