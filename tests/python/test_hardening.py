@@ -158,6 +158,37 @@ def test_4_exit_with_committed_handler_and_dlpack_image_alive(device):
     assert "FATAL" not in result.stderr and "terminate" not in result.stderr
 
 
+def test_4_exit_right_after_the_wait_while_the_handler_is_being_released(device):
+    """The wait returns only once the handlers are released: a handler's last reference dropped on
+    the queue's thread after the program has exited used to take the GIL during finalization
+    (std::terminate, "terminate called without an active exception"; seen in CI's distributed
+    test). Here releasing the handler takes 0.5 s (its owner's __del__ sleeps, GIL released)."""
+    result = run_isolated("""
+        import time
+
+        class SlowToRelease:
+            def __call__(self, done):
+                pass
+
+            def __del__(self):
+                time.sleep(0.5)
+                print("released", flush=True)
+
+        q = m.CommandQueue(dev)
+        k = m.CNNNeuron(dev, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
+        x = m.Image.from_numpy(np.ones((1, 8, 8, 4), np.float32), dev)
+        cb = q.command_buffer()
+        k.encode(cb, x)
+        cb.add_completed_handler(SlowToRelease().__call__)
+        cb.commit()
+        time.sleep(0.2)  # the queue's thread runs the work (a wait on an idle queue would run it here)
+        cb.wait_until_completed()
+        print("waited", flush=True)
+    """, device.name, timeout=60)
+    assert result.stdout.split() == ["released", "waited"], result.stdout
+    assert "terminate" not in result.stderr
+
+
 # ---- 5: a data source whose purge() raises ---------------------------------------------------------
 
 

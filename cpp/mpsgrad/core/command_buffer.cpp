@@ -179,10 +179,20 @@ void CommandBuffer::finish(const std::string& error) {
             std::fprintf(stderr, "mpsgrad: a completed handler raised an unknown exception\n");
         }
     }
+    // Everything the handlers and the encoded work kept alive is released before a waiter may
+    // return. Some of it is Python's (a handler, a data source, the owner of zero-copy memory) and
+    // is released under the GIL: after the wait the program may exit, and a thread that takes the
+    // GIL while the interpreter finalizes is stopped mid-destructor (std::terminate).
+    internal.clear();
+    handlers.clear();
     std::vector<std::shared_ptr<const void>> retained;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         retained.swap(retained_);
+    }
+    retained.clear();
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
         handlersDone_ = true;
     }
     completed_.notify_all();
