@@ -6186,6 +6186,21 @@ class NNGraph:
         ...
     def __reduce_ex__(self, protocol: typing.SupportsInt | typing.SupportsIndex) -> tuple:
         ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def debug_description(self) -> str:
+        """
+        -[MPSNNGraph debugDescription]: the source images, every filter node in encode order (class, label, inputs -> result, states, training style) and the results; nodes are named by their handle's label, else numbered
+        """
+    @property
+    def options(self) -> int:
+        """
+        MPSKernel.options (KernelOptions bits). VERBOSE: the first encode prints debug_description to stderr.
+        """
+    @options.setter
+    def options(self, arg1: typing.SupportsInt) -> None:
+        ...
     def encode(self, command_buffer: CommandBuffer, source_images: typing.Any, source_states: typing.Any = None, return_intermediates: bool = False) -> typing.Any:
         """
         -encodeToCommandBuffer:sourceImages:sourceStates:intermediateImages:destinationStates:. Returns the result (None when not needed), or (result, intermediate_images, destination_states)

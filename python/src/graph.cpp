@@ -740,6 +740,20 @@ void bindNNGraph(py::module_& m) {
              "-initWithDevice:resultImages:resultsAreNeeded: (a list of bools)")
         .def_property_readonly("device", &NNGraph::device)
         .def_readwrite("label", &NNGraph::label)
+        .def_property("options", getter(&NNGraph::options), setter(&NNGraph::options, "options"),
+                      "MPSKernel.options (KernelOptions bits). VERBOSE: the first encode prints debug_description to "
+                      "stderr.")
+        .def_property_readonly("debug_description", &NNGraph::debugDescription,
+                               "-[MPSNNGraph debugDescription]: the source images, every filter node in encode order "
+                               "(class, label, inputs -> result, states, training style) and the results; nodes are "
+                               "named by their handle's label, else numbered")
+        .def("__repr__", [](const NNGraph& g) {
+            std::string text = "<NNGraph";
+            if (!g.label.empty()) text += " '" + g.label + "'";
+            return text + " on " + g.device().name() + ": " + std::to_string(g.nodes().size()) + " filter node(s), " +
+                   std::to_string(g.sourceImageCount()) + " source image(s), " +
+                   std::to_string(g.sourceStateCount()) + " source state(s)>";
+        })
         .def_property_readonly("source_image_handles", [](const NNGraph& g) { return handleList(g.sourceImageHandles()); })
         .def_property_readonly("source_state_handles", [](const NNGraph& g) { return handleList(g.sourceStateHandles()); })
         .def_property_readonly("intermediate_image_handles",

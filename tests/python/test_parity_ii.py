@@ -1,4 +1,5 @@
-"""Issue 29 (MPS parity II), items 1, 2, 4 and 5, and CNNBatchNormalization's returning forms.
+"""Issue 29 (MPS parity II), items 1, 2, 4, 5 and 13, and CNNBatchNormalization's returning forms.
+(Item 3, legacy multi-image images in the gradient kernels: test_parity_ii_multi_image.py.)
 
 1. **Labels wider than the loss source.** Apple's samples pass 12 label channels for a 10-class
    output (a labels buffer rounded up to a multiple of 4). Every loss path (CNNLoss, CNNYOLOLoss,
@@ -18,6 +19,9 @@
    decrements it once. Every kernel class of serialization_cases.FACTORIES that reads images is
    run on temporary images of read count 1, which must end at 0; the batch normalization
    statistics kernels have a test of their own.
+
+13. **NNGraph debugging**: options (KernelOptions; VERBOSE prints debug_description at the first
+   encode, once), debug_description (every node in encode order) and a one-line repr.
 
 Also: CNNBatchNormalization.encode / encode_batch without destinations (the returning forms)
 refuse sources with number_of_images > 1, as every returning form does (docs/api.md).
@@ -585,3 +589,77 @@ def test_batch_normalization_statistics_kernels_decrement_temporary_images(devic
     cb.wait_until_completed()
     assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
     check(state.gradient_for_beta, g.astype(np.float64).sum(axis=(0, 1, 2)), "gradient_for_beta")
+
+
+# ---- 13. NNGraph debugging: options, debug_description, repr ----------------------------------------
+
+
+class _Handle:
+    def __init__(self, name):
+        self.name = name
+
+    def label(self):
+        return self.name
+
+
+def _debug_graph(device):
+    x = m.NNImageNode(_Handle("x"))
+    pool = m.CNNPoolingMaxNode(x, 2)
+    pool.label = "pool"
+    relu = m.CNNNeuronReLUNode(pool.result_image)
+    scale = m.NNImageNode(_Handle("scale"))
+    add = m.NNAdditionNode(relu.result_image, scale)
+    graph = m.NNGraph(device, add.result_image, True)
+    graph.label = "debug"
+    return graph
+
+
+def test_graph_repr_and_debug_description(device):
+    graph = _debug_graph(device)
+    assert repr(graph) == (f"<NNGraph 'debug' on {device.name}: 3 filter node(s), 2 source image(s), "
+                           "0 source state(s)>")
+    lines = graph.debug_description.splitlines()
+    assert lines[0] == f"NNGraph 'debug' on {device.name}: 3 filter node(s), intermediates FLOAT16"
+    assert lines[1] == "  source images: 'x', 'scale'"
+    # every node in encode order, its inputs by handle label or number, its result
+    assert lines[2].startswith("  [0] CNNPoolingMaxNode 'pool' ('x') -> image 1")
+    assert lines[3].startswith("  [1] CNNNeuronReLUNode (image 1) -> image 2")
+    assert lines[4].startswith("  [2] NNAdditionNode (image 2, 'scale') -> image 3")
+    assert lines[5] == "  results: image 3"
+    assert len(lines) == 6
+
+
+def test_graph_debug_description_shows_training_styles(device):
+    x = m.NNImageNode(_Handle("x"))
+    from test_graph import ConvSource
+    source = ConvSource(randn(rng("debug-w"), 3, 1, 1, 2), np.zeros(3, np.float32), 0.1)
+    conv = m.CNNConvolutionNode(x, source)
+    conv.training_style = m.NNTrainingStyle.UPDATE_DEVICE_CPU
+    graph = m.NNGraph(device, conv.result_image, True)
+    assert "training UPDATE_DEVICE_CPU" in graph.debug_description
+
+
+def test_graph_verbose_option_prints_the_description_once(device, capfd):
+    graph = _debug_graph(device)
+    assert graph.options == 0
+    queue = m.CommandQueue(device)
+
+    def encode():
+        cb = queue.command_buffer()
+        graph.encode(cb, [m.Image.from_numpy(randn(rng("debug-x"), 1, 4, 4, 3), device),
+                          m.Image.from_numpy(randn(rng("debug-s"), 1, 2, 2, 3), device)])
+        cb.commit()
+        cb.wait_until_completed()
+
+    encode()
+    assert "NNGraph 'debug'" not in capfd.readouterr().err  # not verbose: silent
+    graph.options = m.KernelOptions.VERBOSE
+    assert graph.options == m.KernelOptions.VERBOSE
+    encode()
+    encode()
+    err = capfd.readouterr().err
+    assert err.count("NNGraph 'debug'") == 1 and graph.debug_description in err
+    with pytest.raises((TypeError, ValueError), match="options"):
+        graph.options = "verbose"
+    with pytest.raises((TypeError, ValueError), match="options"):
+        graph.options = -1

@@ -471,6 +471,17 @@ void CNNGradientKernel::configureFromSnapshot(const ForwardSnapshot& s) {
     destinationFeatureChannelOffset = s.sourceFeatureChannelOffset;
 }
 
+// Legacy multi-image images (spec §1.2): the gradient reads G from the images the forward wrote,
+// source_image from the images the forward read, and writes dX into the images the forward read,
+// as many as the forward processed. (configureFromSnapshot sets the x / y parts; the binary
+// arithmetic gradients, whose source_image is the other operand, redo this for their operands.)
+static void addressForwardImages(CNNGradientKernel& k, const ForwardSnapshot& s) {
+    k.primaryOffset.z = s.clipRect.origin.z;
+    k.secondaryOffset.z = s.offset.z;
+    k.clipRect.origin.z = s.offset.z;
+    k.clipRect.size.depth = s.clipRect.size.depth;
+}
+
 ImageDescriptor CNNGradientKernel::destinationImageDescriptor(const ImageBatch& sourceImages,
                                                               const StateBatch& sourceStates) {
     if (sourceImages.size() != 2)
@@ -483,6 +494,7 @@ ImageDescriptor CNNGradientKernel::destinationImageDescriptor(const ImageBatch& 
     if (!s.encoded)
         throwValueError("gradient_state: the forward kernel has not encoded with this state yet");
     configureFromSnapshot(s);
+    addressForwardImages(*this, s);
     // The gradient takes the source gradient's storage format (docs/float16.md).
     const auto format = sourceImages[0] ? sourceImages[0]->featureChannelFormat() : ImageFeatureChannelFormat::Float32;
     return ImageDescriptor::make(format, s.sourceWidth, s.sourceHeight, s.sourceFeatureChannels);

@@ -302,6 +302,7 @@ ImageBatch NNGraph::encodeBatch(CommandBuffer& cb, const std::vector<ImageBatch>
                                 std::vector<StateBatch>* destinationStates) {
     checkSourceBatches(sourceImages, sourceImages_.size(), sourceStates, sourceStates_.size());
     checkFormats();
+    printIfVerbose();
     if (cb.device() != device_)
         throwValueError("command_buffer: is on device '", cb.device().name(), "', the graph on '", device_.name(),
                         "'");

@@ -39,6 +39,11 @@ public:
 
     const Device& device() const { return device_; }
     std::string label;
+    // MPSKernel.options: with KernelOptionsVerbose the first encode prints debugDescription to stderr.
+    uint32_t options = KernelOptionsNone;
+    // -debugDescription: the source images, every filter node in encode order with its inputs,
+    // result, states and training style, and the results (graph_description.cpp).
+    std::string debugDescription() const;
 
     // Introspection (handles may be null where the node has none).
     std::vector<HandlePtr> sourceImageHandles() const;
@@ -119,6 +124,7 @@ public:
 
 private:
     void build(const std::vector<ImageNodePtr>& results);
+    void printIfVerbose();  // once per graph, at the first encode with KernelOptionsVerbose
     void visit(const FilterNodePtr& node, std::unordered_map<const NNFilterNode*, int>& marks);
     void noteSourceImage(const ImageNodePtr& image);
     void noteSourceState(const StateNodePtr& state);
@@ -144,6 +150,7 @@ private:
     GraphEncodeStatistics lastEncode_;
     std::shared_ptr<IntermediatePool> pool_;  // pooled intermediates, reused across encodes
     NeuronFusionPlan fusion_;
+    bool printedVerbose_ = false;
 };
 
 }  // namespace mpsgrad

@@ -377,6 +377,12 @@ ImageDescriptor CNNArithmeticGradient::destinationImageDescriptor(const ImageBat
                                                                   const StateBatch& sourceStates) {
     ImageDescriptor d = CNNGradientKernel::destinationImageDescriptor(sourceImages, sourceStates);
     const auto& state = static_cast<const CNNArithmeticGradientState&>(*sourceStates.front());
+    {
+        // source_image is the other operand; dX goes to the images this gradient's operand came from.
+        const ForwardSnapshot& s = state.snapshot;
+        secondaryOffset.z = secondaryFilter_ ? s.offset.z : s.secondaryOffset.z;
+        clipRect.origin.z = secondaryFilter_ ? s.secondaryOffset.z : s.offset.z;
+    }
     primaryScale = state.primaryScale;
     secondaryScale = state.secondaryScale;
     bias = state.bias;

@@ -711,7 +711,15 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
             dst.height() != x.height())
             throwValueError("source_gradient / destination_gradient: must be the size of the source image (",
                             x.width(), "x", x.height(), ")");
-        const int64_t images = std::min({g.numberOfImages(), x.numberOfImages(), dst.numberOfImages()});
+        // Legacy multi-image images: G from the images the forward wrote, X and dX from those it read.
+        const int64_t gz = primaryOffset.z, xz = secondaryOffset.z, dz = clipRect.origin.z;
+        if (gz < 0 || gz >= g.numberOfImages() || xz < 0 || xz >= x.numberOfImages() || dz < 0 ||
+            dz >= dst.numberOfImages())
+            throwValueError("primary_offset / secondary_offset / clip_rect: z selects an image the source_gradient, "
+                            "source_image or destination_gradient does not have");
+        const int64_t images = std::min<int64_t>({int64_t(std::min<uint64_t>(clipRect.size.depth, uint64_t(INT32_MAX))),
+                                                  g.numberOfImages() - gz, x.numberOfImages() - xz,
+                                                  dst.numberOfImages() - dz});
         pixelCount(images, x.width(), x.height(), "source_image");
         BatchNormalizationParams p = stateParams(state);
         p.source = x.layout(secondarySourceFeatureChannelOffset, C);
@@ -723,9 +731,11 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
         params.push_back(p);
     }
     Backend& backend = device_.backend();
-    // Images whose three images hold the same number of images, so that a run's p.batch covers each.
+    // Whole Images whose three images hold the same number of images, so that a run's p.batch covers each.
+    const Offset gz = primaryOffset, xz = secondaryOffset;
     auto even = [&](size_t i) {
-        return sourceGradients[i]->numberOfImages() == sourceImages[i]->numberOfImages() &&
+        return gz.z == 0 && xz.z == 0 && clipRect.origin.z == 0 && params[i].batch == sourceImages[i]->numberOfImages() &&
+               sourceGradients[i]->numberOfImages() == sourceImages[i]->numberOfImages() &&
                destinations[i]->numberOfImages() == sourceImages[i]->numberOfImages();
     };
     forEachRun(
@@ -740,8 +750,8 @@ void CNNBatchNormalizationGradient::encodeGradientImpl(CommandBuffer& cb, const 
             auto& state = static_cast<CNNBatchNormalizationState&>(*states[i]);
             BatchNormalizationParams p = params[i];
             for (size_t k = i + 1; k < j; ++k) p.batch += params[k].batch;
-            backend.batchNormalizationGradient(cb, p, sourceGradients[i]->storage(0), sourceImages[i]->storage(0),
-                                               stateVectors(state), destinations[i]->storage(0));
+            backend.batchNormalizationGradient(cb, p, sourceGradients[i]->storage(gz.z), sourceImages[i]->storage(xz.z),
+                                               stateVectors(state), destinations[i]->storage(clipRect.origin.z));
             state.phase = Phase::Gradient;
         });
 }

@@ -255,9 +255,14 @@ void GroupNormalizationGradientBase::encodeGradientImpl(CommandBuffer& cb, const
             dst.height() != x.height())
             throwValueError("source_gradient / destination_gradient: must be the size of the source image (",
                             x.width(), "x", x.height(), ")");
-        if (std::min({g.numberOfImages(), x.numberOfImages(), dst.numberOfImages()}) < s->images)
-            throwValueError("source_image: the forward pass normalized ", s->images, " image(s); the gradient, source "
-                            "and destination must hold as many");
+        // Legacy multi-image images: from the images the forward wrote (G) and read (X, dX).
+        if (primaryOffset.z < 0 || secondaryOffset.z < 0 || clipRect.origin.z < 0 ||
+            g.numberOfImages() - primaryOffset.z < s->images || x.numberOfImages() - secondaryOffset.z < s->images ||
+            dst.numberOfImages() - clipRect.origin.z < s->images)
+            throwValueError("source_image: the forward pass normalized ", s->images, " image(s); the gradient (from "
+                            "primary_offset.z ", primaryOffset.z, "), source (from secondary_offset.z ",
+                            secondaryOffset.z, ") and destination (from clip_rect.origin.z ", clipRect.origin.z,
+                            ") must hold as many");
         GroupNormalizationParams p{};
         p.source = x.layout(secondarySourceFeatureChannelOffset, C);
         p.gradient = g.layout(primarySourceFeatureChannelOffset, C);
@@ -277,8 +282,9 @@ void GroupNormalizationGradientBase::encodeGradientImpl(CommandBuffer& cb, const
         v.statistics = s->statistics();
         v.gammaGradient = s->resourceAtIndex(2);
         v.betaGradient = s->resourceAtIndex(3);
-        backend.groupNormalizationGradient(cb, params[i], sourceGradients[i]->storage(0), sourceImages[i]->storage(0),
-                                           v, destinations[i]->storage(0));
+        backend.groupNormalizationGradient(cb, params[i], sourceGradients[i]->storage(primaryOffset.z),
+                                           sourceImages[i]->storage(secondaryOffset.z), v,
+                                           destinations[i]->storage(clipRect.origin.z));
         s->gradientsEncoded = true;
     }
 }

@@ -136,6 +136,23 @@ void NNReshapeGradient::checkGradientStateType(const State& state) const {
                        "NNReshape.result_state, got a ", state.className());
 }
 
+namespace {
+
+// The images a reshape / pad gradient processes: from primary_offset.z of G and clip_rect.origin.z
+// of dX (the images the forward wrote and read), clip_rect.size.depth of them, as many as both
+// hold (legacy multi-image images; 1 for single images).
+int32_t gradientImageCount(const CNNGradientKernel& k, const Image& gradient, const Image& destination) {
+    const int64_t gz = k.primaryOffset.z, dz = std::max<int64_t>(k.clipRect.origin.z, 0);
+    if (gz < 0 || gz >= gradient.numberOfImages())
+        throwValueError("primary_offset: z selects an image the source_gradient does not have");
+    if (dz >= destination.numberOfImages())
+        throwValueError("clip_rect: origin.z selects an image the destination_gradient does not have");
+    return int32_t(std::min<int64_t>({int64_t(std::min<uint64_t>(k.clipRect.size.depth, uint64_t(INT32_MAX))),
+                                      gradient.numberOfImages() - gz, destination.numberOfImages() - dz}));
+}
+
+}  // namespace
+
 void NNReshapeGradient::configureFromSnapshot(const ForwardSnapshot& s) {
     primaryOffset = Offset{0, 0, 0};
     secondaryOffset = Offset{0, 0, 0};
@@ -172,20 +189,13 @@ void NNReshapeGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& 
         ReshapeParams p{};
         p.source = g.layout(primarySourceFeatureChannelOffset, state.reshapedChannels);
         p.destination = dst.layout(destinationFeatureChannelOffset, s.sourceFeatureChannelCount);
-        p.batch = 1;
+        p.batch = gradientImageCount(*this, g, dst);
         params.push_back(p);
     }
     Backend& backend = device_.backend();
-    for (size_t i = 0; i < params.size(); ++i) {
-        if (primaryOffset.z < 0 || primaryOffset.z >= sourceGradients[i]->numberOfImages())
-            throwValueError("primary_offset: z selects an image the source_gradient does not have");
-    }
     const int64_t dz = std::max<int64_t>(clipRect.origin.z, 0);
-    for (size_t i = 0; i < params.size(); ++i) {
-        if (dz >= destinations[i]->numberOfImages())
-            throwValueError("clip_rect: origin.z selects an image the destination_gradient does not have");
+    for (size_t i = 0; i < params.size(); ++i)
         backend.reshapeCopy(cb, params[i], sourceGradients[i]->storage(primaryOffset.z), destinations[i]->storage(dz));
-    }
 }
 
 // ---- NNPad -----------------------------------------------------------------------------------------
@@ -440,17 +450,11 @@ void NNPadGradient::encodeGradientImpl(CommandBuffer& cb, const ImageBatch& sour
                                    gy, p);
         p.gradient = g.layout(primarySourceFeatureChannelOffset, written);
         p.destination = dst.layout(0, dst.featureChannels());
-        p.batch = 1;
+        p.batch = gradientImageCount(*this, g, dst);
         work.push_back(std::move(e));
     }
     Backend& backend = device_.backend();
     const int64_t dz = std::max<int64_t>(clipRect.origin.z, 0);
-    for (size_t i = 0; i < work.size(); ++i) {
-        if (primaryOffset.z < 0 || primaryOffset.z >= sourceGradients[i]->numberOfImages())
-            throwValueError("primary_offset: z selects an image the source_gradient does not have");
-        if (dz >= destinations[i]->numberOfImages())
-            throwValueError("clip_rect: origin.z selects an image the destination_gradient does not have");
-    }
     for (size_t i = 0; i < work.size(); ++i) {
         const Encoded& e = work[i];
         backend.padGradient(cb, e.params, sourceGradients[i]->storage(primaryOffset.z), destinations[i]->storage(dz),

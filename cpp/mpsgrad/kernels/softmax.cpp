@@ -65,6 +65,13 @@ void CNNSoftMaxGradientBase::checkGradientStateType(const State& state) const {
                        ", got the state of a ", forwardName(s->logSoftmax));
 }
 
+ImageDescriptor CNNSoftMaxGradientBase::destinationImageDescriptor(const ImageBatch& sourceImages,
+                                                                  const StateBatch& sourceStates) {
+    ImageDescriptor descriptor = CNNGradientKernel::destinationImageDescriptor(sourceImages, sourceStates);
+    secondaryOffset.z = primaryOffset.z;  // Y, like G, lives in the images the forward wrote
+    return descriptor;
+}
+
 void CNNSoftMaxGradientBase::configureFromSnapshot(const ForwardSnapshot& s) {
     // G and Y are read where the forward wrote Y; dX is written where the forward read X.
     primaryOffset = Offset{s.clipRect.origin.x, s.clipRect.origin.y, 0};

@@ -74,6 +74,8 @@ class CNNSoftMaxGradientBase : public CNNGradientKernel {
 public:
     bool writesEveryDestinationPixel() const override { return true; }
     bool isLogSoftmax() const { return log_; }
+    // The base's, then source_image (the forward output Y) from the images the forward wrote.
+    ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
 
     // -initWithCoder:device: for CNNSoftMaxGradient / CNNLogSoftMaxGradient.
     template <class T>

@@ -155,7 +155,8 @@ void CNNUpsamplingGradient::checkGradientStateType(const State& state) const {
 ImageDescriptor CNNUpsamplingGradient::destinationImageDescriptor(const ImageBatch& sourceImages,
                                                                   const StateBatch& sourceStates) {
     ImageDescriptor descriptor = CNNGradientKernel::destinationImageDescriptor(sourceImages, sourceStates);
-    primaryOffset = static_cast<const CNNUpsamplingGradientState&>(*sourceStates.front()).gradientOrigin;
+    const Offset origin = static_cast<const CNNUpsamplingGradientState&>(*sourceStates.front()).gradientOrigin;
+    primaryOffset = Offset{origin.x, origin.y, primaryOffset.z};  // z: the images the forward wrote
     return descriptor;
 }
 
