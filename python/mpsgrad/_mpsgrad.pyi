@@ -3722,7 +3722,7 @@ class CNNLossDescriptor:
     @weight.setter
     def weight(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
-class CNNLoss(Kernel):
+class CNNLoss(CNNKernel):
     """
     MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss
     """
@@ -3762,7 +3762,7 @@ class CNNLoss(Kernel):
     @property
     def weight(self) -> float:
         ...
-class NNLossKernel(Kernel):
+class NNLossKernel:
     """
     The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)
     """
@@ -3807,7 +3807,7 @@ class NNLossKernel(Kernel):
     @weight.setter
     def weight(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
-class NNForwardLoss(NNLossKernel):
+class NNForwardLoss(CNNKernel, NNLossKernel):
     """
     MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, else 1x1x1 per image)
     """
@@ -3827,7 +3827,7 @@ class NNForwardLoss(NNLossKernel):
         """
         -temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:
         """
-class NNLossGradient(NNLossKernel):
+class NNLossGradient(CNNBinaryKernel, NNLossKernel):
     """
     MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).
     """
@@ -3847,7 +3847,7 @@ class NNLossGradient(NNLossKernel):
     @compute_label_gradients.setter
     def compute_label_gradients(self, arg1: typing.Any) -> None:
         ...
-class NNInitialGradient(Kernel):
+class NNInitialGradient(CNNKernel):
     """
     MPSNNInitialGradient: an image of the source's size filled with 1.0
     """
@@ -4006,7 +4006,7 @@ class CNNYOLOLossDescriptor:
     @xy_loss_descriptor.setter
     def xy_loss_descriptor(self, arg0: CNNLossDescriptor) -> None:
         ...
-class CNNYOLOLoss(Kernel):
+class CNNYOLOLoss(CNNKernel):
     """
     MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), labels.loss_image the loss (the sum of the four internal losses)
     """

@@ -70,8 +70,9 @@ ImageBatch optionalBatch(py::handle value, const char* what) {
 }
 
 void bindSplitLoss(py::module_& m) {
-    py::class_<NNLossKernel, Kernel, std::shared_ptr<NNLossKernel>>(
-        m, "NNLossKernel", "The properties NNForwardLoss and NNLossGradient share (set: ValueError if invalid)")
+    py::class_<NNLossKernel, std::shared_ptr<NNLossKernel>>(
+        m, "NNLossKernel", "The properties NNForwardLoss (a CNNKernel) and NNLossGradient (a CNNBinaryKernel) share (set: "
+        "ValueError if invalid)")
         .def_property_readonly("loss_type", [](const NNLossKernel& k) { return k.descriptor().lossType; })
         .def_property_readonly("reduction_type", [](const NNLossKernel& k) { return k.descriptor().reductionType; })
         .def_property_readonly("number_of_classes",
@@ -85,7 +86,7 @@ void bindSplitLoss(py::module_& m) {
         .def_property("reduce_across_batch", [](const NNLossKernel& k) { return k.descriptor().reduceAcrossBatch; },
                       &NNLossKernel::setReduceAcrossBatch, "macOS 11: one loss for the whole batch");
 
-    py::class_<NNForwardLoss, NNLossKernel, std::shared_ptr<NNForwardLoss>>(
+    py::class_<NNForwardLoss, CNNKernel, NNLossKernel, std::shared_ptr<NNForwardLoss>>(
         m, "NNForwardLoss",
         "MPSNNForwardLoss: the loss alone; the destination receives the loss (source-sized for reduction NONE, "
         "else 1x1x1 per image)")
@@ -138,7 +139,7 @@ void bindSplitLoss(py::module_& m) {
              py::arg("destination_images") = py::none(),
              "-temporaryResultStateBatchForCommandBuffer:sourceImage:sourceStates:destinationImage:");
 
-    py::class_<NNLossGradient, NNLossKernel, std::shared_ptr<NNLossGradient>>(
+    py::class_<NNLossGradient, CNNBinaryKernel, NNLossKernel, std::shared_ptr<NNLossGradient>>(
         m, "NNLossGradient",
         "MPSNNLossGradient: destination = source_gradient * d(loss)/d(prediction) (compute_label_gradients: "
         "d(loss)/d(labels)); source_gradient is 1x1x1 per image for a reduced loss (broadcast).")
@@ -172,7 +173,7 @@ void bindSplitLoss(py::module_& m) {
              "[destinationGradients:] (source_states: NNForwardLoss's destination states, whose weight, "
              "label_smoothing, epsilon and delta replace the kernel's; returns the gradient images)");
 
-    py::class_<NNInitialGradient, Kernel, std::shared_ptr<NNInitialGradient>>(
+    py::class_<NNInitialGradient, CNNKernel, std::shared_ptr<NNInitialGradient>>(
         m, "NNInitialGradient", "MPSNNInitialGradient: an image of the source's size filled with 1.0")
         .def(py::init([](const DeviceArg& device) { return std::make_shared<NNInitialGradient>(toDevice(device)); }),
              py::arg("device"), "-[MPSNNInitialGradient initWithDevice:]")
@@ -280,7 +281,7 @@ void bindLoss(py::module_& m) {
         .def_readwrite("scale_gradient_by_reduction", &CNNLossDescriptor::scaleGradientByReduction,
                        "the gradient is that of the reduced loss (MEAN / SUM_BY_NON_ZERO_WEIGHTS divide it) [True]");
 
-    py::class_<CNNLoss, Kernel, std::shared_ptr<CNNLoss>> loss(
+    py::class_<CNNLoss, CNNKernel, std::shared_ptr<CNNLoss>> loss(
         m, "CNNLoss",
         "MPSCNNLoss: forward and backward in one encode; the destination receives dL/dy, labels.loss_image the loss");
     loss.def(py::init([](const DeviceArg& device, const CNNLossDescriptor& d) {

@@ -73,7 +73,7 @@ void bindYOLOLoss(py::module_& m) {
                       "float32 (width, height) pairs in grid-cell units, as bytes (MPS NSData); set from bytes or "
                       "a sequence of floats");
 
-    py::class_<CNNYOLOLoss, Kernel, std::shared_ptr<CNNYOLOLoss>> yolo(
+    py::class_<CNNYOLOLoss, CNNKernel, std::shared_ptr<CNNYOLOLoss>> yolo(
         m, "CNNYOLOLoss",
         "MPSCNNYOLOLoss: forward and backward in one encode; the destination receives dL/d(raw predictions), "
         "labels.loss_image the loss (the sum of the four internal losses)");

@@ -1,4 +1,4 @@
-"""Issue 29 (MPS parity II), items 1, 2, 4, 5 and 13, and CNNBatchNormalization's returning forms.
+"""Issue 29 (MPS parity II), items 1, 2, 4, 5, 7 and 13, and CNNBatchNormalization's returning forms.
 (Item 3, legacy multi-image images in the gradient kernels: test_parity_ii_multi_image.py.)
 
 1. **Labels wider than the loss source.** Apple's samples pass 12 label channels for a 10-class
@@ -20,6 +20,10 @@
    run on temporary images of read count 1, which must end at 0; the batch normalization
    statistics kernels have a test of their own.
 
+7. **The loss kernels are CNN kernels**: CNNLoss, CNNYOLOLoss, NNForwardLoss and NNInitialGradient
+   are CNNKernels, NNLossGradient a CNNBinaryKernel; returning encodes allocate through
+   destination_image_allocator (temporary images by default); non-default offsets / clip
+   rectangles and the label-less generic encodes are refused.
 13. **NNGraph debugging**: options (KernelOptions; VERBOSE prints debug_description at the first
    encode, once), debug_description (every node in encode order) and a one-line repr.
 
@@ -663,3 +667,108 @@ def test_graph_verbose_option_prints_the_description_once(device, capfd):
         graph.options = "verbose"
     with pytest.raises((TypeError, ValueError), match="options"):
         graph.options = -1
+
+
+# ---- 7. the loss kernels are CNN kernels --------------------------------------------------------------
+
+
+def _loss_kernels(device):
+    """(kernel, returning encode(cb, y) -> images) for every loss kernel class."""
+    desc = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.MEAN)
+    t = randn(rng("loss-cnn-t"), 1, 3, 4, 5)
+
+    def labels():
+        return _labels(device, t[0])
+
+    def labels_image():
+        return m.Image.from_numpy(t, device)
+
+    cnn, forward = m.CNNLoss(device, desc), m.NNForwardLoss(device, desc)
+    gradient, initial = m.NNLossGradient(device, desc), m.NNInitialGradient(device)
+    seed = m.Image.from_numpy(np.ones((1, 1, 1, 1), np.float32), device)
+    return [
+        (cnn, lambda cb, y: [cnn.encode(cb, y, labels())]),
+        (forward, lambda cb, y: forward.encode_batch(cb, [y], [labels_image()])),
+        (gradient, lambda cb, y: gradient.encode_batch(cb, [seed], [y], [labels_image()])),
+        (initial, lambda cb, y: [initial.encode(cb, y)]),
+    ]
+
+
+def test_loss_kernels_are_cnn_kernels(device):
+    desc = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.MEAN)
+    for k in (m.CNNLoss(device, desc), m.NNForwardLoss(device, desc), m.NNInitialGradient(device),
+              m.CNNYOLOLoss(device, yolo_descriptor())):
+        assert isinstance(k, m.CNNKernel), type(k).__name__
+    assert isinstance(m.NNLossGradient(device, desc), m.CNNBinaryKernel)
+    assert isinstance(m.NNForwardLoss(device, desc), m.NNLossKernel)
+    assert isinstance(m.NNLossGradient(device, desc), m.NNLossKernel)
+    # the split loss properties still work through the second base
+    k = m.NNLossGradient(device, desc)
+    k.weight = 0.5
+    assert k.weight == 0.5 and k.loss_type == m.CNNLossType.MEAN_SQUARED_ERROR
+
+
+def test_loss_kernels_returning_forms_use_the_destination_allocator(device, queue, check):
+    """Temporary images by default (as every MPSCNNKernel), usable by a later kernel of the same
+    command buffer; a persistent or custom allocator is used when set."""
+    y = m.Image.from_numpy(randn(rng("loss-cnn-y"), 1, 3, 4, 5), device)
+    calls = []
+
+    class Counting(m.ImageAllocator):
+        def image_for_command_buffer(self, cb, descriptor, kernel):
+            calls.append(type(kernel).__name__)
+            return m.Image(cb.device, descriptor)
+
+    for kernel, encode in _loss_kernels(device):
+        name = type(kernel).__name__
+        cb = queue.command_buffer()
+        out = encode(cb, y)
+        assert all(i.is_temporary and i.read_count == 1 for i in out), name
+        copy = m.CNNNeuronLinear(device, 1.0, 0.0)
+        copy.destination_image_allocator = m.ImageAllocator.persistent()
+        copies = [copy.encode(cb, i) for i in out]  # reads them: read count 0
+        assert all(i.read_count == 0 for i in out), name
+        kernel.destination_image_allocator = m.ImageAllocator.persistent()
+        persistent = encode(cb, y)
+        kernel.destination_image_allocator = Counting()
+        custom = encode(cb, y)
+        cb.commit()
+        cb.wait_until_completed()
+        assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
+        assert not any(i.is_temporary for i in persistent + custom), name
+        assert calls[-1] == name
+        for a in copies + custom:
+            check(a.to_numpy(), persistent[0].to_numpy(), f"{name}: the same result whatever the allocator")
+
+
+def test_loss_kernels_refuse_offsets_and_the_generic_encodes(device, queue):
+    y = m.Image.from_numpy(randn(rng("loss-cnn-y"), 1, 3, 4, 5), device)
+    for kernel, encode in _loss_kernels(device):
+        name = type(kernel).__name__
+        cb = queue.command_buffer()
+        prop = "primary_offset" if isinstance(kernel, m.CNNBinaryKernel) else "offset"
+        setattr(kernel, prop, (1, 0, 0))
+        with pytest.raises(ValueError, match=prop):
+            encode(cb, y)
+        setattr(kernel, prop, (0, 0, 0))
+        kernel.clip_rect = ((0, 0, 0), (1, 1, 1))
+        with pytest.raises(ValueError, match="clip_rect"):
+            encode(cb, y)
+        kernel.clip_rect = m.RECT_NO_CLIP
+        if not isinstance(kernel, (m.CNNLoss, m.NNInitialGradient)):  # their encode takes labels / is theirs
+            with pytest.raises(TypeError):
+                kernel.encode(cb, y, y) if isinstance(kernel, m.CNNBinaryKernel) else kernel.encode(cb, y)
+        cb.commit()
+        cb.wait_until_completed()
+
+
+def test_loss_kernels_destination_image_descriptor(device):
+    y = m.Image.from_numpy(randn(rng("loss-cnn-y"), 1, 3, 4, 5), device)
+    g = m.Image.from_numpy(np.ones((1, 1, 1, 1), np.float32), device)
+    mean = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.MEAN)
+    none = m.CNNLossDescriptor(m.CNNLossType.MEAN_SQUARED_ERROR, m.CNNReductionType.NONE)
+    shape = lambda d: (d.width, d.height, d.feature_channels)  # noqa: E731
+    assert shape(m.NNForwardLoss(device, mean).destination_image_descriptor([y])) == (1, 1, 1)
+    assert shape(m.NNForwardLoss(device, none).destination_image_descriptor([y])) == (4, 3, 5)
+    assert shape(m.NNLossGradient(device, mean).destination_image_descriptor([g, y])) == (4, 3, 5)
+    assert shape(m.CNNLoss(device, mean).destination_image_descriptor([y])) == (4, 3, 5)

@@ -39,6 +39,14 @@ def _stack(images):
     return np.concatenate([i.to_numpy() for i in images])
 
 
+def _persistent(*kernels):
+    """Returning encodes allocate through destination_image_allocator, temporary images by default
+    (valid on their command buffer only): these tests read the results afterwards."""
+    for k in kernels:
+        k.destination_image_allocator = m.ImageAllocator.persistent()
+    return kernels if len(kernels) > 1 else kernels[0]
+
+
 def _run(device, queue, fn):
     cb = queue.command_buffer()
     out = fn(cb)
@@ -56,7 +64,8 @@ def test_forward_loss_and_gradient_match_cnn_loss_reference(device, queue, check
     w = (gen.uniform(0, 2, y.shape) * (gen.uniform(0, 1, y.shape) > 0.2)).astype(np.float32) if weighted else None
     d = m.CNNLossDescriptor(loss_type, reduction)
     d.weight = 0.7
-    forward, gradient, initial = m.NNForwardLoss(device, d), m.NNLossGradient(device, d), m.NNInitialGradient(device)
+    forward, gradient, initial = _persistent(m.NNForwardLoss(device, d), m.NNLossGradient(device, d),
+                                             m.NNInitialGradient(device))
     ys, ts = _images(y, device), _images(t, device)
     ws = _images(w, device) if weighted else None
     losses = _run(device, queue, lambda cb: forward.encode_batch(cb, ys, ts, ws))
@@ -83,7 +92,7 @@ def test_forward_loss_and_gradient_match_cnn_loss_reference(device, queue, check
 
 
 def test_initial_gradient_single_and_batch(device, queue):
-    k = m.NNInitialGradient(device)
+    k = _persistent(m.NNInitialGradient(device))
     x = m.Image.from_numpy(randn(rng("initial"), 1, 7, 9, 6), device)
     dst = m.Image.from_numpy(np.zeros((1, 7, 9, 6), np.float32), device)
     out = _run(device, queue, lambda cb: k.encode(cb, x, dst))
@@ -176,7 +185,7 @@ def test_label_gradients_match_autograd_wrt_target(device, queue, check, loss_ty
     d.weight = 0.7
     d.label_smoothing = smoothing
     d.number_of_classes = C
-    k = m.NNLossGradient(device, d)
+    k = _persistent(m.NNLossGradient(device, d))
     assert k.compute_label_gradients is False
     k.compute_label_gradients = True
     assert k.compute_label_gradients is True
@@ -200,7 +209,7 @@ def test_forward_loss_states_carry_the_dynamic_properties(device, queue, check):
     gen = rng("split-states")
     y, t = _inputs(gen, T.SIGMOID_CROSS_ENTROPY)
     d = m.CNNLossDescriptor(T.SIGMOID_CROSS_ENTROPY, R.MEAN)
-    forward, gradient = m.NNForwardLoss(device, d), m.NNLossGradient(device, d)
+    forward, gradient = _persistent(m.NNForwardLoss(device, d), m.NNLossGradient(device, d))
     forward.weight, forward.label_smoothing = 0.6, 0.2
     ys, ts = _images(y, device), _images(t, device)
     states = forward.result_state_batch(ys)
@@ -226,13 +235,13 @@ def test_forward_loss_returning_form_with_temporary_states(device, queue, check)
     gen = rng("split-states-temporary")
     y, t = _inputs(gen, T.HUBER)
     d = m.CNNLossDescriptor(T.HUBER, R.NONE)
-    forward, gradient = m.NNForwardLoss(device, d), m.NNLossGradient(device, d)
+    forward, gradient = _persistent(m.NNForwardLoss(device, d), m.NNLossGradient(device, d))
     forward.delta = 0.4
     ys, ts = _images(y, device), _images(t, device)
     cb = queue.command_buffer()
     losses, states = forward.encode_batch(cb, ys, ts, destination_state_is_temporary=True)
     assert all(isinstance(s, m.NNGradientState) and s.is_temporary and s.read_count == 1 for s in states)
-    grads = gradient.encode_batch(cb, m.NNInitialGradient(device).encode_batch(cb, losses), ys, ts,
+    grads = gradient.encode_batch(cb, _persistent(m.NNInitialGradient(device)).encode_batch(cb, losses), ys, ts,
                                   source_states=states)
     assert all(s.read_count == 0 for s in states)  # the gradient read them
     with pytest.raises(ValueError, match="source_states"):

@@ -6,8 +6,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/float16_shadow.h"
 #include "core/errors.h"
+#include "core/float16_shadow.h"
+#include "core/kernel_support.h"
 #include "kernels/arithmetic.h"
 
 namespace mpsgrad {
@@ -184,11 +185,75 @@ void CNNLossDescriptor::validate() const {
     if (!(delta > 0.0f) || !std::isfinite(delta)) throwValueError("delta: must be finite and > 0, got ", delta);
 }
 
+// ---- the loss kernels as CNN kernels ------------------------------------------------------------------
+
+namespace loss_kernel {
+
+namespace {
+bool isDefaultClip(const Region& r) {
+    const Region d = rectNoClip();
+    return r.origin.x == d.origin.x && r.origin.y == d.origin.y && r.origin.z == d.origin.z &&
+           r.size.width == d.size.width && r.size.height == d.size.height && r.size.depth == d.size.depth;
+}
+
+[[noreturn]] void notSupported(const Kernel& kernel, const char* property) {
+    throwValueError(property, ": ", kernel.className(), " reads and writes whole images (MPS: a non-default ",
+                    property, " is not supported); leave it at its default");
+}
+}  // namespace
+
+void requireWholeImages(const CNNKernel& k) {
+    if (k.offset.x != 0 || k.offset.y != 0 || k.offset.z != 0) notSupported(k, "offset");
+    if (!isDefaultClip(k.clipRect)) notSupported(k, "clip_rect");
+    if (k.sourceFeatureChannelOffset != 0) notSupported(k, "source_feature_channel_offset");
+    if (k.sourceFeatureChannelMaxCount != UINT64_MAX) notSupported(k, "source_feature_channel_max_count");
+    if (k.destinationFeatureChannelOffset != 0) notSupported(k, "destination_feature_channel_offset");
+}
+
+void requireWholeImages(const CNNBinaryKernel& k) {
+    if (k.primaryOffset.x != 0 || k.primaryOffset.y != 0 || k.primaryOffset.z != 0) notSupported(k, "primary_offset");
+    if (k.secondaryOffset.x != 0 || k.secondaryOffset.y != 0 || k.secondaryOffset.z != 0)
+        notSupported(k, "secondary_offset");
+    if (!isDefaultClip(k.clipRect)) notSupported(k, "clip_rect");
+    if (k.primarySourceFeatureChannelOffset != 0) notSupported(k, "primary_source_feature_channel_offset");
+    if (k.secondarySourceFeatureChannelOffset != 0) notSupported(k, "secondary_source_feature_channel_offset");
+    if (k.primarySourceFeatureChannelMaxCount != UINT64_MAX) notSupported(k, "primary_source_feature_channel_max_count");
+    if (k.secondarySourceFeatureChannelMaxCount != UINT64_MAX)
+        notSupported(k, "secondary_source_feature_channel_max_count");
+    if (k.destinationFeatureChannelOffset != 0) notSupported(k, "destination_feature_channel_offset");
+}
+
+ImageBatch allocate(CommandBuffer& cb, const std::shared_ptr<ImageAllocator>& allocator, const Kernel* kernel,
+                    const ImageBatch& sources, const std::function<ImageDescriptor(const Image&)>& descriptorOf) {
+    ImageBatch destinations;
+    for (const ImagePtr& s : sources) {
+        if (!s) throwValueError("source_images: contains None");
+        kernel_support::requireSingleImage(s, "source_images");
+    }
+    for (const ImagePtr& s : sources) {
+        ImageDescriptor d = descriptorOf(*s);
+        d.numberOfImages = 1;
+        destinations.push_back(kernel_support::allocateDestinations(cb, allocator, d, kernel, 1, false).front());
+    }
+    return destinations;
+}
+
+}  // namespace loss_kernel
+
+// The generic CNN kernel encodes take no labels: MPS marks them unavailable on the loss kernels.
+#define MPSGRAD_NO_GENERIC_ENCODE(Class, Use)                                                             \
+    void Class::encodeImpl(CommandBuffer&, const std::vector<UnaryDispatch>&, const StateBatch&) {         \
+        throwTypeError(#Class ": the CNNKernel encodes without labels are unavailable (as in MPS); use " Use); \
+    }
+
 // ---- CNNLoss ------------------------------------------------------------------------------------------
 
-CNNLoss::CNNLoss(const Device& device, const CNNLossDescriptor& descriptor) : Kernel(device), descriptor_(descriptor) {
+CNNLoss::CNNLoss(const Device& device, const CNNLossDescriptor& descriptor)
+    : CNNKernel(device), descriptor_(descriptor) {
     descriptor_.validate();
 }
+
+MPSGRAD_NO_GENERIC_ENCODE(CNNLoss, "encode(command_buffer, source_image, labels[, destination_image])")
 
 void CNNLoss::encode(CommandBuffer& cb, const ImagePtr& source, const LossLabelsPtr& labels,
                      const ImagePtr& destination) {
@@ -201,11 +266,10 @@ ImagePtr CNNLoss::encode(CommandBuffer& cb, const ImagePtr& source, const LossLa
 
 ImageBatch CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
                                 const std::vector<LossLabelsPtr>& labels) {
-    ImageBatch destinations;
-    for (const ImagePtr& s : sources) {
-        if (!s) throwValueError("source_images: contains None");
-        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
-    }
+    checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
+    ImageBatch destinations = loss_kernel::allocate(cb, destinationImageAllocator, this, sources,
+                                                    [](const Image& s) { return s.descriptor(); });
     encodeBatch(cb, sources, labels, destinations);
     return destinations;
 }
@@ -213,6 +277,7 @@ ImageBatch CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
 void CNNLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
                           const ImageBatch& destinations) {
     checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
     const size_t N = sources.size();
     if (labels.size() != N) throwValueError("labels: ", labels.size(), " labels for ", N, " source images");
     if (destinations.size() != N)
@@ -378,8 +443,7 @@ void noteLabelsRead(const ImageBatch& labels, const ImageBatch& weights) {
 
 }  // namespace
 
-NNLossKernel::NNLossKernel(const Device& device, const CNNLossDescriptor& descriptor)
-    : Kernel(device), descriptor_(descriptor) {
+NNLossKernel::NNLossKernel(const CNNLossDescriptor& descriptor) : descriptor_(descriptor) {
     descriptor_.validate();
 }
 
@@ -455,10 +519,25 @@ StateBatch NNForwardLoss::temporaryResultStateBatch(CommandBuffer& cb, const Ima
     return states;
 }
 
+int64_t NNForwardLoss::destinationFeatureChannels(const Image& source) const {
+    return lossImageDescriptor(source).featureChannels;
+}
+
+void NNForwardLoss::adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) {
+    if (sourceImages.empty() || !sourceImages.front()) return;
+    const ImageDescriptor loss = lossImageDescriptor(*sourceImages.front());
+    descriptor.width = loss.width;
+    descriptor.height = loss.height;
+    descriptor.featureChannels = loss.featureChannels;
+}
+
+MPSGRAD_NO_GENERIC_ENCODE(NNForwardLoss, "encode_batch(command_buffer, source_images, labels, weights, ...)")
+
 void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
                                 const ImageBatch& weights, const StateBatch& destinationStates,
                                 const ImageBatch& destinations) {
     checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
     std::vector<LossPassImages> images = passImages(sources, labels, weights);
     const auto states = lossStates(destinationStates, sources.size(), "destination_states");
     for (const auto& state : states) state->checkUsable(cb, "destination_states");
@@ -493,11 +572,10 @@ void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, co
 
 ImageBatch NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& labels,
                                       const ImageBatch& weights, StateBatch* outStates, bool statesAreTemporary) {
-    ImageBatch destinations;
-    for (const ImagePtr& s : sources) {
-        if (!s) throwValueError("source_images: contains None");
-        destinations.push_back(std::make_shared<Image>(device_, lossImageDescriptor(*s)));
-    }
+    checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
+    ImageBatch destinations = loss_kernel::allocate(cb, destinationImageAllocator, this, sources,
+                                                    [this](const Image& s) { return lossImageDescriptor(s); });
     StateBatch states;
     if (outStates) states = statesAreTemporary ? temporaryResultStateBatch(cb, sources) : resultStateBatch(sources);
     encodeBatch(cb, sources, labels, weights, states, destinations);
@@ -506,7 +584,16 @@ ImageBatch NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sourc
 }
 
 NNLossGradient::NNLossGradient(const Device& device, const CNNLossDescriptor& descriptor)
-    : NNLossKernel(device, descriptor), multiply_(std::make_shared<CNNMultiply>(device)) {}
+    : CNNBinaryKernel(device), NNLossKernel(descriptor), multiply_(std::make_shared<CNNMultiply>(device)) {}
+
+ImageDescriptor NNLossGradient::destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch&) {
+    if (sourceImages.size() != 2 || !sourceImages[1])
+        throwValueError("source_images: expected [source_gradient, source_image], got ", sourceImages.size(),
+                        " image(s)");
+    ImageDescriptor d = sourceImages[1]->descriptor();
+    d.numberOfImages = 1;
+    return d;
+}
 
 CNNLossDescriptor NNLossGradient::encodeDescriptor(CommandBuffer& cb, const StateBatch& sourceStates,
                                                   size_t count) const {
@@ -537,6 +624,7 @@ CNNLossDescriptor NNLossGradient::encodeDescriptor(CommandBuffer& cb, const Stat
 void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
                                  const ImageBatch& labels, const ImageBatch& weights, const StateBatch& sourceStates,
                                  const ImageBatch& destinations) {
+    loss_kernel::requireWholeImages(*this);
     checkCommandBuffer(cb);
     const CNNLossDescriptor d = encodeDescriptor(cb, sourceStates, sources.size());
     std::vector<LossPassImages> images = passImages(sources, labels, weights);
@@ -590,20 +678,22 @@ void NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGrad
 ImageBatch NNLossGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients,
                                        const ImageBatch& sources, const ImageBatch& labels,
                                        const ImageBatch& weights, const StateBatch& sourceStates) {
-    ImageBatch destinations;
-    for (const ImagePtr& s : sources) {
-        if (!s) throwValueError("source_images: contains None");
-        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
-    }
+    checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
+    ImageBatch destinations = loss_kernel::allocate(cb, destinationImageAllocator, this, sources,
+                                                    [](const Image& s) { return s.descriptor(); });
     encodeBatch(cb, sourceGradients, sources, labels, weights, sourceStates, destinations);
     return destinations;
 }
 
 NNInitialGradient::NNInitialGradient(const Device& device)
-    : Kernel(device), multiply_(std::make_shared<CNNMultiply>(device)) {}
+    : CNNKernel(device), multiply_(std::make_shared<CNNMultiply>(device)) {}
+
+MPSGRAD_NO_GENERIC_ENCODE(NNInitialGradient, "encode(command_buffer, source_image[, destination_image])")
 
 void NNInitialGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& destinations) {
     checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
     if (destinations.size() != sources.size())
         throwValueError("destination_images: ", destinations.size(), " images for ", sources.size(),
                         " source images");
@@ -624,11 +714,10 @@ void NNInitialGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sources
 }
 
 ImageBatch NNInitialGradient::encodeBatch(CommandBuffer& cb, const ImageBatch& sources) {
-    ImageBatch destinations;
-    for (const ImagePtr& s : sources) {
-        if (!s) throwValueError("source_images: contains None");
-        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
-    }
+    checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
+    ImageBatch destinations = loss_kernel::allocate(cb, destinationImageAllocator, this, sources,
+                                                    [](const Image& s) { return s.descriptor(); });
     encodeBatch(cb, sources, destinations);
     return destinations;
 }

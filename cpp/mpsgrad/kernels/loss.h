@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -109,9 +110,25 @@ struct CNNLossDescriptor {
     void validate() const;
 };
 
+// The loss kernels are CNN kernels as in MPS (MPSCNNLoss, MPSCNNYOLOLoss, MPSNNForwardLoss and
+// MPSNNInitialGradient are MPSCNNKernels, MPSNNLossGradient an MPSCNNBinaryKernel): they have
+// the CNN kernel properties, and their returning encodes allocate through
+// destination_image_allocator (temporary images by default). They read and write whole images:
+// a non-default offset, clip rectangle or feature channel offset is a ValueError (MPS: "not
+// supported"), and the generic CNN kernel encodes, which take no labels, are a TypeError.
+namespace loss_kernel {
+// ValueError naming the first property of `kernel` that is not at its default.
+void requireWholeImages(const CNNKernel& kernel);
+void requireWholeImages(const CNNBinaryKernel& kernel);
+// The returning encodes' destinations: one per source, of descriptorOf(source) (number_of_images
+// 1), from `allocator` (the temporary allocator when null).
+ImageBatch allocate(CommandBuffer& cb, const std::shared_ptr<ImageAllocator>& allocator, const Kernel* kernel,
+                    const ImageBatch& sources, const std::function<ImageDescriptor(const Image&)>& descriptorOf);
+}  // namespace loss_kernel
+
 // MPSCNNLoss. Offsets and clip rectangles are not supported (the whole image is used), as for
 // MPSNNForwardLoss.
-class CNNLoss final : public Kernel {
+class CNNLoss final : public CNNKernel {
 public:
     // -initWithDevice:lossDescriptor:
     CNNLoss(const Device& device, const CNNLossDescriptor& descriptor);
@@ -128,6 +145,10 @@ public:
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
                      const ImageBatch& destinations);
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels);
+
+protected:
+    int64_t destinationFeatureChannels(const Image& source) const override { return source.featureChannels(); }
+    void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 
 private:
     CNNLossDescriptor descriptor_;
@@ -159,8 +180,10 @@ public:
 // The properties the split loss kernels share: ro lossType, reductionType, numberOfClasses; rw
 // weight, labelSmoothing, epsilon, delta and reduceAcrossBatch (macOS 11), validated on set.
 // Offsets and clip rectangles are not supported (MPS: "non-default offset or clipRect is unsupported").
-class NNLossKernel : public Kernel {
+// A second base of NNForwardLoss (a CNNKernel) and NNLossGradient (a CNNBinaryKernel).
+class NNLossKernel {
 public:
+    virtual ~NNLossKernel() = default;
     const CNNLossDescriptor& descriptor() const { return descriptor_; }
     void setWeight(float value);
     void setLabelSmoothing(float value);
@@ -171,7 +194,7 @@ public:
     ImageDescriptor lossImageDescriptor(const Image& source) const;
 
 protected:
-    NNLossKernel(const Device& device, const CNNLossDescriptor& descriptor);
+    explicit NNLossKernel(const CNNLossDescriptor& descriptor);
     // Labels (and weights, empty or one per source) as pass images for `sources`.
     std::vector<LossPassImages> passImages(const ImageBatch& sources, const ImageBatch& labels,
                                            const ImageBatch& weights) const;
@@ -183,10 +206,11 @@ protected:
 
 // MPSNNForwardLoss: the loss alone. The destination receives the loss: per element (source-sized)
 // for reduction None, else one value per image (1x1x1), or the batch's with reduceAcrossBatch.
-class NNForwardLoss final : public NNLossKernel {
+class NNForwardLoss final : public CNNKernel, public NNLossKernel {
 public:
     // -initWithDevice:lossDescriptor:
-    NNForwardLoss(const Device& device, const CNNLossDescriptor& descriptor) : NNLossKernel(device, descriptor) {}
+    NNForwardLoss(const Device& device, const CNNLossDescriptor& descriptor)
+        : CNNKernel(device), NNLossKernel(descriptor) {}
     const char* className() const override { return "NNForwardLoss"; }
     void encodeWithCoder(serial::Writer& writer) const override;  // kernels/serialization.cpp
     static std::shared_ptr<NNForwardLoss> initWithCoder(serial::Reader& reader, const Device& device);
@@ -204,6 +228,12 @@ public:
     // -temporaryResultStateBatchForCommandBuffer:... : one NNLossGradientState per source.
     StateBatch resultStateBatch(const ImageBatch& sources) const;
     StateBatch temporaryResultStateBatch(CommandBuffer& cb, const ImageBatch& sources) const;
+
+protected:
+    // The loss: source-sized for reduction None, else 1 x 1 x 1 (adjustDestinationDescriptor).
+    int64_t destinationFeatureChannels(const Image& source) const override;
+    void adjustDestinationDescriptor(ImageDescriptor& descriptor, const ImageBatch& sourceImages) override;
+    void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 };
 
 // MPSNNLossGradient: the gradient with respect to the predictions of sum(sourceGradient * loss), or
@@ -211,7 +241,7 @@ public:
 // of the final objective with respect to the forward loss's output: 1x1x1 per image for a reduced
 // loss (destination = sourceGradient * d(loss)/dy), source-sized for reduction None (the loss is
 // weighted by it, which is exact for SoftMaxCE's coupled channels too).
-class NNLossGradient final : public NNLossKernel {
+class NNLossGradient final : public CNNBinaryKernel, public NNLossKernel {
 public:
     // -initWithDevice:lossDescriptor:
     NNLossGradient(const Device& device, const CNNLossDescriptor& descriptor);
@@ -231,6 +261,13 @@ public:
                      const ImageBatch& destinations);
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sourceGradients, const ImageBatch& sources,
                            const ImageBatch& labels, const ImageBatch& weights, const StateBatch& sourceStates = {});
+    // [source_gradient, source_image]: the gradient has the source image's size and format.
+    ImageDescriptor destinationImageDescriptor(const ImageBatch& sourceImages, const StateBatch& sourceStates) override;
+
+protected:
+    int64_t destinationFeatureChannels(const Image&, const Image& secondary) const override {
+        return secondary.featureChannels();
+    }
 
 private:
     // The descriptor of this encode: the kernel's, with the source states' dynamic properties.
@@ -241,7 +278,7 @@ private:
 
 // MPSNNInitialGradient: a destination of the source's size filled with 1.0 (the seed gradient of
 // a scalar objective).
-class NNInitialGradient final : public Kernel {
+class NNInitialGradient final : public CNNKernel {
 public:
     explicit NNInitialGradient(const Device& device);
     const char* className() const override { return "NNInitialGradient"; }
@@ -251,6 +288,10 @@ public:
     // -encodeBatchToCommandBuffer:sourceImages:destinationImages: and the single / returning forms
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const ImageBatch& destinations);
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources);
+
+protected:
+    int64_t destinationFeatureChannels(const Image& source) const override { return source.featureChannels(); }
+    void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 
 private:
     std::shared_ptr<CNNMultiply> multiply_;

@@ -120,7 +120,7 @@ void CNNYOLOLossDescriptor::validate() const {
 // ---- CNNYOLOLoss ------------------------------------------------------------------------------------
 
 CNNYOLOLoss::CNNYOLOLoss(const Device& device, const CNNYOLOLossDescriptor& descriptor)
-    : Kernel(device), descriptor_(descriptor) {
+    : CNNKernel(device), descriptor_(descriptor) {
     descriptor_.validate();
     const CNNYOLOLossDescriptor& d = descriptor_;
     lossXY_ = std::make_shared<CNNLoss>(device, d.partDescriptor(d.xyLossDescriptor));
@@ -140,13 +140,17 @@ ImagePtr CNNYOLOLoss::encode(CommandBuffer& cb, const ImagePtr& source, const Lo
     return encodeBatch(cb, ImageBatch{source}, {labels}).at(0);
 }
 
+void CNNYOLOLoss::encodeImpl(CommandBuffer&, const std::vector<UnaryDispatch>&, const StateBatch&) {
+    throwTypeError("CNNYOLOLoss: the CNNKernel encodes without labels are unavailable (as in MPS); use "
+                   "encode(command_buffer, source_image, labels[, destination_image])");
+}
+
 ImageBatch CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources,
                                     const std::vector<LossLabelsPtr>& labels) {
-    ImageBatch destinations;
-    for (const ImagePtr& s : sources) {
-        if (!s) throwValueError("source_images: contains None");
-        destinations.push_back(std::make_shared<Image>(device_, s->descriptor()));
-    }
+    checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
+    ImageBatch destinations = loss_kernel::allocate(cb, destinationImageAllocator, this, sources,
+                                                    [](const Image& s) { return s.descriptor(); });
     encodeBatch(cb, sources, labels, destinations);
     return destinations;
 }
@@ -154,6 +158,7 @@ ImageBatch CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources
 void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
                               const ImageBatch& destinations) {
     checkCommandBuffer(cb);
+    loss_kernel::requireWholeImages(*this);
     const CNNYOLOLossDescriptor& d = descriptor_;
     const size_t N = sources.size();
     if (N == 0) throwValueError("source_images: empty");

@@ -53,7 +53,7 @@ struct CNNYOLOLossDescriptor {
 
 // MPSCNNYOLOLoss. Offsets and clip rectangles are not supported (the whole image is used), as
 // for CNNLoss.
-class CNNYOLOLoss final : public Kernel {
+class CNNYOLOLoss final : public CNNKernel {
 public:
     // -initWithDevice:lossDescriptor:
     CNNYOLOLoss(const Device& device, const CNNYOLOLossDescriptor& descriptor);
@@ -76,6 +76,10 @@ public:
     void encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels,
                      const ImageBatch& destinations);
     ImageBatch encodeBatch(CommandBuffer& cb, const ImageBatch& sources, const std::vector<LossLabelsPtr>& labels);
+
+protected:
+    int64_t destinationFeatureChannels(const Image& source) const override { return source.featureChannels(); }
+    void encodeImpl(CommandBuffer& cb, const std::vector<UnaryDispatch>& dispatches, const StateBatch& states) override;
 
 private:
     CNNYOLOLossDescriptor descriptor_;
