@@ -182,14 +182,16 @@ std::shared_ptr<StateT> pairState(py::handle device, py::handle first, py::handl
             throwTypeError(firstOffsetName, ", ", secondOffsetName,
                            ", number_of_feature_channels: only for Vectors (array values are copied)");
         std::vector<float> a = vectorOf(first, -1, firstName);
-        return std::make_shared<StateT>(bnDevice(py::reinterpret_borrow<py::object>(device)), a, vectorOf(second, int64_t(a.size()), secondName));
+        const Device target = bnDevice(py::reinterpret_borrow<py::object>(device));
+        return std::make_shared<StateT>(target, a, vectorOf(second, int64_t(a.size()), secondName));
     }
     if (!firstVector || !secondVector)
         throwTypeError(firstVector ? secondName : firstName, ": expected a Vector like ",
                        firstVector ? firstName : secondName, " (both are aliased, or both copied)");
     AliasedStorage a = aliasedStorage(first, device, firstName);
     AliasedStorage b = aliasedStorage(second, py::cast(a.device), secondName);
-    const size_t aOffset = byteOffset(firstOffset, firstOffsetName), bOffset = byteOffset(secondOffset, secondOffsetName);
+    const size_t aOffset = byteOffset(firstOffset, firstOffsetName);
+    const size_t bOffset = byteOffset(secondOffset, secondOffsetName);
     int64_t channels = 0;
     if (count.is_none()) {
         if (aOffset >= a.floats * sizeof(float))
