@@ -528,7 +528,9 @@ def test_aliased_states_serialize_their_values(device):
     buffer = _shared_buffer(device, w, b)
     state = m.CNNConvolutionWeightsAndBiasesState(weights=buffer, biases=buffer, descriptor=_descriptor(),
                                                   weights_offset=4 * PAD, biases_offset=4 * (PAD + NW))
-    np.testing.assert_array_equal(state.buffer_at_index(0)[:NW], w.reshape(-1))  # from the offset
+    view = state.buffer_at_index(0)  # from the resource's offset to the end of the buffer, no further
+    assert view.size == NW + NB and state.buffer_size_at_index(0) == 4 * (PAD + NW + NB)
+    np.testing.assert_array_equal(view[:NW], w.reshape(-1))
     stats = m.Vector.from_numpy(np.arange(2 * C + 1, dtype=np.float32), device)
     mv = m.CNNNormalizationMeanAndVarianceState(mean=stats, variance=stats, number_of_feature_channels=C,
                                                 mean_offset=4, variance_offset=4 + 4 * C)
