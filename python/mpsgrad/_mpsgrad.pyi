@@ -773,7 +773,7 @@ class State:
         ...
     def buffer_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> numpy.ndarray:
         """
-        -[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view
+        -[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view (from the resource's offset to the end of its buffer)
         """
     def buffer_size_at_index(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
         ...
@@ -782,6 +782,10 @@ class State:
     def synchronize_on_command_buffer(self, command_buffer: CommandBuffer) -> None:
         """
         -[MPSState synchronizeOnCommandBuffer:]
+        """
+    def vector_at_index(self, index: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex | None = None) -> Vector:
+        """
+        [[MPSVector alloc] initWithBuffer:[state resourceAtIndex:index allocateMemory:YES] descriptor:...]: a Vector of `length` floats (None: to the end of the buffer) that aliases the resource, so an optimizer can read or update it in place
         """
     def to_bytes(self) -> bytes:
         """
@@ -1996,11 +2000,22 @@ class CNNConvolutionWeightsAndBiasesState(State):
     @staticmethod
     def temporary(command_buffer: CommandBuffer, descriptor: CNNConvolutionDescriptor) -> CNNConvolutionWeightsAndBiasesState:
         """
-        +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:
+        +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor: (zero weights and biases; read count 1, valid on `command_buffer` only)
         """
+    @staticmethod
+    def temporary_cnn_convolution_weights_and_biases_state(command_buffer: CommandBuffer, cnn_convolution_descriptor: CNNConvolutionDescriptor) -> CNNConvolutionWeightsAndBiasesState:
+        """
+        +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor: under its full name (the same as temporary)
+        """
+    @typing.overload
     def __init__(self, device: Device | str, descriptor: CNNConvolutionDescriptor) -> None:
         """
         -initWithDevice:cnnConvolutionDescriptor:
+        """
+    @typing.overload
+    def __init__(self, *, weights: Vector | numpy.typing.NDArray[numpy.float32], biases: Vector | numpy.typing.NDArray[numpy.float32] | None = None, descriptor: CNNConvolutionDescriptor | None = None, weights_offset: typing.SupportsInt | typing.SupportsIndex = 0, biases_offset: typing.SupportsInt | typing.SupportsIndex = 0, device: Device | str | None = None) -> None:
+        """
+        -initWithWeights:biases: / -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor:: a state over existing memory, no copy (an update through the state is seen in `weights` / `biases`, and a write to them in the state). Each is a Vector (offset in bytes from its first element) or a writable C-contiguous float32 NumPy array (cpu device only). `descriptor` may be left out for a 4-D (O, kH, kW, I) weights array; biases None gives zero biases of the state's own.
         """
     @property
     def biases(self) -> numpy.ndarray:
@@ -2009,7 +2024,14 @@ class CNNConvolutionWeightsAndBiasesState(State):
         """
     @property
     def biases_offset(self) -> int:
-        ...
+        """
+        MPSCNNConvolutionWeightsAndBiasesState.biasesOffset: bytes into the biases' buffer
+        """
+    @property
+    def biases_vector(self) -> Vector:
+        """
+        A Vector aliasing the biases
+        """
     @property
     def weights(self) -> numpy.ndarray:
         """
@@ -2017,7 +2039,14 @@ class CNNConvolutionWeightsAndBiasesState(State):
         """
     @property
     def weights_offset(self) -> int:
-        ...
+        """
+        MPSCNNConvolutionWeightsAndBiasesState.weightsOffset: bytes into the weights' buffer
+        """
+    @property
+    def weights_vector(self) -> Vector:
+        """
+        [[MPSVector alloc] initWithBuffer:state.weights offset:state.weightsOffset descriptor:...]: a Vector aliasing the weights (for an optimizer's vector encode)
+        """
 class CNNConvolution(CNNKernel):
     """
     MPSCNNConvolution
@@ -2069,6 +2098,16 @@ class CNNConvolutionGradientState(NNGradientState):
     """
     MPSCNNConvolutionGradientState
     """
+    @property
+    def gradient_for_weights_vector(self) -> Vector:
+        """
+        [[MPSVector alloc] initWithBuffer:state.gradientForWeights descriptor:...]: a Vector aliasing the weight gradients (for an optimizer's vector encode)
+        """
+    @property
+    def gradient_for_biases_vector(self) -> Vector:
+        """
+        A Vector aliasing the bias gradients
+        """
     @property
     def convolution(self) -> CNNConvolution:
         """
@@ -2594,9 +2633,15 @@ class CNNNormalizationGammaAndBetaState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: Device | str, gamma: typing.Any, beta: typing.Any) -> None:
+    @typing.overload
+    def __init__(self, device: Device | str | None, gamma: Vector | numpy.typing.ArrayLike, beta: Vector | numpy.typing.ArrayLike, *, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex | None = None, gamma_offset: typing.SupportsInt | typing.SupportsIndex = 0, beta_offset: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        -initWithGamma:beta: (the values are copied into new buffers on `device`)
+        -initWithGamma:beta: over existing memory when both values are Vectors: the state aliases them (offsets in bytes from each Vector's first element; number_of_feature_channels None: what the first holds after its offset), so a reload reads what an optimizer last wrote there. Array-likes are copied into new buffers on `device`.
+        """
+    @typing.overload
+    def __init__(self, *, gamma: Vector | numpy.typing.ArrayLike, beta: Vector | numpy.typing.ArrayLike, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex | None = None, gamma_offset: typing.SupportsInt | typing.SupportsIndex = 0, beta_offset: typing.SupportsInt | typing.SupportsIndex = 0, device: Device | str | None = None) -> None:
+        """
+        -initWithGamma:beta: with keywords only (device None: the Vectors', or the default device for arrays)
         """
     @property
     def beta(self) -> typing.Any:
@@ -2604,9 +2649,19 @@ class CNNNormalizationGammaAndBetaState(State):
         -beta as a writable (C,) view
         """
     @property
+    def beta_vector(self) -> Vector:
+        """
+        A Vector aliasing -beta
+        """
+    @property
     def gamma(self) -> typing.Any:
         """
         -gamma as a writable (C,) view
+        """
+    @property
+    def gamma_vector(self) -> Vector:
+        """
+        A Vector aliasing -gamma (MPSVector initWithBuffer:state.gamma ...)
         """
     @property
     def number_of_feature_channels(self) -> int:
@@ -2620,14 +2675,25 @@ class CNNNormalizationMeanAndVarianceState(State):
         """
         +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
         """
-    def __init__(self, device: Device | str, mean: typing.Any, variance: typing.Any) -> None:
+    @typing.overload
+    def __init__(self, device: Device | str | None, mean: Vector | numpy.typing.ArrayLike, variance: Vector | numpy.typing.ArrayLike, *, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex | None = None, mean_offset: typing.SupportsInt | typing.SupportsIndex = 0, variance_offset: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        -initWithMean:variance:
+        -initWithMean:variance: over existing memory when both values are Vectors: the state aliases them (offsets in bytes from each Vector's first element; number_of_feature_channels None: what the first holds after its offset), so a reload reads what an optimizer last wrote there. Array-likes are copied into new buffers on `device`.
+        """
+    @typing.overload
+    def __init__(self, *, mean: Vector | numpy.typing.ArrayLike, variance: Vector | numpy.typing.ArrayLike, number_of_feature_channels: typing.SupportsInt | typing.SupportsIndex | None = None, mean_offset: typing.SupportsInt | typing.SupportsIndex = 0, variance_offset: typing.SupportsInt | typing.SupportsIndex = 0, device: Device | str | None = None) -> None:
+        """
+        -initWithMean:variance: with keywords only (device None: the Vectors', or the default device for arrays)
         """
     @property
     def mean(self) -> typing.Any:
         """
         -mean as a writable (C,) view
+        """
+    @property
+    def mean_vector(self) -> Vector:
+        """
+        A Vector aliasing -mean (MPSVector initWithBuffer:state.mean ...)
         """
     @property
     def number_of_feature_channels(self) -> int:
@@ -2636,6 +2702,11 @@ class CNNNormalizationMeanAndVarianceState(State):
     def variance(self) -> typing.Any:
         """
         -variance as a writable (C,) view
+        """
+    @property
+    def variance_vector(self) -> Vector:
+        """
+        A Vector aliasing -variance
         """
 class CNNBatchNormalizationState(NNGradientState):
     """
@@ -2682,6 +2753,36 @@ class CNNBatchNormalizationState(NNGradientState):
     def variance(self) -> typing.Any:
         """
         -variance: the biased batch variance (or the data source's after an inference forward)
+        """
+    @property
+    def gamma_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's gamma buffer (C floats)
+        """
+    @property
+    def beta_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's beta buffer (C floats)
+        """
+    @property
+    def mean_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's mean buffer (C floats)
+        """
+    @property
+    def variance_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's variance buffer (C floats)
+        """
+    @property
+    def gradient_for_gamma_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's gradient_for_gamma buffer (C floats)
+        """
+    @property
+    def gradient_for_beta_vector(self) -> Vector:
+        """
+        A Vector aliasing the state's gradient_for_beta buffer (C floats)
         """
 class CNNBatchNormalizationDataSource:
     """
@@ -3174,9 +3275,15 @@ class Vector:
         """
         A new Vector holding a copy of a (length,) or (vectors, length) array
         """
-    def __init__(self, device: Device | str, descriptor: typing.Any) -> None:
+    @typing.overload
+    def __init__(self, device: Device | str, descriptor: VectorDescriptor | int) -> None:
         """
         -[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length
+        """
+    @typing.overload
+    def __init__(self, *, buffer: Vector | numpy.typing.NDArray[numpy.float32], descriptor: VectorDescriptor | int, offset: typing.SupportsInt | typing.SupportsIndex = 0, device: Device | str | None = None) -> None:
+        """
+        -[MPSVector initWithBuffer:offset:descriptor:] (and -initWithBuffer:descriptor:): a Vector over another object's memory, no copy. `buffer` is a Vector (offset counts bytes from its first element; its device) or a writable C-contiguous float32 NumPy array (the cpu device only). `offset` must be a multiple of 4 and the buffer must hold the descriptor's span after it (ValueError).
         """
     def __reduce__(self) -> typing.Any:
         ...

@@ -1,6 +1,8 @@
 // Bindings of the batch normalization family (MPSCNNBatchNormalization.h, MPSCNNNormalizationWeights.h).
 #include <cfloat>
+#include <cstring>
 
+#include "aliasing.h"
 #include "bindings.h"
 #include "kernels/batch_normalization.h"
 
@@ -165,16 +167,76 @@ int64_t channelsArg(int64_t channels) {
     return channels;
 }
 
+// A two-buffer normalization state (gamma / beta, mean / variance) from `first` and `second`: over
+// them, no copy, when both are Vectors (MPS's -initWithGamma:beta: over existing MTLBuffers; offsets
+// in bytes from each Vector's first element, `count` None: what the first holds after its offset);
+// from a copy of their values when both are array-likes (the state's own buffers on `device`).
+template <class StateT>
+std::shared_ptr<StateT> pairState(py::handle device, py::handle first, py::handle second, py::handle count,
+                                  py::handle firstOffset, py::handle secondOffset, const char* firstName,
+                                  const char* secondName, const char* firstOffsetName, const char* secondOffsetName) {
+    const bool firstVector = py::isinstance<Vector>(first), secondVector = py::isinstance<Vector>(second);
+    if (!firstVector && !secondVector) {
+        if (!count.is_none() || byteOffset(firstOffset, firstOffsetName) != 0 ||
+            byteOffset(secondOffset, secondOffsetName) != 0)
+            throwTypeError(firstOffsetName, ", ", secondOffsetName,
+                           ", number_of_feature_channels: only for Vectors (array values are copied)");
+        std::vector<float> a = vectorOf(first, -1, firstName);
+        const Device target = bnDevice(py::reinterpret_borrow<py::object>(device));
+        return std::make_shared<StateT>(target, a, vectorOf(second, int64_t(a.size()), secondName));
+    }
+    if (!firstVector || !secondVector)
+        throwTypeError(firstVector ? secondName : firstName, ": expected a Vector like ",
+                       firstVector ? firstName : secondName, " (both are aliased, or both copied)");
+    AliasedStorage a = aliasedStorage(first, device, firstName);
+    AliasedStorage b = aliasedStorage(second, py::cast(a.device), secondName);
+    const size_t aOffset = byteOffset(firstOffset, firstOffsetName);
+    const size_t bOffset = byteOffset(secondOffset, secondOffsetName);
+    int64_t channels = 0;
+    if (count.is_none()) {
+        if (aOffset >= a.floats * sizeof(float))
+            throwValueError(firstOffsetName, ": ", aOffset, " is at or past the end of ", firstName, " (",
+                            a.floats * sizeof(float), " bytes)");
+        channels = int64_t(a.floats - aOffset / sizeof(float));
+    } else {
+        channels = toInt64(count, "number_of_feature_channels", 1, INT32_MAX);
+    }
+    const size_t bytes = size_t(channels) * sizeof(float);
+    return std::make_shared<StateT>(a.device, channels, aliasSlice(a.slice, aOffset, bytes, firstName, firstOffsetName),
+                                    aliasSlice(b.slice, bOffset, bytes, secondName, secondOffsetName));
+}
+
+std::shared_ptr<CNNNormalizationGammaAndBetaState> gammaBetaState(py::handle device, py::handle gamma, py::handle beta,
+                                                                  py::handle count, py::handle gammaOffset,
+                                                                  py::handle betaOffset) {
+    return pairState<CNNNormalizationGammaAndBetaState>(device, gamma, beta, count, gammaOffset, betaOffset, "gamma",
+                                                        "beta", "gamma_offset", "beta_offset");
+}
+
+std::shared_ptr<CNNNormalizationMeanAndVarianceState> meanVarianceState(py::handle device, py::handle mean,
+                                                                        py::handle variance, py::handle count,
+                                                                        py::handle meanOffset,
+                                                                        py::handle varianceOffset) {
+    return pairState<CNNNormalizationMeanAndVarianceState>(device, mean, variance, count, meanOffset, varianceOffset,
+                                                           "mean", "variance", "mean_offset", "variance_offset");
+}
+
+constexpr const char* kPairStateDoc =
+    " over existing memory when both values are Vectors: the state aliases them (offsets in bytes from each "
+    "Vector's first element; number_of_feature_channels None: what the first holds after its offset), so a "
+    "reload reads what an optimizer last wrote there. Array-likes are copied into new buffers on `device`.";
+
 void bindStates(py::module_& m) {
     py::class_<CNNNormalizationGammaAndBetaState, State, std::shared_ptr<CNNNormalizationGammaAndBetaState>>(
         m, "CNNNormalizationGammaAndBetaState", "MPSCNNNormalizationGammaAndBetaState: gamma and beta buffers")
-        .def(py::init([](const DeviceArg& device, py::handle gamma, py::handle beta) {
-                 std::vector<float> g = vectorOf(gamma, -1, "gamma");
-                 return std::make_shared<CNNNormalizationGammaAndBetaState>(bnDevice(device), g,
-                                                                            vectorOf(beta, int64_t(g.size()), "beta"));
-             }),
-             py::arg("device"), py::arg("gamma"), py::arg("beta"),
-             "-initWithGamma:beta: (the values are copied into new buffers on `device`)")
+        .def(py::init(&gammaBetaState), py::arg("device"), py::arg("gamma"), py::arg("beta"), py::kw_only(),
+             py::arg("number_of_feature_channels") = py::none(), py::arg("gamma_offset") = 0,
+             py::arg("beta_offset") = 0, (std::string("-initWithGamma:beta:") + kPairStateDoc).c_str())
+        .def(py::init([](py::handle gamma, py::handle beta, py::handle count, py::handle gOffset, py::handle bOffset,
+                         py::handle device) { return gammaBetaState(device, gamma, beta, count, gOffset, bOffset); }),
+             py::kw_only(), py::arg("gamma"), py::arg("beta"), py::arg("number_of_feature_channels") = py::none(),
+             py::arg("gamma_offset") = 0, py::arg("beta_offset") = 0, py::arg("device") = py::none(),
+             "-initWithGamma:beta: with keywords only (device None: the Vectors', or the default device for arrays)")
         .def_static("temporary", [](CommandBuffer& cb, int64_t channels) {
             return CNNNormalizationGammaAndBetaState::temporary(cb, channelsArg(channels));
         }, py::arg("command_buffer"), py::arg("number_of_feature_channels"),
@@ -185,16 +247,27 @@ void bindStates(py::module_& m) {
         }, "-gamma as a writable (C,) view")
         .def_property_readonly("beta", [](const CNNNormalizationGammaAndBetaState& s) {
             return vectorView(s.beta(), s.numberOfFeatureChannels());
-        }, "-beta as a writable (C,) view");
+        }, "-beta as a writable (C,) view")
+        .def_property_readonly("gamma_vector", [](const CNNNormalizationGammaAndBetaState& s) {
+            return vectorOver(s, s.gamma(), s.numberOfFeatureChannels());
+        }, "A Vector aliasing -gamma (MPSVector initWithBuffer:state.gamma ...)")
+        .def_property_readonly("beta_vector", [](const CNNNormalizationGammaAndBetaState& s) {
+            return vectorOver(s, s.beta(), s.numberOfFeatureChannels());
+        }, "A Vector aliasing -beta");
 
     py::class_<CNNNormalizationMeanAndVarianceState, State, std::shared_ptr<CNNNormalizationMeanAndVarianceState>>(
         m, "CNNNormalizationMeanAndVarianceState", "MPSCNNNormalizationMeanAndVarianceState: mean and variance buffers")
-        .def(py::init([](const DeviceArg& device, py::handle mean, py::handle variance) {
-                 std::vector<float> m = vectorOf(mean, -1, "mean");
-                 return std::make_shared<CNNNormalizationMeanAndVarianceState>(
-                     bnDevice(device), m, vectorOf(variance, int64_t(m.size()), "variance"));
+        .def(py::init(&meanVarianceState), py::arg("device"), py::arg("mean"), py::arg("variance"), py::kw_only(),
+             py::arg("number_of_feature_channels") = py::none(), py::arg("mean_offset") = 0,
+             py::arg("variance_offset") = 0, (std::string("-initWithMean:variance:") + kPairStateDoc).c_str())
+        .def(py::init([](py::handle mean, py::handle variance, py::handle count, py::handle mOffset,
+                         py::handle vOffset, py::handle device) {
+                 return meanVarianceState(device, mean, variance, count, mOffset, vOffset);
              }),
-             py::arg("device"), py::arg("mean"), py::arg("variance"), "-initWithMean:variance:")
+             py::kw_only(), py::arg("mean"), py::arg("variance"), py::arg("number_of_feature_channels") = py::none(),
+             py::arg("mean_offset") = 0, py::arg("variance_offset") = 0, py::arg("device") = py::none(),
+             "-initWithMean:variance: with keywords only (device None: the Vectors', or the default device for "
+             "arrays)")
         .def_static("temporary", [](CommandBuffer& cb, int64_t channels) {
             return CNNNormalizationMeanAndVarianceState::temporary(cb, channelsArg(channels));
         }, py::arg("command_buffer"), py::arg("number_of_feature_channels"),
@@ -206,7 +279,13 @@ void bindStates(py::module_& m) {
         }, "-mean as a writable (C,) view")
         .def_property_readonly("variance", [](const CNNNormalizationMeanAndVarianceState& s) {
             return vectorView(s.variance(), s.numberOfFeatureChannels());
-        }, "-variance as a writable (C,) view");
+        }, "-variance as a writable (C,) view")
+        .def_property_readonly("mean_vector", [](const CNNNormalizationMeanAndVarianceState& s) {
+            return vectorOver(s, s.mean(), s.numberOfFeatureChannels());
+        }, "A Vector aliasing -mean (MPSVector initWithBuffer:state.mean ...)")
+        .def_property_readonly("variance_vector", [](const CNNNormalizationMeanAndVarianceState& s) {
+            return vectorOver(s, s.variance(), s.numberOfFeatureChannels());
+        }, "A Vector aliasing -variance");
 
     py::class_<CNNBatchNormalizationState, NNGradientState, std::shared_ptr<CNNBatchNormalizationState>>(
         m, "CNNBatchNormalizationState",
@@ -236,6 +315,21 @@ void bindStates(py::module_& m) {
         }, "-gradientForBeta: sum over the batch of G' (None until a statistics gradient has been encoded)")
         .def("reset", &CNNBatchNormalizationState::reset,
              "-reset: forget the accumulated statistics and gradients");
+    // <buffer>_vector: [[MPSVector alloc] initWithBuffer:state.<buffer> descriptor:(C floats)], a Vector
+    // aliasing the buffer (the gradients' too, before a statistics gradient fills them), for an
+    // optimizer's vector encode (docs/losses_and_optimizers.md, "Negative learning rates").
+    py::object bnState = m.attr("CNNBatchNormalizationState");
+    static const char* const names[] = {"gamma_vector", "beta_vector", "mean_vector", "variance_vector",
+                                        "gradient_for_gamma_vector", "gradient_for_beta_vector"};
+    for (size_t index = 0; index < 6; ++index) {
+        py::cpp_function getter([index](const CNNBatchNormalizationState& s) {
+            return vectorOver(s, s.resourceAtIndex(index), s.numberOfFeatureChannels());
+        });
+        const std::string doc = std::string("A Vector aliasing the state's ") +
+                                std::string(names[index], std::strlen(names[index]) - 7) + " buffer (C floats)";
+        py::setattr(bnState, names[index],
+                    py::module_::import("builtins").attr("property")(getter, py::none(), py::none(), doc));
+    }
 }
 
 void bindDataSources(py::module_& m) {

@@ -1,4 +1,5 @@
 // Bindings of the convolution family (MPSCNNConvolution.h).
+#include "aliasing.h"
 #include "bindings.h"
 #include "kernels/convolution.h"
 #include "kernels/convolution_transpose.h"
@@ -123,6 +124,46 @@ std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
 }
 
 Device deviceOf(const DeviceArg& device) { return toDevice(device, "device"); }
+
+// The descriptor of a state over existing weights: given, or read off a 4-D (O, kH, kW, I) array
+// (groups 1), the one case where the memory says its own shape.
+CNNConvolutionDescriptor aliasedDescriptor(py::handle descriptor, py::handle weights) {
+    if (!descriptor.is_none()) {
+        if (!py::isinstance<CNNConvolutionDescriptor>(descriptor))
+            throwTypeError("descriptor: expected a CNNConvolutionDescriptor, got ", typeName(descriptor));
+        return descriptor.cast<CNNConvolutionDescriptor>();
+    }
+    if (py::isinstance<py::array>(weights) && py::reinterpret_borrow<py::array>(weights).ndim() == 4) {
+        auto a = py::reinterpret_borrow<py::array>(weights);
+        return CNNConvolutionDescriptor(int64_t(a.shape(2)), int64_t(a.shape(1)), int64_t(a.shape(3)),
+                                        int64_t(a.shape(0)));
+    }
+    throwTypeError("descriptor: required unless weights is a 4-D (O, kH, kW, I) array (a Vector or a flat array "
+                   "does not say its convolution's shape)");
+}
+
+// -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor: over Vectors or
+// writable float32 arrays: the state aliases them (offsets in bytes from their first element).
+std::shared_ptr<CNNConvolutionWeightsAndBiasesState> weightsStateOver(py::handle weights, py::handle biases,
+                                                                       py::handle descriptor, py::handle weightsOffset,
+                                                                       py::handle biasesOffset, py::handle device) {
+    const CNNConvolutionDescriptor d = aliasedDescriptor(descriptor, weights);
+    d.validate();
+    AliasedStorage w = aliasedStorage(weights, device, "weights");
+    BufferSlice wSlice = aliasSlice(w.slice, byteOffset(weightsOffset, "weights_offset"),
+                                    size_t(d.weightCount()) * sizeof(float), "weights", "weights_offset");
+    BufferSlice bSlice;
+    const size_t bOffset = byteOffset(biasesOffset, "biases_offset");
+    if (!biases.is_none()) {
+        // Both buffers on the weights' device (a Vector of another device is a ValueError).
+        AliasedStorage b = aliasedStorage(biases, py::cast(w.device), "biases");
+        bSlice = aliasSlice(b.slice, bOffset, size_t(d.outputFeatureChannels) * sizeof(float), "biases",
+                            "biases_offset");
+    } else if (bOffset != 0) {
+        throwValueError("biases_offset: must be 0 without biases, got ", bOffset);
+    }
+    return std::make_shared<CNNConvolutionWeightsAndBiasesState>(wSlice, bSlice, w.device, d);
+}
 
 std::shared_ptr<CNNConvolutionGradientState> toConvolutionGradientState(py::handle value, const char* what) {
     if (!py::isinstance<CNNConvolutionGradientState>(value))
@@ -305,17 +346,40 @@ void bindConvolution(py::module_& m) {
                  return std::make_shared<CNNConvolutionWeightsAndBiasesState>(deviceOf(device), d);
              }),
              py::arg("device"), py::arg("descriptor"), "-initWithDevice:cnnConvolutionDescriptor:")
+        .def(py::init(&weightsStateOver), py::kw_only(), py::arg("weights"), py::arg("biases") = py::none(),
+             py::arg("descriptor") = py::none(), py::arg("weights_offset") = 0, py::arg("biases_offset") = 0,
+             py::arg("device") = py::none(),
+             "-initWithWeights:biases: / -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor:"
+             ": a state over existing memory, no copy (an update through the state is seen in `weights` / "
+             "`biases`, and a write to them in the state). Each is a Vector (offset in bytes from its first "
+             "element) or a writable C-contiguous float32 NumPy array (cpu device only). `descriptor` may be left "
+             "out for a 4-D (O, kH, kW, I) weights array; biases None gives zero biases of the state's own.")
         .def_static("temporary", &CNNConvolutionWeightsAndBiasesState::temporary, py::arg("command_buffer"),
                     py::arg("descriptor"),
-                    "+temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:")
+                    "+temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor: (zero "
+                    "weights and biases; read count 1, valid on `command_buffer` only)")
+        .def_static("temporary_cnn_convolution_weights_and_biases_state",
+                    &CNNConvolutionWeightsAndBiasesState::temporary, py::arg("command_buffer"),
+                    py::arg("cnn_convolution_descriptor"),
+                    "+temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor: under "
+                    "its full name (the same as temporary)")
+        .def_property_readonly("weights_vector", [](const CNNConvolutionWeightsAndBiasesState& s) {
+            return vectorOver(s, s.weights(), s.descriptor().weightCount());
+        }, "[[MPSVector alloc] initWithBuffer:state.weights offset:state.weightsOffset descriptor:...]: a Vector "
+           "aliasing the weights (for an optimizer's vector encode)")
+        .def_property_readonly("biases_vector", [](const CNNConvolutionWeightsAndBiasesState& s) {
+            return vectorOver(s, s.biases(), s.descriptor().outputFeatureChannels);
+        }, "A Vector aliasing the biases")
         .def_property_readonly("weights", [](const CNNConvolutionWeightsAndBiasesState& s) {
             return floatView(s.weights(), weightShape(s.descriptor()));
         }, "MPSCNNConvolutionWeightsAndBiasesState.weights as a writable (O, kH, kW, I/groups) view")
         .def_property_readonly("biases", [](const CNNConvolutionWeightsAndBiasesState& s) {
             return floatView(s.biases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
         }, "MPSCNNConvolutionWeightsAndBiasesState.biases as a writable (O,) view")
-        .def_property_readonly("weights_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.weights().offset; })
-        .def_property_readonly("biases_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.biases().offset; });
+        .def_property_readonly("weights_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.weights().offset; },
+                               "MPSCNNConvolutionWeightsAndBiasesState.weightsOffset: bytes into the weights' buffer")
+        .def_property_readonly("biases_offset", [](const CNNConvolutionWeightsAndBiasesState& s) { return s.biases().offset; },
+                               "MPSCNNConvolutionWeightsAndBiasesState.biasesOffset: bytes into the biases' buffer");
 
     py::class_<CNNConvolution, CNNKernel, std::shared_ptr<CNNConvolution>>(m, "CNNConvolution", "MPSCNNConvolution")
         .def(py::init([](const DeviceArg& device, py::object weights) {
@@ -351,6 +415,13 @@ void bindConvolution(py::module_& m) {
         .def_property_readonly("gradient_for_biases", [](const CNNConvolutionGradientState& s) {
             return floatView(s.gradientForBiases(), {py::ssize_t(s.descriptor().outputFeatureChannels)});
         }, "MPSCNNConvolutionGradientState.gradientForBiases: (O,), summed over the batch")
+        .def_property_readonly("gradient_for_weights_vector", [](const CNNConvolutionGradientState& s) {
+            return vectorOver(s, s.gradientForWeights(), s.descriptor().weightCount());
+        }, "[[MPSVector alloc] initWithBuffer:state.gradientForWeights descriptor:...]: a Vector aliasing the weight "
+           "gradients (for an optimizer's vector encode)")
+        .def_property_readonly("gradient_for_biases_vector", [](const CNNConvolutionGradientState& s) {
+            return vectorOver(s, s.gradientForBiases(), s.descriptor().outputFeatureChannels);
+        }, "A Vector aliasing the bias gradients")
         .def_property_readonly("convolution", &CNNConvolutionGradientState::convolution,
                                "MPSCNNConvolutionGradientState.convolution")
         .def_property_readonly("gradient_for_weights_layout", &CNNConvolutionGradientState::gradientForWeightsLayout)

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "aliasing.h"
 #include "bindings.h"
 
 namespace mpsgrad::python {
@@ -235,19 +236,6 @@ void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageI
     auto array = floatArrayOfShape(data, shape, "data");
     image.writeBytes(array.data(), layout, imageIndex, params);
 }
-
-// A Buffer over memory owned by a Python object (zero-copy DLPack / NumPy import).
-class PythonOwnedBuffer final : public Buffer {
-public:
-    PythonOwnedBuffer(py::object owner, void* data, size_t length) : owner_(std::move(owner)), data_(data), length_(length) {}
-    void* contents() override { return data_; }
-    size_t length() const override { return length_; }
-
-private:
-    PythonReference owner_;  // released under the GIL, or leaked at interpreter exit
-    void* data_;
-    size_t length_;
-};
 
 Device deviceOr(const DeviceArg& device) { return toDevice(device, "device"); }
 
@@ -621,8 +609,19 @@ void bindCore(py::module_& m) {
         .def("resource_type_at_index", &State::resourceTypeAtIndex, py::arg("index"))
         .def("buffer_at_index", [](const State& s, size_t index) {
             BufferSlice b = s.resourceAtIndex(index);
-            return floatView(b, {py::ssize_t(b.buffer->length() / sizeof(float))});
-        }, py::arg("index"), "-[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view")
+            // From the resource's offset (a state over another object's buffer starts inside it).
+            return floatView(b, {py::ssize_t((b.buffer->length() - b.offset) / sizeof(float))});
+        }, py::arg("index"), "-[MPSState resourceAtIndex:allocateMemory:] as a float32 NumPy view (from the "
+           "resource's offset to the end of its buffer)")
+        .def("vector_at_index", [](const State& s, size_t index, py::object length) {
+            BufferSlice b = s.resourceAtIndex(index);
+            const int64_t available = int64_t((b.buffer->length() - b.offset) / sizeof(float));
+            const int64_t n = length.is_none() ? available : toInt64(length, "length", 1, available);
+            return vectorOver(s, b, n);
+        }, py::arg("index"), py::arg("length") = py::none(),
+           "[[MPSVector alloc] initWithBuffer:[state resourceAtIndex:index allocateMemory:YES] descriptor:...]: a "
+           "Vector of `length` floats (None: to the end of the buffer) that aliases the resource, so an optimizer "
+           "can read or update it in place")
         .def("synchronize_on_command_buffer", &State::synchronizeOnCommandBuffer, py::arg("command_buffer"),
              "-[MPSState synchronizeOnCommandBuffer:]")
         .def_property("label", getter(&State::label), setter(&State::label, "label"))

@@ -3,6 +3,7 @@
 #include <cfloat>
 #include <cstring>
 
+#include "aliasing.h"
 #include "bindings.h"
 #include "core/vector.h"
 #include "kernels/batch_normalization.h"
@@ -55,6 +56,24 @@ VectorPtr vectorFromNumpy(const py::object& data, const DeviceArg& device) {
     return v;
 }
 
+VectorDescriptor descriptorArgument(const py::object& descriptor) {
+    if (py::isinstance<py::int_>(descriptor))
+        return makeDescriptor(descriptor.cast<int64_t>(), 1, py::none(), DataType::Float32);
+    if (!py::isinstance<VectorDescriptor>(descriptor))
+        throwTypeError("descriptor: expected a VectorDescriptor or a length, got ",
+                       std::string(py::repr(py::type::of(descriptor))));
+    return descriptor.cast<VectorDescriptor>();
+}
+
+// -initWithBuffer:offset:descriptor: over a Vector's storage (offset counted from its first
+// element) or a writable float32 NumPy array (cpu).
+VectorPtr vectorOverBuffer(py::handle buffer, const py::object& descriptor, py::handle offset, py::handle device) {
+    const VectorDescriptor d = descriptorArgument(descriptor);
+    AliasedStorage storage = aliasedStorage(buffer, device, "buffer");
+    BufferSlice slice = aliasSlice(storage.slice, byteOffset(offset, "offset"), d.spanBytes(), "buffer", "offset");
+    return std::make_shared<Vector>(storage.device, slice, d);
+}
+
 void bindVectors(py::module_& m) {
     py::class_<VectorDescriptor>(m, "VectorDescriptor",
                                  "MPSVectorDescriptor: `vectors` vectors of `length` float32 elements, "
@@ -80,17 +99,16 @@ void bindVectors(py::module_& m) {
         "MPSVector: float32 vectors in device memory. numpy() is a zero-copy view of the storage (read it after the "
         "command buffer that wrote it completed; write it before encoding).")
         .def(py::init([](const DeviceArg& device, py::object descriptor) {
-                 if (py::isinstance<py::int_>(descriptor))
-                     return std::make_shared<Vector>(optimizerDevice(device),
-                                                     makeDescriptor(descriptor.cast<int64_t>(), 1, py::none(),
-                                                                    DataType::Float32));
-                 if (!py::isinstance<VectorDescriptor>(descriptor))
-                     throwTypeError("descriptor: expected a VectorDescriptor or a length, got ",
-                                    std::string(py::repr(py::type::of(descriptor))));
-                 return std::make_shared<Vector>(optimizerDevice(device), descriptor.cast<VectorDescriptor>());
+                 return std::make_shared<Vector>(optimizerDevice(device), descriptorArgument(descriptor));
              }),
              py::arg("device"), py::arg("descriptor"),
              "-[MPSVector initWithDevice:descriptor:] (zero-filled); descriptor may be a length")
+        .def(py::init(&vectorOverBuffer), py::kw_only(), py::arg("buffer"), py::arg("descriptor"),
+             py::arg("offset") = 0, py::arg("device") = py::none(),
+             "-[MPSVector initWithBuffer:offset:descriptor:] (and -initWithBuffer:descriptor:): a Vector over another "
+             "object's memory, no copy. `buffer` is a Vector (offset counts bytes from its first element; its "
+             "device) or a writable C-contiguous float32 NumPy array (the cpu device only). `offset` must be a "
+             "multiple of 4 and the buffer must hold the descriptor's span after it (ValueError).")
         .def_static("from_numpy", &vectorFromNumpy, py::arg("array"), py::arg("device") = py::none(),
                     "A new Vector holding a copy of a (length,) or (vectors, length) array")
         .def_property_readonly("device", &Vector::device)

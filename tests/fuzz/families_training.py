@@ -19,9 +19,9 @@ def optimizer_ops(r: random.Random, ctx: Context):
     m = ctx.m
     n = r.randint(1, 40)
     g_arr, w_arr = random_array(r, n), random_array(r, n)
-    lr = r.choice([0.0, 0.01, 0.5])
+    lr = r.choice([0.0, 0.01, 0.5, -0.1])  # any finite rate is valid, as in MPS (a negative one ascends)
     ctx.start_call()
-    lr_arg = ctx.bad(r, lr, [-1.0, float("nan"), float("inf"), "0.1"], what="learning_rate")
+    lr_arg = ctx.bad(r, lr, [float("-inf"), float("nan"), float("inf"), "0.1"], what="learning_rate")
     w_len = ctx.bad(r, n, [n + 1, n + 7], what="values length")
     g, w = m.Vector.from_numpy(g_arr, ctx.device), m.Vector.from_numpy(random_array(r, w_len), ctx.device)
     if w_len == n:

@@ -216,3 +216,50 @@ def graph_node_ops(r: random.Random, ctx: Context):
     run(ctx, cb)
     if not np.all(np.isfinite(out.to_numpy())):
         raise WrongResult(f"{type(node).__name__} graph: non-finite output for finite input")
+
+
+# ---------------------------------------------------------------------------------------------
+# objects over another object's buffer (issue 29 items 9, 10): a Vector, a convolution weights state
+# or a normalization state over a shared Vector at random offsets; an offset that is not a multiple
+# of 4 or leaves too little memory is invalid; a valid one must alias (an SGD step through the new
+# object, with a learning rate of either sign, lands in the shared buffer and nowhere else)
+
+
+def _aliasing_target(r: random.Random, ctx: Context, shared, floats: int):
+    """One aliasing object over `shared` and the (first float, count) range it covers."""
+    m = ctx.m
+    kind = r.choice(["vector", "weights", "mean_variance", "gamma_beta"])
+    count = r.randint(1, 6)
+    start = ctx.bad(r, r.randint(0, floats - count), [floats - count + 1, floats + 3, 2**40], what="offset floats")
+    offset = ctx.bad(r, 4 * start, [4 * start + r.choice([1, 2, 3])], what="byte offset")
+    if kind == "vector":
+        return m.Vector(buffer=shared, descriptor=count, offset=offset).numpy, start, count
+    if kind == "weights":  # a 1x1 convolution of `count` input channels to 1 output
+        d = m.CNNConvolutionDescriptor(1, 1, count, 1)
+        state = m.CNNConvolutionWeightsAndBiasesState(weights=shared, descriptor=d, weights_offset=offset)
+        return state.weights_vector.numpy, start, count
+    cls = m.CNNNormalizationMeanAndVarianceState if kind == "mean_variance" else m.CNNNormalizationGammaAndBetaState
+    first, second = ("mean", "variance") if kind == "mean_variance" else ("gamma", "beta")
+    state = cls(**{first: shared, second: shared, "number_of_feature_channels": count, f"{first}_offset": offset})
+    return getattr(state, f"{first}_vector").numpy, start, count
+
+
+@family("aliasing")
+def aliasing_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    floats = r.randint(6, 24)
+    data = random_array(r, floats)
+    shared = m.Vector.from_numpy(data, ctx.device)
+    ctx.start_call()
+    view, start, count = _aliasing_target(r, ctx, shared, floats)
+    ctx.expect_rejected_if_invalid("an object over a shared Vector")
+    target = m.Vector(buffer=shared, descriptor=count, offset=4 * start)
+    g = random_array(r, count)
+    lr = r.choice([0.5, -0.5, -0.1])
+    cb = ctx.queue.command_buffer()
+    m.NNOptimizerStochasticGradientDescent(ctx.device, lr).encode(cb, m.Vector.from_numpy(g, ctx.device), target)
+    run(ctx, cb)
+    expected = data.astype(np.float64)
+    expected[start:start + count] -= lr * g
+    check_close(shared.to_numpy(), expected, "the shared buffer after an update of one range")
+    check_close(view(), expected[start:start + count], "the aliasing object's view of the range")

@@ -50,14 +50,23 @@ Vector::Vector(const Device& device, const VectorDescriptor& descriptor) : devic
 }
 
 Vector::Vector(const Device& device, BufferSlice buffer, const VectorDescriptor& descriptor)
-    : device_(device), descriptor_(descriptor), data_(std::move(buffer)) {
+    : device_(device), descriptor_(descriptor) {
     descriptor_.validate();
-    if (!data_) throwValueError("buffer: missing");
-    if (data_.offset % sizeof(float) != 0) throwValueError("offset: must be a multiple of 4, got ", data_.offset);
-    const size_t length = data_.buffer->length();
-    if (data_.offset > length || descriptor_.spanBytes() > length - data_.offset)
-        throwValueError("buffer: holds ", length, " bytes, too few for ", descriptor_.spanBytes(), " bytes at offset ",
-                        data_.offset);
+    data_ = aliasSlice(buffer, 0, descriptor_.spanBytes(), "buffer", "offset");
+}
+
+BufferSlice aliasSlice(const BufferSlice& base, size_t offset, size_t bytes, const char* what, const char* offsetName) {
+    if (!base) throwValueError(what, ": missing buffer");
+    // The backends bind float32 elements: a misaligned start would split every element.
+    if (offset % sizeof(float) != 0 || base.offset % sizeof(float) != 0)
+        throwValueError(offsetName, ": must be a multiple of 4 bytes, got ", offset, " (the buffer's own offset is ",
+                        base.offset, ")");
+    const size_t length = base.buffer->length();
+    // Compared without adding offsets, so a huge offset cannot wrap around.
+    if (base.offset > length || offset > length - base.offset || bytes > length - base.offset - offset)
+        throwValueError(what, ": the buffer holds ", length, " bytes, too few for ", bytes, " bytes at ", offsetName,
+                        " ", offset, " (", base.offset, " + ", offset, " bytes into it)");
+    return base.advancedBy(offset);
 }
 
 }  // namespace mpsgrad

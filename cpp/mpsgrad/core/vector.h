@@ -71,4 +71,10 @@ private:
 
 using VectorPtr = std::shared_ptr<Vector>;
 
+// The storage `offset` bytes past `base`, for an object that aliases another one's buffer (MPS's
+// -initWithBuffer:offset:..., -initWithWeights:weightsOffset:..., -initWithGamma:beta:): ValueError
+// naming `offsetName` unless the offset is a multiple of 4, and naming `what` unless the buffer
+// holds `bytes` bytes from there. The result shares the buffer: writes through either are seen by both.
+BufferSlice aliasSlice(const BufferSlice& base, size_t offset, size_t bytes, const char* what, const char* offsetName);
+
 }  // namespace mpsgrad

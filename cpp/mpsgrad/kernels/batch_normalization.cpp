@@ -9,6 +9,7 @@
 
 #include "core/float16_shadow.h"
 #include "core/errors.h"
+#include "core/vector.h"
 #include "kernels/data_source_loading.h"
 
 namespace mpsgrad {
@@ -161,6 +162,14 @@ CNNNormalizationGammaAndBetaState::CNNNormalizationGammaAndBetaState(const Devic
     std::memcpy(this->beta().floats(), beta.data(), floatBytes(channels_));
 }
 
+CNNNormalizationGammaAndBetaState::CNNNormalizationGammaAndBetaState(const Device& device, int64_t channels,
+                                                                     const BufferSlice& gamma, const BufferSlice& beta)
+    : State(device, {}, false, nullptr), channels_(channels) {
+    checkChannelCount(channels, "number_of_feature_channels");
+    buffers_.push_back(aliasSlice(gamma, 0, floatBytes(channels), "gamma", "gamma_offset"));
+    buffers_.push_back(aliasSlice(beta, 0, floatBytes(channels), "beta", "beta_offset"));
+}
+
 std::shared_ptr<CNNNormalizationGammaAndBetaState> CNNNormalizationGammaAndBetaState::temporary(CommandBuffer& cb,
                                                                                                 int64_t channels) {
     cb.checkEncodable();
@@ -189,6 +198,15 @@ CNNNormalizationMeanAndVarianceState::CNNNormalizationMeanAndVarianceState(const
             throwValueError("variance: channel ", c, " is ", variance[c], "; a variance must be >= 0");
     std::memcpy(this->mean().floats(), mean.data(), floatBytes(channels_));
     std::memcpy(this->variance().floats(), variance.data(), floatBytes(channels_));
+}
+
+CNNNormalizationMeanAndVarianceState::CNNNormalizationMeanAndVarianceState(const Device& device, int64_t channels,
+                                                                           const BufferSlice& mean,
+                                                                           const BufferSlice& variance)
+    : State(device, {}, false, nullptr), channels_(channels) {
+    checkChannelCount(channels, "number_of_feature_channels");
+    buffers_.push_back(aliasSlice(mean, 0, floatBytes(channels), "mean", "mean_offset"));
+    buffers_.push_back(aliasSlice(variance, 0, floatBytes(channels), "variance", "variance_offset"));
 }
 
 std::shared_ptr<CNNNormalizationMeanAndVarianceState> CNNNormalizationMeanAndVarianceState::temporary(

@@ -45,6 +45,10 @@ public:
     // -initWithGamma:beta: (copies the values into new buffers)
     CNNNormalizationGammaAndBetaState(const Device& device, const std::vector<float>& gamma,
                                       const std::vector<float>& beta);
+    // -initWithGamma:beta: over existing buffers: aliases them (each holds `channels` floats at a
+    // 4-byte aligned offset, ValueError otherwise), so updates through either side are shared.
+    CNNNormalizationGammaAndBetaState(const Device& device, int64_t channels, const BufferSlice& gamma,
+                                      const BufferSlice& beta);
     // +temporaryStateWithCommandBuffer:numberOfFeatureChannels: (zero-filled)
     static std::shared_ptr<CNNNormalizationGammaAndBetaState> temporary(CommandBuffer& cb, int64_t channels);
     const char* className() const override { return "CNNNormalizationGammaAndBetaState"; }
@@ -68,6 +72,10 @@ public:
     // -initWithMean:variance:
     CNNNormalizationMeanAndVarianceState(const Device& device, const std::vector<float>& mean,
                                          const std::vector<float>& variance);
+    // -initWithMean:variance: over existing buffers (aliased, as the gamma / beta state's). The
+    // values are not checked: the memory is the caller's and may change until the state is read.
+    CNNNormalizationMeanAndVarianceState(const Device& device, int64_t channels, const BufferSlice& mean,
+                                         const BufferSlice& variance);
     // +temporaryStateWithCommandBuffer:numberOfFeatureChannels:
     static std::shared_ptr<CNNNormalizationMeanAndVarianceState> temporary(CommandBuffer& cb, int64_t channels);
     const char* className() const override { return "CNNNormalizationMeanAndVarianceState"; }

@@ -7,6 +7,7 @@
 
 #include "core/checked.h"
 #include "core/errors.h"
+#include "core/vector.h"
 #include "kernels/convolution_sub_pixel.h"
 #include "kernels/data_source_loading.h"
 
@@ -243,14 +244,16 @@ CNNConvolutionWeightsAndBiasesState::CNNConvolutionWeightsAndBiasesState(BufferS
                                                                          const CNNConvolutionDescriptor& descriptor)
     : State(device, {}, false, nullptr), descriptor_(descriptor) {
     descriptor_.validate();
-    size_t wBytes = size_t(descriptor_.weightCount()) * sizeof(float);
-    size_t bBytes = size_t(descriptor_.outputFeatureChannels) * sizeof(float);
-    if (!weights || weights.offset % 4 || weights.buffer->length() < weights.offset + wBytes)
-        throwValueError("weights: the buffer must hold ", wBytes, " bytes after a 4-byte aligned weights_offset");
-    if (!biases || biases.offset % 4 || biases.buffer->length() < biases.offset + bBytes)
-        throwValueError("biases: the buffer must hold ", bBytes, " bytes after a 4-byte aligned biases_offset");
-    buffers_.push_back(weights);
-    buffers_.push_back(biases);
+    const size_t wBytes = size_t(descriptor_.weightCount()) * sizeof(float);
+    const size_t bBytes = size_t(descriptor_.outputFeatureChannels) * sizeof(float);
+    // The state aliases the caller's memory (no copy): an update written through it is the caller's.
+    buffers_.push_back(aliasSlice(weights, 0, wBytes, "weights", "weights_offset"));
+    // MPS's biases are nullable (no bias); zero biases of the state's own add the same nothing and
+    // keep every reader's two-buffer layout.
+    if (biases)
+        buffers_.push_back(aliasSlice(biases, 0, bBytes, "biases", "biases_offset"));
+    else
+        addBuffer(bBytes);
 }
 
 std::shared_ptr<CNNConvolutionWeightsAndBiasesState> CNNConvolutionWeightsAndBiasesState::temporary(

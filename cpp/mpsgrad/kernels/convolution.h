@@ -130,7 +130,9 @@ class CNNConvolutionWeightsAndBiasesState final : public State {
 public:
     // -initWithDevice:cnnConvolutionDescriptor: (allocates zeroed weights and biases)
     CNNConvolutionWeightsAndBiasesState(const Device& device, const CNNConvolutionDescriptor& descriptor);
-    // -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor:
+    // -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor: (and -initWithWeights:biases:):
+    // aliases the slices, each holding its floats at a 4-byte aligned offset (ValueError otherwise);
+    // a null `biases` gives zero biases of the state's own.
     CNNConvolutionWeightsAndBiasesState(BufferSlice weights, BufferSlice biases, const Device& device,
                                         const CNNConvolutionDescriptor& descriptor);
     // +temporaryCNNConvolutionWeightsAndBiasesStateWithCommandBuffer:cnnConvolutionDescriptor:

@@ -14,10 +14,10 @@ void checkFinite(float value, const char* name) {
     if (!std::isfinite(value)) throwValueError(name, ": must be finite, got ", value);
 }
 
-void checkLearningRate(float learningRate) {
-    checkFinite(learningRate, "learning_rate");
-    if (learningRate < 0.0f) throwValueError("learning_rate: must be >= 0, got ", learningRate);
-}
+// Any finite value, as MPS: a negative learning rate (with a negative L2 scale) turns SGD into the
+// moving average that Turi Create keeps batch-normalization statistics with
+// (docs/losses_and_optimizers.md, "Negative learning rates").
+void checkLearningRate(float learningRate) { checkFinite(learningRate, "learning_rate"); }
 
 // beta1, beta2, decay, momentum: in [0, 1).
 void checkUnitInterval(double value, const char* name) {
@@ -80,8 +80,7 @@ NNOptimizerDescriptor::NNOptimizerDescriptor(float learningRate, float gradientR
 void NNOptimizerDescriptor::validate() const {
     checkLearningRate(learningRate);
     checkFinite(gradientRescale, "gradient_rescale");
-    checkFinite(regularizationScale, "regularization_scale");
-    if (regularizationScale < 0.0f) throwValueError("regularization_scale: must be >= 0, got ", regularizationScale);
+    checkFinite(regularizationScale, "regularization_scale");  // any sign, as the learning rate
     regularizationCode(regularizationType);
     if (std::isnan(gradientClipMax) || std::isnan(gradientClipMin))
         throwValueError("gradient_clip_max, gradient_clip_min: must not be NaN");
