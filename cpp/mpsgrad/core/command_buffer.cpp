@@ -118,11 +118,10 @@ void CommandBuffer::encodeHostCallback(std::function<void()> fn) {
     // One message on every backend, naming where the failure came from. Every backend runs the
     // callback through this wrapper, so the deadlock guard (CallbackScope) holds on all of them.
     // `this` outlives the callback: the backend holds the buffer until its work has finished.
-    // The work encoded before this point has completed when the callback runs, so the host may
-    // read what it wrote (core/host_access.h); later work is still pending.
-    const uint64_t writesBefore = host_access::writeMark();
-    backend_->encodeHostCallback([this, writesBefore, fn = std::move(fn)] {
-        host_access::completeWritesThrough(id_, writesBefore);
+    backend_->encodeHostCallback([this, fn = std::move(fn)] {
+        // The work encoded before this point has completed and the work after it has not started,
+        // so the callback may read what this buffer writes (core/host_access.h).
+        host_access::HostCallbackScope reads(id_);
         CallbackScope scope(this, queueId_, "host callback");
         try {
             fn();

@@ -20,7 +20,6 @@ struct WriteRecord {
     size_t begin = 0, end = 0;
     std::weak_ptr<const CommandBuffer> commandBuffer;
     uint64_t commandBufferId = 0;
-    uint64_t sequence = 0;  // for host points: writes encoded before a callback are done when it runs
     const char* kind = "image";
 };
 
@@ -35,7 +34,6 @@ struct Registry {
     std::mutex mutex;
     std::unordered_multimap<const Buffer*, WriteRecord> writes;
     std::unordered_map<const Buffer*, TemporaryRecord> temporaries;
-    uint64_t sequence = 0;
     size_t pruneAt = 256;  // prune dead records when the tables outgrow this (amortized O(1))
 };
 
@@ -43,6 +41,8 @@ Registry& registry() {
     static Registry* r = new Registry;  // never destroyed: reads may run during static destruction
     return *r;
 }
+
+thread_local uint64_t callbackCommandBuffer = 0;  // HostCallbackScope's buffer on this thread (0: none)
 
 bool finished(CommandBufferStatus status) {
     return status == CommandBufferStatus::Completed || status == CommandBufferStatus::Error;
@@ -91,7 +91,7 @@ void addWrite(const CommandBuffer& cb, const BufferSlice& slice, size_t bytes, c
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     maybePruneLocked(r);
-    WriteRecord w{slice.buffer, slice.offset, slice.offset + bytes, self, cb.id(), ++r.sequence, kind};
+    WriteRecord w{slice.buffer, slice.offset, slice.offset + bytes, self, cb.id(), kind};
     r.writes.emplace(slice.buffer.get(), std::move(w));
 }
 
@@ -134,7 +134,7 @@ void checkHostRead(const BufferSlice& slice, size_t bytes, const char* what) {
                 it = r.writes.erase(it);
                 continue;
             }
-            if (w.begin < slice.offset + bytes && slice.offset < w.end) {
+            if (w.commandBufferId != callbackCommandBuffer && w.begin < slice.offset + bytes && slice.offset < w.end) {
                 pending = w.commandBuffer.lock();
                 kind = w.kind;
                 if (pending) break;
@@ -185,18 +185,10 @@ void checkHostRead(const Image& image, const char* what) {
     checkHostRead(image.storage(0), image.storageElements() * image.bytesPerElement(), what);
 }
 
-uint64_t writeMark() {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    return r.sequence + 1;
+HostCallbackScope::HostCallbackScope(uint64_t commandBufferId) : previous_(callbackCommandBuffer) {
+    callbackCommandBuffer = commandBufferId;
 }
 
-void completeWritesThrough(uint64_t commandBufferId, uint64_t mark) {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    for (auto it = r.writes.begin(); it != r.writes.end();)
-        it = (it->second.commandBufferId == commandBufferId && it->second.sequence < mark) ? r.writes.erase(it)
-                                                                                            : std::next(it);
-}
+HostCallbackScope::~HostCallbackScope() { callbackCommandBuffer = previous_; }
 
 }  // namespace mpsgrad::host_access

@@ -47,10 +47,20 @@ void checkHostRead(const BufferSlice& slice, size_t bytes, const char* what);
 // The same for all the storage of `image` (every image of a multi-image Image).
 void checkHostRead(const Image& image, const char* what);
 
-// Host points (CommandBuffer::encodeHostCallback): the writes of `cb` noted before `mark`
-// (writeMark() at encode time) have completed when the callback runs.
-uint64_t writeMark();
-void completeWritesThrough(uint64_t commandBufferId, uint64_t mark);
+// Host points (CommandBuffer::encodeHostCallback): while one is alive on a thread, reads on that
+// thread ignore the writes of command buffer `commandBufferId`. A host callback runs after the
+// work encoded before it has completed and before the work encoded after it starts, so none of
+// that buffer's writes can race with it (what it reads is the storage as of that point).
+class HostCallbackScope {
+public:
+    explicit HostCallbackScope(uint64_t commandBufferId);
+    ~HostCallbackScope();
+    HostCallbackScope(const HostCallbackScope&) = delete;
+    HostCallbackScope& operator=(const HostCallbackScope&) = delete;
+
+private:
+    uint64_t previous_;
+};
 
 }  // namespace host_access
 }  // namespace mpsgrad

@@ -128,9 +128,10 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
-    // Before the reads: a temporary destination must still be accessible to be noted.
+    // Before the reads: a temporary destination must still be accessible to be noted. A forward
+    // kernel's destination states are not noted: what the host reads of them (the gradient buffers)
+    // is written by the gradient kernels.
     host_access::noteKernelWrites(cb, destinations);
-    host_access::noteKernelWrites(cb, states);
     noteReadsOfUnique(sources);
 }
 
@@ -338,7 +339,6 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
     encodeImpl(cb, dispatches, states);
     shadows.finish();
     host_access::noteKernelWrites(cb, destinations);
-    host_access::noteKernelWrites(cb, states);
     ImageBatch reads = primaries;
     reads.insert(reads.end(), secondaries.begin(), secondaries.end());
     noteReadsOfUnique(reads);

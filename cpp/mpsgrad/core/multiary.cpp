@@ -170,7 +170,6 @@ void CNNMultiaryKernel::encodeResolved(CommandBuffer& cb, const std::vector<Imag
     encodeImpl(cb, dispatches, states);
     shadows.finish();
     host_access::noteKernelWrites(cb, destinations);
-    host_access::noteKernelWrites(cb, states);
     ImageBatch reads;
     for (const auto& batch : sourceBatches) reads.insert(reads.end(), batch.begin(), batch.end());
     noteReadsOfUnique(reads);
