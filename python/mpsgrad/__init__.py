@@ -181,7 +181,7 @@ def _accepted_keywords(raw, name):
             if any(p.startswith("**") for p in params):
                 accepted = None
                 break
-            accepted += [p for p in params if p != "self" and not p.startswith("*") and p not in accepted]
+            accepted += [p for p in params if p not in ("self", "cls") and not p.startswith("*") and p not in accepted]
         _accepted_keywords_cache[key] = (raw, accepted)  # raw kept alive so its id stays unique
     return _accepted_keywords_cache[key][1]
 
@@ -211,6 +211,15 @@ def _wrap_method(raw, name, cls):
     return method
 
 
+def _wrap_classmethod(raw, name, cls):
+    def method(klass, *args, **kwargs):
+        return _call_bound(raw, name, klass.__name__, (klass,) + args, kwargs)
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__name__}.{name}"
+    method.__doc__ = raw.__doc__
+    return method
+
+
 def _wrap_function(raw, name, owner):
     def function(*args, **kwargs):
         return _call_bound(raw, name, owner, args, kwargs)
@@ -229,6 +238,8 @@ def _wrap_public_methods(cls):
             setattr(cls, name, _wrap_method(member.__func__, name, cls))
         elif isinstance(member, staticmethod) and type(member.__func__).__name__ == "builtin_function_or_method":
             setattr(cls, name, staticmethod(_wrap_function(member.__func__, name, cls.__name__)))
+        elif isinstance(member, classmethod) and type(member.__func__).__name__ == "builtin_function_or_method":
+            setattr(cls, name, classmethod(_wrap_classmethod(member.__func__, name, cls)))
 
 
 def _guard_class(cls):

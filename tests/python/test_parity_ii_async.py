@@ -244,6 +244,33 @@ def test_a_state_written_by_pending_work_is_not_readable(device, queue):
     assert not np.array_equal(state.gradient_for_weights, before)
 
 
+def test_weights_an_optimizer_updates_are_pending_until_completion(device, queue):
+    rng = np.random.default_rng(4)
+    desc = m.CNNConvolutionDescriptor(kernel_width=1, kernel_height=1, input_feature_channels=4,
+                                      output_feature_channels=4)
+    w = rng.normal(size=(4, 1, 1, 4)).astype(np.float32)
+    ds = m.CNNConvolutionWeightsDataSource(desc, w, np.zeros(4, np.float32))
+    conv, grad = m.CNNConvolution(device, ds), m.CNNConvolutionGradient(device, ds)
+    for kernel in (conv, grad):
+        kernel.destination_image_allocator = m.ImageAllocator.persistent()
+    weights = m.CNNConvolutionWeightsAndBiasesState(device, desc)
+    weights.weights[...] = w
+    _, x = _source(device)
+    state = conv.result_state(x)
+    cb = queue.command_buffer()
+    cb.label = "sgd step"
+    y = conv.encode(cb, x, state, m.Image(device, conv.destination_image_descriptor([x])))
+    grad.encode(cb, y, x, state)
+    m.NNOptimizerStochasticGradientDescent(device, 0.1).encode(cb, state, weights)
+    for read in (lambda: weights.weights, lambda: weights.to_bytes()):
+        with pytest.raises(m.CommandBufferError, match="'sgd step'.*writes this state"):
+            read()
+    cb.commit()
+    cb.wait_until_completed()
+    assert not np.array_equal(weights.weights, w)  # updated, and readable
+    assert m.State.from_bytes(weights.to_bytes(), device) is not None
+
+
 # ---- item 8: temporary images and states ------------------------------------------------------------
 
 
@@ -455,6 +482,10 @@ def test_unknown_keyword_to_methods_and_functions(device, queue):
     with pytest.raises(TypeError) as e:
         m.Image.from_numpy(np.zeros((2, 2, 4), np.float32), devcie=device)
     _one_line_naming(e, "devcie", ["array", "device", "channel_format"])
+    with pytest.raises(TypeError) as e:
+        m.State.from_bytes(m.State(device, 16).to_bytes(), devcie=device)  # a class method
+    _one_line_naming(e, "devcie", ["data", "device"])
+    assert str(e.value).startswith("State.from_bytes() ")
     with pytest.raises(TypeError) as e:
         m.image_batch_resource_size(images=[big])
     _one_line_naming(e, "images", ["batch"])
