@@ -657,7 +657,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16). Host reads follow Metal (docs/user_guide.md "Reading results"): CommandBufferError while a command buffer that has not completed writes the image, ValueError for a temporary image once its command buffer completed.
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -669,7 +669,7 @@ class Image:
         """
     def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image. Host reads follow Metal, as for read_bytes.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """

@@ -572,7 +572,10 @@ void bindCore(py::module_& m) {
              py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
              py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array "
-             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)")
+             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)."
+             " Host reads follow Metal (docs/user_guide.md \"Reading results\"): CommandBufferError while a command "
+             "buffer that has not completed writes the image, ValueError for a temporary image once its command "
+             "buffer completed.")
         .def("write_bytes", &writeImage, py::arg("data"),
              py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"), py::arg("image_index") = 0,
              py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
@@ -583,7 +586,8 @@ void bindCore(py::module_& m) {
              "-[MPSImage synchronizeOnCommandBuffer:]")
         .def("to_numpy", &imageToNumpy,
              "A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's "
-             "dtype: float32, or float16 for a FLOAT16 image.")
+             "dtype: float32, or float16 for a FLOAT16 image."
+             " Host reads follow Metal, as for read_bytes.")
         .def_static("from_numpy", &imageFromNumpy, py::arg("array"), py::arg("device") = py::none(),
                     py::arg("channel_format") = py::none(),
                     "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; "
