@@ -245,6 +245,9 @@ class DigitsNet:
         # Training reads the logits too (for the accuracy): an exported intermediate.
         fc2.result_image.export_from_graph = True
         fc2.result_image.handle = Name("logits")
+        # An exported image is still temporary (as in MPS) unless its node allocates persistent images;
+        # the logits are read after the command buffer completed.
+        fc2.result_image.image_allocator = m.ImageAllocator.persistent()
         descriptor = m.CNNLossDescriptor(m.CNNLossType.SOFTMAX_CROSS_ENTROPY, m.CNNReductionType.MEAN)
         descriptor.reduce_across_batch = True  # the batch mean, like PyTorch's cross_entropy
         loss = m.CNNLossNode(fc2.result_image, descriptor)

@@ -134,6 +134,114 @@ def _restore_enum(cls, value):
     return cls(value)
 
 
+# ---- unknown keyword arguments ------------------------------------------------------------------
+# pybind11 answers an unknown keyword with "incompatible function arguments", every overload's
+# signature and the repr of every argument (kilobytes for an image or a data source). Every bound
+# constructor, method and function goes through _call_bound, which turns that case into one line
+# naming the keyword and the accepted ones. The accepted names come from the signatures pybind11
+# writes at the top of each docstring (one per overload), read once per function.
+
+_accepted_keywords_cache = {}
+
+
+def _parameter_names(text):
+    """The parameter names of a signature's text after its '(' (up to the matching ')'), or None."""
+    names, depth, current = [], 0, ""
+    for char in text:
+        if char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            if depth == 0:
+                names.append(current)
+                return [n.split(":")[0].split("=")[0].strip() for n in names if n.strip()]
+            depth -= 1
+        elif char == "," and depth == 0:
+            names.append(current)
+            current = ""
+            continue
+        current += char
+    return None
+
+
+def _accepted_keywords(raw, name):
+    """The keyword names `raw` (a bound function) accepts over all its overloads; None for any."""
+    key = id(raw)
+    if key not in _accepted_keywords_cache:
+        accepted = []
+        for line in (getattr(raw, "__doc__", None) or "").splitlines():
+            line = line.strip()
+            head, _, rest = line.partition(". ")
+            if head.isdigit():
+                line = rest
+            if not line.startswith(name + "("):
+                continue
+            params = _parameter_names(line[len(name) + 1:])
+            if params is None or params == ["*args", "**kwargs"]:
+                continue  # the "Overloaded function." header
+            if any(p.startswith("**") for p in params):
+                accepted = None
+                break
+            accepted += [p for p in params if p not in ("self", "cls") and not p.startswith("*") and p not in accepted]
+        _accepted_keywords_cache[key] = (raw, accepted)  # raw kept alive so its id stays unique
+    return _accepted_keywords_cache[key][1]
+
+
+def _call_bound(raw, name, owner, args, kwargs):
+    try:
+        return raw(*args, **kwargs)
+    except TypeError as error:
+        if not kwargs or "incompatible" not in str(error):
+            raise
+        accepted = _accepted_keywords(raw, name)
+        unknown = [k for k in kwargs if accepted is not None and k not in accepted]
+        if not unknown:
+            raise
+        listed = ", ".join(accepted) if accepted else "none"
+        where = owner if name == "__init__" else f"{owner}.{name}" if owner else name
+        raise TypeError(f"{where}() got an unexpected keyword argument '{unknown[0]}'; "
+                        f"accepted keyword arguments: {listed}") from None
+
+
+def _wrap_method(raw, name, cls):
+    def method(self, *args, **kwargs):
+        return _call_bound(raw, name, type(self).__name__, (self,) + args, kwargs)
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__name__}.{name}"
+    method.__doc__ = raw.__doc__
+    return method
+
+
+def _wrap_classmethod(raw, name, cls):
+    def method(klass, *args, **kwargs):
+        return _call_bound(raw, name, klass.__name__, (klass,) + args, kwargs)
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__name__}.{name}"
+    method.__doc__ = raw.__doc__
+    return method
+
+
+def _wrap_function(raw, name, owner):
+    def function(*args, **kwargs):
+        return _call_bound(raw, name, owner, args, kwargs)
+    function.__name__ = name
+    function.__qualname__ = f"{owner}.{name}" if owner else name
+    function.__doc__ = raw.__doc__
+    function.__module__ = __name__
+    return function
+
+
+def _wrap_public_methods(cls):
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if type(member).__name__ == "instancemethod":
+            setattr(cls, name, _wrap_method(member.__func__, name, cls))
+        elif isinstance(member, staticmethod) and type(member.__func__).__name__ == "builtin_function_or_method":
+            setattr(cls, name, staticmethod(_wrap_function(member.__func__, name, cls.__name__)))
+        elif isinstance(member, classmethod) and type(member.__func__).__name__ == "builtin_function_or_method":
+            setattr(cls, name, classmethod(_wrap_classmethod(member.__func__, name, cls)))
+
+
 def _guard_class(cls):
     raw_new = cls.__new__
     raw_init = cls.__init__
@@ -145,7 +253,7 @@ def _guard_class(cls):
             # Direct instances are constructed here, so `Cls.__new__(Cls)` is a complete object or a
             # TypeError. Python subclasses construct through their own __init__ (pybind11 checks it).
             try:
-                raw_init(obj, *args, **kwargs)
+                _call_bound(raw_init, "__init__", cls.__name__, (obj,) + args, kwargs)
             except BaseException:
                 # The traceback keeps this frame's locals, and a bound object whose constructor
                 # raised has no valid C++ part (its methods would read freed memory): let it go.
@@ -159,7 +267,7 @@ def _guard_class(cls):
     def __init__(self, *args, **kwargs):
         if not _mpsgrad._is_initialized(self):
             try:
-                raw_init(self, *args, **kwargs)
+                _call_bound(raw_init, "__init__", type(self).__name__, (self,) + args, kwargs)
             except BaseException:
                 del self  # as in __new__: no traceback keeps the half-built object
                 raise
@@ -186,4 +294,8 @@ if not _os.environ.get("MPSGRAD_STUBGEN"):
     for _value in list(vars(_mpsgrad).values()):
         if isinstance(_value, type) and type(_value).__name__ == "pybind11_type":
             _guard_class(_value)
-    del _value
+            _wrap_public_methods(_value)
+    for _name, _value in list(vars(_mpsgrad).items()):
+        if not _name.startswith("_") and type(_value).__name__ == "builtin_function_or_method":
+            globals()[_name] = _wrap_function(_value, _name, "")
+    del _name, _value

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConcatenation', 'CNNConcatenationGradient', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiaryKernel', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConcatenationGradientNode', 'NNConcatenationNode', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiaryGradientState', 'NNMultiaryGradientStateNode', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'buffer_cache_limit', 'cached_buffer_bytes', 'get_num_threads', 'image_batch_increment_read_count', 'padding_destination_size', 'padding_offset', 'release_cached_buffers', 'set_num_threads', 'state_batch_increment_read_count', 'synchronize']
+__all__: list[str] = ['CNNAdd', 'CNNAddGradient', 'CNNArithmetic', 'CNNArithmeticGradient', 'CNNArithmeticGradientState', 'CNNBatchNormalization', 'CNNBatchNormalizationDataSource', 'CNNBatchNormalizationFlags', 'CNNBatchNormalizationGradient', 'CNNBatchNormalizationGradientNode', 'CNNBatchNormalizationNode', 'CNNBatchNormalizationState', 'CNNBatchNormalizationStatistics', 'CNNBatchNormalizationStatisticsGradient', 'CNNBatchNormalizationWeightsDataSource', 'CNNBinaryKernel', 'CNNConcatenation', 'CNNConcatenationGradient', 'CNNConvolution', 'CNNConvolutionDataSource', 'CNNConvolutionDescriptor', 'CNNConvolutionGradient', 'CNNConvolutionGradientNode', 'CNNConvolutionGradientOption', 'CNNConvolutionGradientState', 'CNNConvolutionGradientStateNode', 'CNNConvolutionNode', 'CNNConvolutionTranspose', 'CNNConvolutionTransposeGradient', 'CNNConvolutionTransposeGradientNode', 'CNNConvolutionTransposeGradientState', 'CNNConvolutionTransposeGradientStateNode', 'CNNConvolutionTransposeNode', 'CNNConvolutionWeightsAndBiasesState', 'CNNConvolutionWeightsDataSource', 'CNNCrossChannelNormalization', 'CNNCrossChannelNormalizationGradient', 'CNNCrossChannelNormalizationGradientNode', 'CNNCrossChannelNormalizationNode', 'CNNDepthWiseConvolutionDescriptor', 'CNNDilatedPoolingMax', 'CNNDilatedPoolingMaxGradient', 'CNNDilatedPoolingMaxGradientNode', 'CNNDilatedPoolingMaxNode', 'CNNDivide', 'CNNDivideGradient', 'CNNDropout', 'CNNDropoutGradient', 'CNNDropoutGradientNode', 'CNNDropoutGradientState', 'CNNDropoutNode', 'CNNFullyConnected', 'CNNFullyConnectedGradient', 'CNNFullyConnectedGradientNode', 'CNNFullyConnectedNode', 'CNNGradientKernel', 'CNNGroupNormalization', 'CNNGroupNormalizationDataSource', 'CNNGroupNormalizationGradient', 'CNNGroupNormalizationGradientNode', 'CNNGroupNormalizationGradientState', 'CNNGroupNormalizationNode', 'CNNGroupNormalizationWeightsDataSource', 'CNNInstanceNormalization', 'CNNInstanceNormalizationDataSource', 'CNNInstanceNormalizationGradient', 'CNNInstanceNormalizationGradientNode', 'CNNInstanceNormalizationGradientState', 'CNNInstanceNormalizationNode', 'CNNInstanceNormalizationWeightsDataSource', 'CNNKernel', 'CNNLocalContrastNormalization', 'CNNLocalContrastNormalizationGradient', 'CNNLocalContrastNormalizationGradientNode', 'CNNLocalContrastNormalizationNode', 'CNNLocalNormalizationGradientNode', 'CNNLocalNormalizationGradientState', 'CNNLogSoftMax', 'CNNLogSoftMaxGradient', 'CNNLogSoftMaxGradientNode', 'CNNLogSoftMaxNode', 'CNNLoss', 'CNNLossDataDescriptor', 'CNNLossDescriptor', 'CNNLossLabels', 'CNNLossNode', 'CNNLossType', 'CNNMultiaryKernel', 'CNNMultiply', 'CNNMultiplyGradient', 'CNNNeuron', 'CNNNeuronAbsolute', 'CNNNeuronAbsoluteNode', 'CNNNeuronELU', 'CNNNeuronELUNode', 'CNNNeuronExponential', 'CNNNeuronExponentialNode', 'CNNNeuronGeLUNode', 'CNNNeuronGradient', 'CNNNeuronGradientNode', 'CNNNeuronGradientState', 'CNNNeuronHardSigmoid', 'CNNNeuronHardSigmoidNode', 'CNNNeuronLinear', 'CNNNeuronLinearNode', 'CNNNeuronLogarithm', 'CNNNeuronLogarithmNode', 'CNNNeuronNode', 'CNNNeuronPReLU', 'CNNNeuronPReLUNode', 'CNNNeuronPower', 'CNNNeuronPowerNode', 'CNNNeuronReLU', 'CNNNeuronReLUN', 'CNNNeuronReLUNNode', 'CNNNeuronReLUNode', 'CNNNeuronSigmoid', 'CNNNeuronSigmoidNode', 'CNNNeuronSoftPlus', 'CNNNeuronSoftPlusNode', 'CNNNeuronSoftSign', 'CNNNeuronSoftSignNode', 'CNNNeuronTanH', 'CNNNeuronTanHNode', 'CNNNeuronType', 'CNNNormalizationGammaAndBetaState', 'CNNNormalizationMeanAndVarianceState', 'CNNNormalizationNode', 'CNNPooling', 'CNNPoolingAverage', 'CNNPoolingAverageGradient', 'CNNPoolingAverageGradientNode', 'CNNPoolingAverageNode', 'CNNPoolingGradient', 'CNNPoolingGradientNode', 'CNNPoolingGradientState', 'CNNPoolingL2Norm', 'CNNPoolingL2NormGradient', 'CNNPoolingL2NormGradientNode', 'CNNPoolingL2NormNode', 'CNNPoolingMax', 'CNNPoolingMaxGradient', 'CNNPoolingMaxGradientNode', 'CNNPoolingMaxNode', 'CNNPoolingNode', 'CNNReductionType', 'CNNSoftMax', 'CNNSoftMaxGradient', 'CNNSoftMaxGradientNode', 'CNNSoftMaxGradientState', 'CNNSoftMaxNode', 'CNNSpatialNormalization', 'CNNSpatialNormalizationGradient', 'CNNSpatialNormalizationGradientNode', 'CNNSpatialNormalizationNode', 'CNNSubPixelConvolutionDescriptor', 'CNNSubtract', 'CNNSubtractGradient', 'CNNUpsampling', 'CNNUpsamplingBilinear', 'CNNUpsamplingBilinearGradient', 'CNNUpsamplingBilinearGradientNode', 'CNNUpsamplingBilinearNode', 'CNNUpsamplingGradient', 'CNNUpsamplingGradientNode', 'CNNUpsamplingGradientState', 'CNNUpsamplingNearest', 'CNNUpsamplingNearestGradient', 'CNNUpsamplingNearestGradientNode', 'CNNUpsamplingNearestNode', 'CNNUpsamplingNode', 'CNNYOLOLoss', 'CNNYOLOLossDescriptor', 'CNNYOLOLossNode', 'CommandBuffer', 'CommandBufferError', 'CommandBufferStatus', 'CommandQueue', 'DataLayout', 'DataType', 'Device', 'Image', 'ImageAllocator', 'ImageCoordinate', 'ImageDescriptor', 'ImageEdgeMode', 'ImageFeatureChannelFormat', 'Kernel', 'LocalNormalizationKind', 'NNAdditionGradientNode', 'NNAdditionNode', 'NNArithmeticGradientNode', 'NNArithmeticGradientStateNode', 'NNBinaryArithmeticNode', 'NNBinaryGradientState', 'NNBinaryGradientStateNode', 'NNCompare', 'NNComparisonType', 'NNConcatenationGradientNode', 'NNConcatenationNode', 'NNConvolutionAccumulatorPrecisionOption', 'NNDefaultPadding', 'NNDivisionNode', 'NNFilterNode', 'NNForwardLoss', 'NNForwardLossNode', 'NNGradientFilterNode', 'NNGradientState', 'NNGradientStateNode', 'NNGramMatrixCalculation', 'NNGramMatrixCalculationGradient', 'NNGramMatrixCalculationGradientNode', 'NNGramMatrixCalculationGradientState', 'NNGramMatrixCalculationNode', 'NNGraph', 'NNImageNode', 'NNInitialGradient', 'NNInitialGradientNode', 'NNLabelsNode', 'NNLossGradient', 'NNLossGradientNode', 'NNLossKernel', 'NNMultiaryGradientState', 'NNMultiaryGradientStateNode', 'NNMultiplicationGradientNode', 'NNMultiplicationNode', 'NNNeuronDescriptor', 'NNOptimizer', 'NNOptimizerAdam', 'NNOptimizerDescriptor', 'NNOptimizerRMSProp', 'NNOptimizerStochasticGradientDescent', 'NNPad', 'NNPadGradient', 'NNPadGradientNode', 'NNPadGradientState', 'NNPadNode', 'NNPadding', 'NNReductionSpatialMean', 'NNReductionSpatialMeanGradient', 'NNReductionSpatialMeanGradientNode', 'NNReductionSpatialMeanGradientState', 'NNReductionSpatialMeanNode', 'NNRegularizationType', 'NNReshape', 'NNReshapeGradient', 'NNReshapeGradientNode', 'NNReshapeGradientState', 'NNReshapeNode', 'NNStateNode', 'NNSubtractionGradientNode', 'NNSubtractionNode', 'NNTrainingStyle', 'NNUnaryReductionNode', 'Offset', 'PoolingKind', 'RECT_NO_CLIP', 'Region', 'SerializationError', 'State', 'StateResourceList', 'StateResourceType', 'TemporaryImage', 'UpsamplingCoordinateMode', 'Vector', 'VectorDescriptor', 'batch_from_numpy', 'blas_info', 'buffer_cache_limit', 'cached_buffer_bytes', 'get_num_threads', 'image_batch_increment_read_count', 'image_batch_iterate', 'image_batch_resource_size', 'image_batch_synchronize', 'padding_destination_size', 'padding_offset', 'release_cached_buffers', 'set_num_threads', 'state_batch_increment_read_count', 'state_batch_resource_size', 'state_batch_synchronize', 'supports_mtl_device', 'synchronize']
 class CommandBufferError(RuntimeError):
     pass
 class ImageEdgeMode:
@@ -321,6 +321,27 @@ class CommandBufferStatus:
     @property
     def value(self) -> int:
         ...
+class StateResourceList:
+    """
+    MPSStateResourceList: the buffers a new State gets (State(device, resource_list=...), State.temporary(command_buffer, resource_list=...)).
+    """
+    def __init__(self, buffer_sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None = None) -> None:
+        """
+        +[MPSStateResourceList resourceList] (no argument) / +resourceListWithBufferSizes: (a list of byte sizes, each > 0)
+        """
+    def __len__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def append_buffer(self, size: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        -[MPSStateResourceList appendBuffer:] (size in bytes, > 0)
+        """
+    @property
+    def buffer_sizes(self) -> list[int]:
+        """
+        The byte sizes listed, in order.
+        """
 class StateResourceType:
     """
     MPSStateResourceType
@@ -636,7 +657,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16). Host reads follow Metal (docs/user_guide.md "Reading results"): CommandBufferError while a command buffer that has not completed writes the image, ValueError for a temporary image once its command buffer completed.
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -648,7 +669,7 @@ class Image:
         """
     def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image.
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image. Host reads follow Metal, as for read_bytes.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
@@ -748,18 +769,18 @@ class State:
     """
     label: str
     @staticmethod
-    def temporary(command_buffer: CommandBuffer, buffer_sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> State:
+    def temporary(command_buffer: CommandBuffer, buffer_sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], resource_list: StateResourceList | None = None) -> State:
         """
-        +[MPSState temporaryStateWithCommandBuffer:resourceList:]
+        +[MPSState temporaryStateWithCommandBuffer:bufferSize:] / ...resourceList: (buffer_sizes, or a StateResourceList)
         """
     @classmethod
     def from_bytes(cls: typing.Any, data: typing.Any, device: Device | str = None) -> typing.Any:
         """
         A persistent state from to_bytes() data, on `device`. SerializationError (a ValueError) for malformed data.
         """
-    def __init__(self, device: Device | str, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, device: Device | str, buffer_size: typing.SupportsInt | typing.SupportsIndex = 0, resource_list: StateResourceList | None = None) -> None:
         """
-        -[MPSState initWithDevice:bufferSize:]
+        -[MPSState initWithDevice:bufferSize:] / -initWithDevice:resourceList: (a StateResourceList)
         """
     def __reduce__(self) -> typing.Any:
         """
@@ -6525,6 +6546,18 @@ def image_batch_increment_read_count(batch: collections.abc.Sequence[Image], amo
     """
     MPSImageBatchIncrementReadCount: each unique temporary image once; returns the unique count.
     """
+def image_batch_iterate(batch: collections.abc.Sequence[Image], iterator: collections.abc.Callable[[Image, int], typing.SupportsInt | typing.SupportsIndex]) -> int:
+    """
+    MPSImageBatchIterate: calls iterator(image, index) once for each distinct image of the batch, in order, with the index of its first appearance; a negative return value stops the iteration. Returns the value of the last call (0 for an empty batch).
+    """
+def image_batch_resource_size(batch: collections.abc.Sequence[Image]) -> int:
+    """
+    MPSImageBatchResourceSize: the sum of resource_size over the distinct images of the batch (an image that appears several times counts once).
+    """
+def image_batch_synchronize(batch: collections.abc.Sequence[Image], command_buffer: CommandBuffer) -> None:
+    """
+    MPSImageBatchSynchronize: synchronize_on_command_buffer(command_buffer) on each distinct image of the batch (once per image however often it appears); ValueError when an image cannot be used with the command buffer.
+    """
 def padding_destination_size(source_size: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, kernel_size: typing.SupportsInt | typing.SupportsIndex, style: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     DestSize of the MPSNNPadding arithmetic (style -1, 0 or 1).
@@ -6550,6 +6583,18 @@ def set_num_threads(n: typing.Any) -> None:
 def state_batch_increment_read_count(batch: collections.abc.Sequence[State], amount: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     MPSStateBatchIncrementReadCount: each unique state once; returns the unique count.
+    """
+def state_batch_resource_size(batch: collections.abc.Sequence[State]) -> int:
+    """
+    MPSStateBatchResourceSize: the sum of resource_size over the distinct states of the batch (a state shared by several entries counts once).
+    """
+def state_batch_synchronize(batch: collections.abc.Sequence[State], command_buffer: CommandBuffer) -> None:
+    """
+    MPSStateBatchSynchronize: synchronize_on_command_buffer(command_buffer) on each distinct state of the batch; ValueError when a state cannot be used with the command buffer.
+    """
+def supports_mtl_device(device: Device | None) -> bool:
+    """
+    MPSSupportsMTLDevice: True when mpsgrad runs on `device` (every Device it can create: the CPU, and Metal where built); False for None.
     """
 def synchronize() -> None:
     """

@@ -5,6 +5,8 @@
 
 #include "aliasing.h"
 #include "bindings.h"
+#include "core/batch_helpers.h"
+#include "core/host_access.h"
 
 namespace mpsgrad::python {
 
@@ -19,6 +21,10 @@ py::array floatView(const BufferSlice& slice, std::vector<py::ssize_t> shape, st
             s *= shape[i];
         }
     }
+    // Every host view of a state's (or data source's) buffer comes through here: refuse it while a
+    // pending command buffer writes the buffer, or once a temporary state's command buffer completed.
+    if (slice.buffer)
+        host_access::checkHostRead(slice, slice.buffer->length() - slice.offset, "host view of a state buffer");
     for (auto& s : strides) s *= py::ssize_t(sizeof(float));
     auto keepAlive = new std::shared_ptr<Buffer>(slice.buffer);
     py::capsule owner(keepAlive, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
@@ -211,6 +217,7 @@ py::array inImageDtype(const Image& image, py::array_t<float> values) {
 
 py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
                     py::object channelCount) {
+    host_access::checkHostRead(image, "read_bytes");
     ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
     int64_t channels = image.channelsForReadWrite(params);
     std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
@@ -220,6 +227,7 @@ py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, i
 }
 
 py::array imageToNumpy(const Image& image) {
+    host_access::checkHostRead(image, "to_numpy");
     py::array_t<float> out({py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
                             py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
     int64_t per = image.height() * image.width() * image.featureChannels();
@@ -238,6 +246,13 @@ void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageI
 }
 
 Device deviceOr(const DeviceArg& device) { return toDevice(device, "device"); }
+
+// The buffer sizes of a StateResourceList argument (MPSStateResourceList, core/batch_helpers.h).
+std::vector<size_t> resourceListSizes(py::handle resourceList) {
+    if (!py::isinstance<StateResourceList>(resourceList))
+        throwTypeError("resource_list: expected a StateResourceList, got ", typeName(resourceList));
+    return resourceList.cast<const StateResourceList&>().bufferSizes();
+}
 
 // (H, W, C) or (N, H, W, C) float array → N (1 for 3-D input) and its 4-D view.
 py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle data, const char* what) {
@@ -297,6 +312,7 @@ ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device, const py::ob
 // Zero-copy view of all images: (N, H, W, C) with the padded pixel stride.
 // (float16 for a FLOAT16 image).
 py::array numpyView(const Image& image) {
+    host_access::checkHostRead(image, "DLPack export");  // __dlpack__ goes through this view
     BufferSlice base = image.storage(0);
     ImageLayout l = image.storageLayout(0, image.featureChannels());
     const py::ssize_t element = py::ssize_t(image.bytesPerElement());
@@ -544,7 +560,10 @@ void bindCore(py::module_& m) {
              py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
              py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array "
-             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)")
+             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)."
+             " Host reads follow Metal (docs/user_guide.md \"Reading results\"): CommandBufferError while a command "
+             "buffer that has not completed writes the image, ValueError for a temporary image once its command "
+             "buffer completed.")
         .def("write_bytes", &writeImage, py::arg("data"),
              py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"), py::arg("image_index") = 0,
              py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
@@ -555,7 +574,8 @@ void bindCore(py::module_& m) {
              "-[MPSImage synchronizeOnCommandBuffer:]")
         .def("to_numpy", &imageToNumpy,
              "A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's "
-             "dtype: float32, or float16 for a FLOAT16 image.")
+             "dtype: float32, or float16 for a FLOAT16 image."
+             " Host reads follow Metal, as for read_bytes.")
         .def_static("from_numpy", &imageFromNumpy, py::arg("array"), py::arg("device") = py::none(),
                     py::arg("channel_format") = py::none(),
                     "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; "
@@ -593,13 +613,24 @@ void bindCore(py::module_& m) {
 
     // ---- states ---------------------------------------------------------------------------------
     py::class_<State, std::shared_ptr<State>>(m, "State", "MPSState: buffers with a read count")
-        .def(py::init([](const DeviceArg& device, size_t bufferSize) {
-                 return std::make_shared<State>(deviceOr(device), bufferSize);
+        .def(py::init([](const DeviceArg& device, size_t bufferSize, py::object resourceList) {
+                 if (resourceList.is_none()) return std::make_shared<State>(deviceOr(device), bufferSize);
+                 if (bufferSize != 0)
+                     throwValueError("resource_list: pass either buffer_size or resource_list, not both");
+                 return std::make_shared<State>(deviceOr(device), resourceListSizes(resourceList));
              }),
-             py::arg("device"), py::arg("buffer_size") = 0, "-[MPSState initWithDevice:bufferSize:]")
-        .def_static("temporary", [](CommandBuffer& cb, std::vector<size_t> sizes) { return State::temporary(cb, sizes); },
+             py::arg("device"), py::arg("buffer_size") = 0, py::arg("resource_list") = py::none(),
+             "-[MPSState initWithDevice:bufferSize:] / -initWithDevice:resourceList: (a StateResourceList)")
+        .def_static("temporary", [](CommandBuffer& cb, std::vector<size_t> sizes, py::object resourceList) {
+                        if (resourceList.is_none()) return State::temporary(cb, sizes);
+                        if (!sizes.empty())
+                            throwValueError("resource_list: pass either buffer_sizes or resource_list, not both");
+                        return State::temporary(cb, resourceListSizes(resourceList));
+                    },
                     py::arg("command_buffer"), py::arg("buffer_sizes") = std::vector<size_t>{},
-                    "+[MPSState temporaryStateWithCommandBuffer:resourceList:]")
+                    py::arg("resource_list") = py::none(),
+                    "+[MPSState temporaryStateWithCommandBuffer:bufferSize:] / ...resourceList: (buffer_sizes, or "
+                    "a StateResourceList)")
         .def_property_readonly("device", &State::device)
         .def_property_readonly("is_temporary", &State::isTemporary)
         .def_property("read_count", &State::readCount, &State::setReadCount, "MPSState.readCount")

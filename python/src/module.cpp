@@ -4,6 +4,7 @@
 namespace mpsgrad::python {
 
 void bindConcatenation(py::module_& m);  // concatenation.cpp
+void bindBatchHelpers(py::module_& m);   // batch_helpers.cpp
 
 PYBIND11_MODULE(_mpsgrad, m) {
     m.doc() = "mpsgrad: an open implementation of Apple's MetalPerformanceShaders CNN training API";
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_mpsgrad, m) {
     });
     py::register_exception<CommandBufferError>(m, "CommandBufferError", PyExc_RuntimeError);
     bindCore(m);
+    bindBatchHelpers(m);  // MPSImageBatch* / MPSStateBatch* helpers, MPSStateResourceList
     bindKernel(m);
     bindNeuron(m);
     bindConvolution(m);

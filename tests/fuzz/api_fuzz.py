@@ -51,8 +51,8 @@ import families_runtime  # noqa: F401,E402
 import families_serialization  # noqa: F401,E402
 import families_training  # noqa: F401,E402
 import families_training_extra  # noqa: F401,E402
-from fuzz_support import (Context, FAMILIES, WORKER_SETUP, InvalidAccepted, WrongExceptionType,  # noqa: E402
-                          WrongResult)
+from fuzz_support import (Context, FAMILIES, WORKER_SETUP, InvalidAccepted, PersistentResults,  # noqa: E402
+                          WrongExceptionType, WrongResult)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ ALLOWED_NAMES = ("ValueError", "TypeError", "IndexError", "MemoryError", "Comman
 def run_case(seed: int, index: int, m, devices, announce=None, entering=None) -> dict:
     r = random.Random(f"{seed}:{index}")
     device = m.Device(r.choice(devices))
-    ctx = Context(m=m, device=device, queue=m.CommandQueue(device))
+    ctx = Context(m=PersistentResults(m), device=device, queue=m.CommandQueue(device))
     names = sorted(FAMILIES)
     steps = [r.choice(names) for _ in range(r.randint(1, 4))]
     if announce:

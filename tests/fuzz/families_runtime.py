@@ -22,7 +22,7 @@ from fuzz_support import (WORKER_SETUP, WRONG_TYPES, Context, InvalidAccepted, W
 def _relu_work(r: random.Random, ctx: Context, cb):
     m = ctx.m
     x_arr = random_array(r, 2, 3, 4)
-    y = m.CNNNeuronReLU(ctx.device).encode(cb, m.Image.from_numpy(x_arr, ctx.device))
+    y = m.CNNNeuronReLU(ctx.device).encode(cb, m.Image.from_numpy(x_arr, ctx.device))  # persistent (Context.m)
     return y, np.maximum(x_arr, 0)
 
 
@@ -243,3 +243,142 @@ def _read_only(a):
     view = a.view()
     view.flags.writeable = False
     return view
+
+
+# ---------------------------------------------------------------------------------------------
+# host reads (issue 29 item 8, docs/user_guide.md "Reading results"): a result is readable once its
+# command buffer completed, never before (CommandBufferError naming the buffer); a temporary result
+# never after (ValueError); an image only the host wrote, always
+
+
+@family("host_reads")
+def host_read_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    x_arr = random_array(r, r.randint(1, 3), r.randint(1, 3), 4)
+    x = m.Image.from_numpy(x_arr, ctx.device)
+    relu = m.CNNNeuronReLU(ctx.device)  # persistent results (Context.m)
+    cb = ctx.queue.command_buffer()
+    label = r.choice(["", "step", "read me"])
+    cb.label = label
+    reads = [lambda i: i.to_numpy(), lambda i: i.read_bytes(), lambda i: np.from_dlpack(i), lambda i: np.asarray(i)]
+    read = r.choice(reads)
+    ctx.start_call()
+    if r.random() < 0.5:
+        y = relu.encode(cb, x)
+    else:
+        y = m.Image(ctx.device, m.ImageDescriptor(x_arr.shape[1], x_arr.shape[0], 4))
+        relu.encode(cb, x, destination_image=y)
+    error = ctx.rejects("reading a result before commit", read, y, expected=m.CommandBufferError)
+    if label and f"'{label}'" not in str(error):
+        raise WrongResult(f"the error does not name command buffer {label!r}: {error}")
+    check_close(np.asarray(read(x)).reshape(x_arr.shape), x_arr, "a source only the host wrote")
+    run(ctx, cb)
+    check_close(np.asarray(read(y)).reshape(x_arr.shape), np.maximum(x_arr, 0), "the result after the wait")
+    if r.random() < 0.5:
+        cb2 = ctx.queue.command_buffer()
+        t = ctx.m.module.CNNNeuronReLU(ctx.device).encode(cb2, x)  # the default: a temporary result
+        run(ctx, cb2)
+        ctx.rejects("reading a temporary result after its command buffer completed", read, t, expected=ValueError)
+
+
+# ---------------------------------------------------------------------------------------------
+# the batch helpers of MPSImage.h / MPSState.h (issue 29 item 12): each distinct object once
+
+
+@family("batch_helpers")
+def batch_helper_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    cb = ctx.queue.command_buffer()
+    descs = [m.ImageDescriptor(r.randint(1, 4), r.randint(1, 4), r.choice([1, 4, 6])) for _ in range(3)]
+    pool = [m.Image(ctx.device, d) if r.random() < 0.5 else m.TemporaryImage(cb, d) for d in descs]
+    batch = [r.choice(pool) for _ in range(r.randint(0, 6))]
+    distinct = list({id(i): i for i in batch}.values())
+    ctx.start_call()
+    action = r.choice(["resource_size", "iterate", "increment", "synchronize", "states", "resource_list",
+                       "supports"])
+    if action == "resource_size":
+        if m.image_batch_resource_size(batch) != sum(i.resource_size for i in distinct):
+            raise WrongResult("image_batch_resource_size does not count each distinct image once")
+    elif action == "iterate":
+        stop = r.randint(0, 4)
+        visited = []
+
+        def visit(image, index):
+            visited.append(index)
+            return -1 if len(visited) > stop else index
+        got = m.image_batch_iterate(batch, visit)
+        firsts = sorted({id(i): batch.index(i) for i in batch}.values())
+        if visited != firsts[:stop + 1] or got != (visit_result(visited, stop)):
+            raise WrongResult(f"image_batch_iterate visited {visited} returning {got}; first positions {firsts}")
+    elif action == "increment":
+        amount = r.randint(0, 3)
+        before = {id(i): i.read_count for i in distinct if i.is_temporary}
+        if m.image_batch_increment_read_count(batch, amount) != len(distinct):
+            raise WrongResult("image_batch_increment_read_count does not return the number of distinct images")
+        if any(i.read_count != before[id(i)] + amount for i in distinct if i.is_temporary):
+            raise WrongResult("image_batch_increment_read_count changed a count by other than the amount")
+    elif action == "synchronize":
+        other = ctx.queue.command_buffer()
+        target = r.choice([cb, other])
+        foreign = any(i.is_temporary for i in distinct) and target is other
+        if foreign:
+            ctx.rejects("image_batch_synchronize with another buffer's temporary image", m.image_batch_synchronize,
+                        batch, target, expected=ValueError)
+        else:
+            m.image_batch_synchronize(batch, target)
+    elif action == "states":
+        states = [m.State(ctx.device, r.randint(1, 64)) for _ in range(3)]
+        sbatch = [r.choice(states) for _ in range(r.randint(0, 5))]
+        unique = list({id(s): s for s in sbatch}.values())
+        if m.state_batch_resource_size(sbatch) != sum(s.resource_size for s in unique):
+            raise WrongResult("state_batch_resource_size does not count each distinct state once")
+        m.state_batch_synchronize(sbatch, cb)
+    elif action == "resource_list":
+        sizes = [ctx.bad(r, r.randint(1, 256), [0, -1, "8", None, 2**64], what="size") for _ in range(r.randint(0, 3))]
+        try:
+            rl = m.StateResourceList(sizes)
+        except (ValueError, TypeError):
+            ctx.invalid = []
+            return
+        ctx.expect_rejected_if_invalid("StateResourceList")
+        state = m.State(ctx.device, resource_list=rl)
+        if state.resource_size != sum(sizes) or rl.buffer_sizes != sizes:
+            raise WrongResult(f"State(resource_list={sizes}) has {state.resource_size} bytes")
+    else:
+        if m.supports_mtl_device(ctx.device) is not True or m.supports_mtl_device(None) is not False:
+            raise WrongResult("supports_mtl_device: True for a Device, False for None")
+        ctx.rejects("supports_mtl_device(not a device)", m.supports_mtl_device, r.choice(WRONG_TYPES[:2] + ["cpu"]),
+                    expected=TypeError)
+
+
+def visit_result(visited, stop):
+    """What image_batch_iterate returns for the visitor above: the last value it returned (0 for none)."""
+    if not visited:
+        return 0
+    return -1 if len(visited) > stop else visited[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# unknown keyword arguments (issue 29 item 14): one line naming the keyword and the accepted ones
+
+
+@family("unknown_keywords")
+def unknown_keyword_ops(r: random.Random, ctx: Context):
+    m = ctx.m
+    keyword = r.choice(["zz", "chanels", "devcie", "image", "kernel_widht", "x" * 40])
+    image = m.Image.from_numpy(random_array(r, 2, 2, 4), ctx.device)
+    calls = [
+        ("ImageDescriptor", lambda **k: m.ImageDescriptor(width=2, **k), ["width", "feature_channels"]),
+        ("CNNConvolutionDescriptor", lambda **k: m.CNNConvolutionDescriptor(kernel_width=1, **k), ["kernel_width"]),
+        ("CNNNeuronReLU", lambda **k: m.CNNNeuronReLU(ctx.device, **k), ["device"]),
+        ("Image.read_bytes", lambda **k: image.read_bytes(**k), ["data_layout", "image_index"]),
+        ("Image.from_numpy", lambda **k: m.Image.from_numpy(random_array(r, 1, 1, 4), **k), ["array", "device"]),
+        ("StateResourceList", lambda **k: m.StateResourceList(**k), ["buffer_sizes"]),
+        ("image_batch_resource_size", lambda **k: m.image_batch_resource_size([image], **k), ["batch"]),
+    ]
+    name, call, accepted = r.choice(calls)
+    ctx.start_call()
+    error = ctx.rejects(f"{name}({keyword}=...)", call, expected=TypeError, **{keyword: image})
+    text = str(error)
+    if "\n" in text or f"'{keyword}'" not in text or any(a not in text for a in accepted) or "Invoked with" in text:
+        raise WrongResult(f"{name}: the unknown keyword {keyword!r} is not named in one line: {text[:300]}")

@@ -72,9 +72,44 @@ def skipped_parts() -> set:
 SKIPPED = skipped_parts()
 
 
+class _PersistentKernel:
+    """A kernel class whose instances allocate the images of their returning encodes persistently."""
+
+    def __init__(self, cls, module):
+        self._cls, self._module = cls, module
+
+    def __call__(self, *args, **kwargs):
+        kernel = self._cls(*args, **kwargs)
+        kernel.destination_image_allocator = self._module.ImageAllocator.persistent()
+        return kernel
+
+    def __getattr__(self, name):  # static methods (from_bytes, ...) and attributes of the class
+        return getattr(self._cls, name)
+
+
+class PersistentResults:
+    """The mpsgrad module as the families see it (Context.m): the same, except that every concrete
+    kernel class makes kernels with the persistent destination_image_allocator. The families check
+    results after their command buffer completed, and temporary images (the kernels' default, as in
+    MPS) cannot be read then (docs/user_guide.md "Reading results"): without this every such check
+    would end in an allowed ValueError instead of comparing values."""
+
+    def __init__(self, module):
+        self._module = module
+        self.module = module  # the real module, for the kernels' default (temporary) results
+        self._kernels = {}
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if (isinstance(value, type) and issubclass(value, self._module.Kernel)
+                and hasattr(value, "destination_image_allocator")):
+            return self._kernels.setdefault(name, _PersistentKernel(value, self._module))
+        return value
+
+
 @dataclass
 class Context:
-    m: object                 # the mpsgrad module
+    m: object                 # the mpsgrad module (a PersistentResults in the driver)
     device: object
     queue: object
     invalid: List[str] = field(default_factory=list)   # definitely invalid arguments of the current call

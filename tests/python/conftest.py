@@ -425,6 +425,13 @@ def conv_reference(spec: ConvSpec, x_nhwc: np.ndarray, w_ohwi: np.ndarray, b: Op
     return out
 
 
+def persistent(kernel):
+    """`kernel` with the persistent allocator, so the images its returning encodes make can be read
+    after the command buffer completed (temporary ones cannot: docs/user_guide.md, "Reading results")."""
+    kernel.destination_image_allocator = m.ImageAllocator.persistent()
+    return kernel
+
+
 def make_conv(device, spec: ConvSpec, w, b, persistent=True):
     ds = m.CNNConvolutionWeightsDataSource(spec.descriptor(), w, b)
     conv = m.CNNConvolution(device, ds)

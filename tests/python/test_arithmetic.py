@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 
 N, H, W, C = 2, 5, 6, 7
 
@@ -150,8 +150,8 @@ def test_default_scales_give_the_mps_results(device, queue, check):
         X, Y, G = (m.Image.from_numpy(a, device) for a in (x, y, g))
         cb = queue.command_buffer()
         _, state = forward_cls(device).encode(cb, X, Y, destination_state_is_temporary=False)
-        dx = gradient_cls(device, False).encode(cb, G, Y, state)
-        dy = gradient_cls(device, True).encode(cb, G, X, state)
+        dx = persistent(gradient_cls(device, False)).encode(cb, G, Y, state)
+        dy = persistent(gradient_cls(device, True)).encode(cb, G, X, state)
         cb.commit()
         cb.wait_until_completed()
         check(dx.to_numpy(), expected[op][0], f"{op} primary")
@@ -249,8 +249,8 @@ def test_temporary_state_and_in_place_divide(device, queue, check):
     state.read_count = 2
     y_copy = m.Image.from_numpy(y, device)
     div.encode(cb, X, Y, state, Y)  # in place over y
-    dy = m.CNNDivideGradient(device, True).encode(cb, G, X, state)
-    dx = m.CNNDivideGradient(device, False).encode(cb, G, y_copy, state)
+    dy = persistent(m.CNNDivideGradient(device, True)).encode(cb, G, X, state)
+    dx = persistent(m.CNNDivideGradient(device, False)).encode(cb, G, y_copy, state)
     assert state.read_count == 0
     cb.commit()
     cb.wait_until_completed()
@@ -295,7 +295,7 @@ def test_compare_scale_bias_clamp(device, queue):
     """NNCompare inherits the arithmetic scales, bias and clamp (applied as in the arithmetic ops)."""
     x = np.array([[[[1.0, 2.0, 3.0, 4.0]]]], np.float32)
     y = np.array([[[[2.0, 2.0, 2.0, 2.0]]]], np.float32)
-    cmp = m.NNCompare(device)
+    cmp = persistent(m.NNCompare(device))
     cmp.comparison_type = m.NNComparisonType.GREATER
     cmp.primary_scale = 2.0         # 2x > y: [F, T, T, T]
     cmp.bias = 0.5

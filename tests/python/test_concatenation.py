@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import FLOAT16, FLOAT16_TOLERANCE, randn, rng
+from conftest import FLOAT16, FLOAT16_TOLERANCE, persistent, randn, rng
 from test_graph import ConvSource, Handle, close, exact_graph, nchw, nhwc
 
 
@@ -53,7 +53,7 @@ def test_forward_and_gradient_match_autograd(device, channels, batch):
     xs = [randn(gen, batch, h, w, c) for c in channels]
     total = m.CNNConcatenation.range_starts(list(channels))[-1] + channels[-1]
     g = randn(gen, batch, h, w, total)
-    kernel = m.CNNConcatenation(device, len(channels))
+    kernel = persistent(m.CNNConcatenation(device, len(channels)))
     assert kernel.source_count == len(channels)
     sources = [[m.Image.from_numpy(x[n:n + 1], device) for n in range(batch)] for x in xs]
     grads = [m.Image.from_numpy(g[n:n + 1], device) for n in range(batch)]
@@ -61,7 +61,7 @@ def test_forward_and_gradient_match_autograd(device, channels, batch):
     def go(cb):
         ys, states = kernel.encode_batch(cb, sources, destination_state_is_temporary=False)
         assert all(isinstance(s, m.NNMultiaryGradientState) and s.source_count == len(channels) for s in states)
-        dxs = [m.CNNConcatenationGradient(device, i).encode_batch(cb, grads, sources[i], states)
+        dxs = [persistent(m.CNNConcatenationGradient(device, i)).encode_batch(cb, grads, sources[i], states)
                for i in range(len(channels))]
         return ys, dxs
 
@@ -89,13 +89,13 @@ def test_offsets_clip_rect_and_destination_channel_offset(device):
     init = randn(gen, 1, 5, 7, 16)
     dst = m.Image.from_numpy(init, device)
     ia, ib = m.Image.from_numpy(a, device), m.Image.from_numpy(b, device)
-    grad = m.CNNConcatenationGradient(device, 0)
+    grad = persistent(m.CNNConcatenationGradient(device, 0))
 
     def go(cb):
         state = kernel.result_state([ia, ib])
         kernel.encode(cb, [ia, ib], state, dst)
         g = m.Image.from_numpy(init, device)
-        return grad.encode(cb, g, ia, state), m.CNNConcatenationGradient(device, 1).encode(cb, g, ib, state)
+        return grad.encode(cb, g, ia, state), persistent(m.CNNConcatenationGradient(device, 1)).encode(cb, g, ib, state)
 
     dxa, dxb = run(device, go)
     expected = init.copy()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import NEURONS, dest_size, pad_offset, randn, rng, size_style
+from conftest import NEURONS, dest_size, pad_offset, persistent, randn, rng, size_style
 
 PM = m.PaddingMethod
 SAME = int(PM.SIZE_SAME)
@@ -119,7 +119,7 @@ def test_returning_forward_and_gradient(device, queue, check, row):
     d = descriptor(kw, kh, cin, cout, r, stride=stride, dilation=dilation, groups=groups, neuron=neuron)
     w, b = parameters(gen, kw, kh, cin, cout, groups, bias)
     ds = m.CNNConvolutionWeightsDataSource(d, w, b)
-    conv, grad = m.CNNConvolution(device, ds), m.CNNConvolutionGradient(device, ds)
+    conv, grad = persistent(m.CNNConvolution(device, ds)), persistent(m.CNNConvolutionGradient(device, ds))
     assert conv.sub_pixel_scale_factor == r
     assert grad.source_gradient_feature_channels == cout // (r * r)
     if method is not None:

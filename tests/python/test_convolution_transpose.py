@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import ConvSpec, make_conv, pad_offset, randn, rng, size_style
+from conftest import ConvSpec, make_conv, pad_offset, persistent, randn, rng, size_style
 
 PM = m.PaddingMethod
 SAME, VALID, FULL = int(PM.SIZE_SAME), int(PM.SIZE_VALID_ONLY), int(PM.SIZE_FULL)
@@ -251,7 +251,7 @@ def test_sized_by_convolution_gradient_state(device, queue, check, method, strid
     wt = np.ascontiguousarray(wc[:, ::-1, ::-1, :].transpose(3, 1, 2, 0))  # (4, k, k, 8)
     td = descriptor(k, k, 8, 4, stride, stride, spec.dx, spec.dy)
     ds = m.CNNConvolutionWeightsDataSource(td, wt)
-    t = m.CNNConvolutionTranspose(device, ds)
+    t = persistent(m.CNNConvolutionTranspose(device, ds))
     x = m.Image.from_numpy(randn(gen, 1, H, W, 4), device)
     cb = queue.command_buffer()
     y, cstate = conv.encode(cb, x, destination_state_is_temporary=False)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import ConvSpec, conv_reference, make_conv, randn, rng
+from conftest import ConvSpec, conv_reference, make_conv, persistent, randn, rng
 
 
 class Scene:
@@ -379,7 +379,7 @@ def test_python_data_source_works(device, queue, check):
     gen = rng(4)
     w, b = spec.random_parameters(gen)
     src = GoodSource(spec, w, b)
-    conv = m.CNNConvolution(device, src)
+    conv = persistent(m.CNNConvolution(device, src))
     assert conv.data_source is src
     x_arr = randn(gen, 1, 5, 5, 4)
     cb = queue.command_buffer()

@@ -128,7 +128,9 @@ def test_numpy_view_and_dlpack(device):
 
 
 def identity(device):
-    return m.CNNNeuronLinear(device, a=1.0, b=0.0)
+    kernel = m.CNNNeuronLinear(device, a=1.0, b=0.0)
+    kernel.destination_image_allocator = m.ImageAllocator.persistent()  # results read after the wait
+    return kernel
 
 
 def test_device_conversion_matches_numpy(device, queue):

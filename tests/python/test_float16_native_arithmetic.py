@@ -196,8 +196,11 @@ def test_divide_in_place_over_a_half_secondary(device, queue):
             state = div.temporary_result_state(cb, X, Y)
             state.read_count = 2
             div.encode(cb, X, Y, state, Y)  # in place over y
-            out["dy"] = m.CNNDivideGradient(device, True).encode(cb, G, X, state)
-            out["dx"] = m.CNNDivideGradient(device, False).encode(cb, G, Ycopy, state)
+            gradient = m.CNNDivideGradient(device, True), m.CNNDivideGradient(device, False)
+            for kernel in gradient:  # persistent results: read after the command buffer completed
+                kernel.destination_image_allocator = m.ImageAllocator.persistent()
+            out["dy"] = gradient[0].encode(cb, G, X, state)
+            out["dx"] = gradient[1].encode(cb, G, Ycopy, state)
 
         committed(queue, encode)
         return [a.to_numpy().astype(np.float32) for a in (Y, out["dx"], out["dy"])]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 
 
 def run(device, fn):
@@ -50,8 +50,8 @@ def test_gram_matrix_forward_and_gradient(device, check, h, w, c, n, alpha):
     g_arr = randn(gen, n, 1, c, c)
     xs = [m.Image.from_numpy(x_arr[i:i + 1], device) for i in range(n)]
     gs = [m.Image.from_numpy(g_arr[i:i + 1], device) for i in range(n)]
-    fwd = m.NNGramMatrixCalculation(device, alpha)
-    grad = m.NNGramMatrixCalculationGradient(device, alpha=alpha)
+    fwd = persistent(m.NNGramMatrixCalculation(device, alpha))
+    grad = persistent(m.NNGramMatrixCalculationGradient(device, alpha=alpha))
     assert fwd.alpha == np.float32(alpha) and grad.alpha == np.float32(alpha)
 
     def go(cb):
@@ -74,7 +74,7 @@ def test_gram_matrix_multi_image_and_symmetry(device, check):
     g_arr = randn(gen, 3, 1, 5, 5)
     x = m.Image.from_numpy(x_arr, device)
     g = m.Image.from_numpy(g_arr, device)
-    fwd, grad = m.NNGramMatrixCalculation(device), m.NNGramMatrixCalculationGradient(device)
+    fwd, grad = persistent(m.NNGramMatrixCalculation(device)), persistent(m.NNGramMatrixCalculationGradient(device))
     assert fwd.alpha == 1.0
 
     y = m.Image(device, m.ImageDescriptor(5, 1, 5, number_of_images=3))
@@ -99,7 +99,7 @@ def test_gram_matrix_channel_slices(device, check):
     destination_feature_channel_offset; the gradient reads and writes the forward's channels."""
     gen = rng("gram-slices")
     x_arr = randn(gen, 1, 5, 4, 10)
-    fwd = m.NNGramMatrixCalculation(device, 0.5)
+    fwd = persistent(m.NNGramMatrixCalculation(device, 0.5))
     fwd.source_feature_channel_offset = 4
     fwd.source_feature_channel_max_count = 3
     fwd.destination_feature_channel_offset = 4
@@ -107,7 +107,7 @@ def test_gram_matrix_channel_slices(device, check):
     y = m.Image.from_numpy(np.full((1, 2, 6, 8), 7.0, np.float32), device)  # wider and taller than 3 x 1
     g_arr = randn(gen, 1, 1, 3, 8)
     g = m.Image.from_numpy(g_arr, device)
-    grad = m.NNGramMatrixCalculationGradient(device, 0.5)
+    grad = persistent(m.NNGramMatrixCalculationGradient(device, 0.5))
     state = fwd.result_state(x)
 
     def go(cb):
@@ -131,7 +131,7 @@ def test_gram_matrix_errors(device):
     cb = q.command_buffer()
     with pytest.raises(TypeError, match="alpha"):
         m.NNGramMatrixCalculation(device, "big")
-    k = m.NNGramMatrixCalculation(device)
+    k = persistent(m.NNGramMatrixCalculation(device))
     with pytest.raises(TypeError, match="alpha"):
         k.alpha = None
     k.offset = (1, 0, 0)
@@ -145,13 +145,13 @@ def test_gram_matrix_errors(device):
         k.encode(cb, x, destination_image=m.Image(device, m.ImageDescriptor(5, 1, 5)))
     k.clip_rect = m.Region((0, 0, 0), (2**64 - 1, 2**64 - 1, 2**64 - 1))
     _, state = k.encode(cb, x, destination_state_is_temporary=False)
-    grad = m.NNGramMatrixCalculationGradient(device)
+    grad = persistent(m.NNGramMatrixCalculationGradient(device))
     with pytest.raises(ValueError, match="source_gradient"):
         grad.encode(cb, m.Image.from_numpy(np.zeros((1, 1, 4, 5), np.float32), device), x, state)
     with pytest.raises(ValueError, match="source_image"):
         grad.encode(cb, m.Image.from_numpy(np.zeros((1, 1, 5, 5), np.float32), device),
                     m.Image.from_numpy(np.zeros((1, 3, 3, 5), np.float32), device), state)
-    _, wrong = m.NNReductionSpatialMean(device).encode(cb, x, destination_state_is_temporary=False)
+    _, wrong = persistent(m.NNReductionSpatialMean(device)).encode(cb, x, destination_state_is_temporary=False)
     with pytest.raises(TypeError, match="NNGramMatrixCalculationGradientState"):
         grad.encode(cb, m.Image.from_numpy(np.zeros((1, 1, 5, 5), np.float32), device), x, wrong)
     cb.commit()
@@ -185,7 +185,7 @@ def test_spatial_mean_forward_and_gradient(device, check, h, w, c, n, rect):
     g_arr = randn(gen, n, c)
     xs = [m.Image.from_numpy(x_arr[i:i + 1], device) for i in range(n)]
     gs = [m.Image.from_numpy(g_arr[i].reshape(1, 1, 1, c), device) for i in range(n)]
-    fwd, grad = m.NNReductionSpatialMean(device), m.NNReductionSpatialMeanGradient(device)
+    fwd, grad = persistent(m.NNReductionSpatialMean(device)), persistent(m.NNReductionSpatialMeanGradient(device))
     region = (0, 0, w, h)
     if rect is not None:
         fwd.clip_rect_source = m.Region(*rect)
@@ -211,7 +211,7 @@ def test_spatial_mean_destination_pixel_and_channels(device, check):
     gen = rng("mean-place")
     x_arr = randn(gen, 1, 4, 6, 9)
     x = m.Image.from_numpy(x_arr, device)
-    fwd = m.NNReductionSpatialMean(device)
+    fwd = persistent(m.NNReductionSpatialMean(device))
     fwd.source_feature_channel_offset = 4
     fwd.destination_feature_channel_offset = 4
     fwd.clip_rect = m.Region((2, 1, 0), (1, 1, 1))
@@ -219,7 +219,7 @@ def test_spatial_mean_destination_pixel_and_channels(device, check):
     g_arr = randn(gen, 1, 3, 3, 9)
     g = m.Image.from_numpy(g_arr, device)
     state = fwd.result_state(x)
-    grad = m.NNReductionSpatialMeanGradient(device)
+    grad = persistent(m.NNReductionSpatialMeanGradient(device))
 
     def go(cb):
         fwd.encode(cb, x, state, y)
@@ -245,7 +245,7 @@ def test_spatial_mean_gradient_of_a_channel_subset_zeroes_the_other_channels(dev
     g_arr = randn(gen, 2, 5)
     xs = [m.Image.from_numpy(x_arr[i:i + 1], device) for i in range(2)]
     gs = [m.Image.from_numpy(g_arr[i].reshape(1, 1, 1, 5), device) for i in range(2)]
-    fwd, grad = m.NNReductionSpatialMean(device), m.NNReductionSpatialMeanGradient(device)
+    fwd, grad = persistent(m.NNReductionSpatialMean(device)), persistent(m.NNReductionSpatialMeanGradient(device))
     fwd.source_feature_channel_max_count = 5
 
     def go(cb):

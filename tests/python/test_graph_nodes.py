@@ -33,6 +33,8 @@ def train(device, result_image, xs, target):
         gradient.result_image.handle = source.handle
 
     terminal = mse_loss_node(result_image).training_graph(node_handler=handler)
+    for t in terminal:  # results 1..n-1 come back on their node's allocator; read after the wait
+        t.result_image.image_allocator = m.ImageAllocator.persistent()
 
     def run_graph(graph):
         labels = labels_for(device, target)

@@ -27,9 +27,11 @@ def run(device, graph, arrays, states=None):
     # A decoded (to_bytes) graph's handles are their labels.
     sources = [images(device, arrays[h if isinstance(h, str) else h.label()]) for h in graph.source_image_handles]
     first, others, _ = graph.encode_batch(cb, sources, states, return_intermediates=True)
+    seen = []  # exported images and results 1..n-1 may be temporary: read before the buffer completes
+    cb.encode_host_callback(lambda: seen.extend(to_numpy(o) for o in others))
     cb.commit()
     cb.wait_until_completed()
-    return [to_numpy(first)] + [to_numpy(o) for o in others]
+    return [to_numpy(first)] + seen
 
 
 def copies(device, graph):
@@ -224,6 +226,7 @@ def test_transposed_convolution_without_state_round_trips_and_runs(device):
         np.testing.assert_array_equal(run(device, copy, {"x": x})[0], run(device, graph, {"x": x})[0])
     kernel = m.CNNConvolutionTranspose(device, ConvSource(wt, bt))
     kernel.accumulator_precision_option = m.NNConvolutionAccumulatorPrecisionOption.HALF
+    kernel.destination_image_allocator = m.ImageAllocator.persistent()  # read after the wait
     cb = m.CommandQueue(device).command_buffer()
     direct = kernel.encode_batch(cb, images(device, x))
     cb.commit()

@@ -80,12 +80,14 @@ def test_node_format_overrides_for_results_and_exported_images(device):
     queue = m.CommandQueue(device)
     cb = queue.command_buffer()
     out, inter, _ = graph.encode(cb, [images(device, x)[0]], return_intermediates=True)
+    seen = []  # the exported image is temporary: read before the command buffer completes
+    cb.encode_host_callback(lambda: seen.append(inter[0].to_numpy()))
     cb.commit()
     cb.wait_until_completed()
     assert out.feature_channel_format == F16 and inter[0].feature_channel_format == F16
     s = 1.0 / (1.0 + np.exp(-x[0].astype(np.float64)))
     # Half storage: within one rounding (2^-11 relative; sigmoid is below 1) of the exact values.
-    np.testing.assert_allclose(inter[0].to_numpy().reshape(s.shape), s, atol=1e-3, rtol=0)
+    np.testing.assert_allclose(seen[0].reshape(s.shape), s, atol=1e-3, rtol=0)
     np.testing.assert_allclose(out.to_numpy().reshape(s.shape), s, atol=1e-3, rtol=0)
 
 
@@ -200,12 +202,15 @@ def test_exported_intermediates_are_never_recycled(device):
     queue = m.CommandQueue(device)
     cb = queue.command_buffer()
     out, inter, _ = graph.encode_batch(cb, [images(device, x)], return_intermediates=True)
+    # The exported images are temporary: read at the end of their command buffer, after all its work.
+    seen = []
+    cb.encode_host_callback(lambda: seen.extend(to_numpy(batch) for batch in inter))
     cb.commit()
     cb.wait_until_completed()
     partial = chain_oracle(x, depth)
     assert len(inter) == len(exported) == 3
-    for batch, i in zip(inter, exported):
-        np.testing.assert_allclose(to_numpy(batch), partial[i], atol=1e-6, rtol=0)
+    for values, i in zip(seen, exported):
+        np.testing.assert_allclose(values, partial[i], atol=1e-6, rtol=0)
     np.testing.assert_allclose(to_numpy(out), partial[-1], atol=1e-6, rtol=0)
     # 6 pooled intermediates (the 3 exported ones are temporaries outside the pool).
     stats = graph.last_encode_statistics

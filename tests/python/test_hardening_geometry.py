@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import forward_and_gradient, randn, random_like_result, rng
+from conftest import persistent, forward_and_gradient, randn, random_like_result, rng
 from test_hardening import run_isolated
 
 # ---- 1: convolution windows overflowing int32 ----------------------------------------------------
@@ -257,7 +257,7 @@ def test_5_concatenation_range_starts_still_round_up():
 
 def _spatial_mean(device, queue, rect):
     x = m.Image.from_numpy(np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4), device)
-    k = m.NNReductionSpatialMean(device)
+    k = persistent(m.NNReductionSpatialMean(device))
     k.clip_rect_source = m.Region(*rect)
     cb = queue.command_buffer()
     y = k.encode(cb, x)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import NEURONS, ConvSpec, conv_reference, randn, rng
+from conftest import persistent, NEURONS, ConvSpec, conv_reference, randn, rng
 
 T = m.CNNNeuronType
 C = 6  # channels of the test images (PReLU data has C values)
@@ -202,7 +202,7 @@ def test_kink_convention_explicit(device, queue):
         g = m.Image.from_numpy(np.ones((1, 1, 2, 4), np.float32), device)
         cb = queue.command_buffer()
         _, state = m.CNNNeuron(device, desc).encode(cb, x, destination_state_is_temporary=False)
-        dx = m.CNNNeuronGradient(device, desc).encode(cb, g, x, state)
+        dx = persistent(m.CNNNeuronGradient(device, desc)).encode(cb, g, x, state)
         cb.commit()
         cb.wait_until_completed()
         assert np.all(dx.to_numpy() == expected), (desc, xk, dx.to_numpy())
@@ -285,9 +285,9 @@ def test_temporary_state_and_single_encode(device, queue, check):
     desc = m.NNNeuronDescriptor(T.SOFT_PLUS, a=2.0, b=0.5)
     cb = queue.command_buffer()
     x = m.Image.from_numpy(x_arr, device)
-    y, state = m.CNNNeuron(device, desc).encode(cb, x, destination_state_is_temporary=True)
+    y, state = persistent(m.CNNNeuron(device, desc)).encode(cb, x, destination_state_is_temporary=True)
     assert state.is_temporary and state.read_count == 1
-    dx = m.CNNNeuronGradient(device, desc).encode(cb, m.Image.from_numpy(g_arr, device), x, state)
+    dx = persistent(m.CNNNeuronGradient(device, desc)).encode(cb, m.Image.from_numpy(g_arr, device), x, state)
     assert state.read_count == 0
     cb.commit()
     cb.wait_until_completed()
@@ -333,7 +333,7 @@ def test_bad_neuron_inputs(device, queue):
     # gradient kernels given the wrong secondary or state
     y, state = neuron.encode(cb, x, destination_state_is_temporary=False)
     g = m.Image.from_numpy(np.ones((1, 3, 3, 6), np.float32), device)
-    grad = m.CNNNeuronGradient(device, relu)
+    grad = persistent(m.CNNNeuronGradient(device, relu))
     with pytest.raises(ValueError, match="forward output Y"):
         grad.encode(cb, g, y, state)
     with pytest.raises(ValueError, match="source_image"):

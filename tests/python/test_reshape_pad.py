@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 
 E = m.ImageEdgeMode
 NP_MODE = {E.ZERO: "constant", E.CONSTANT: "constant", E.CLAMP: "edge", E.MIRROR: "reflect",
@@ -53,7 +53,7 @@ def test_reshape_forward_and_gradient(device, check, src, dst):
     g_arr = randn(gen, *hwc(dst))
     x = m.Image.from_numpy(x_arr[None], device)
     g = m.Image.from_numpy(g_arr[None], device)
-    fwd, grad = m.NNReshape(device), m.NNReshapeGradient(device)
+    fwd, grad = persistent(m.NNReshape(device)), persistent(m.NNReshapeGradient(device))
 
     def go(cb):
         y, state = fwd.encode(cb, x, destination_state_is_temporary=False, reshaped_width=dst[0],
@@ -76,7 +76,7 @@ def test_reshape_every_encode_form(device):
     gen = rng("reshape-forms")
     xs_arr = randn(gen, 3, 2, 6, 4)  # 3 images, 6x2x4
     xs = m.batch_from_numpy(xs_arr, device)
-    k = m.NNReshape(device)
+    k = persistent(m.NNReshape(device))
     k.destination_image_allocator = m.ImageAllocator.persistent()
     want = xs_arr.reshape(3, 4, 3, 4)  # -> width 3, height 4, channels 4
 
@@ -109,7 +109,7 @@ def test_reshape_channel_slices(device, check):
     destination_feature_channel_offset, and the gradient maps back to the forward's channels."""
     gen = rng("reshape-slices")
     x_arr = randn(gen, 3, 4, 10)
-    k = m.NNReshape(device)
+    k = persistent(m.NNReshape(device))
     k.source_feature_channel_offset = 4
     k.source_feature_channel_max_count = 5  # channels 4..8: 3*4*5 = 60 elements
     k.destination_feature_channel_offset = 4
@@ -118,7 +118,7 @@ def test_reshape_channel_slices(device, check):
     g_arr = randn(gen, 2, 5, 10)
     g = m.Image.from_numpy(g_arr[None], device)
     state = k.result_state(x)
-    grad = m.NNReshapeGradient(device)
+    grad = persistent(m.NNReshapeGradient(device))
 
     def go(cb):
         k.encode(cb, x, state, y)
@@ -135,7 +135,7 @@ def test_reshape_channel_slices(device, check):
 def test_reshape_errors(device):
     q = m.CommandQueue(device)
     x = m.Image.from_numpy(np.zeros((1, 2, 3, 4), np.float32), device)
-    k = m.NNReshape(device)
+    k = persistent(m.NNReshape(device))
     cb = q.command_buffer()
     with pytest.raises(ValueError, match="keeps the number of elements"):
         k.encode(cb, x, reshaped_width=5, reshaped_height=1, reshaped_feature_channels=4)
@@ -214,14 +214,14 @@ def test_pad_forward_and_gradient(device, check, mode, case):
     shape, before, after = PAD_CASES[case]
     gen = rng(f"pad-{case}-{int(mode)}")
     x_arr = randn(gen, *shape)
-    pad = m.NNPad(device, before, after)
+    pad = persistent(m.NNPad(device, before, after))
     pad.edge_mode = mode
     pad.fill_value = 1.25
     x = m.Image.from_numpy(x_arr[None], device)
     ref, index = pad_reference(x_arr, before, after, mode, 1.25)
     g_arr = randn(gen, *ref.shape)
     g = m.Image.from_numpy(g_arr[None], device)
-    grad = m.NNPadGradient(device)
+    grad = persistent(m.NNPadGradient(device))
 
     def go(cb):
         y, state = pad.encode(cb, x, destination_state_is_temporary=False)
@@ -242,7 +242,7 @@ def test_pad_gradient_matches_f_pad_autograd(device, check, mode, torch_mode):
     gen = rng(f"pad-fpad-{torch_mode}")
     x_arr = randn(gen, 2, 6, 7, 5)
     before, after = (2, 1, 0), (3, 2, 0)
-    pad = m.NNPad(device, before, after)
+    pad = persistent(m.NNPad(device, before, after))
     pad.edge_mode = mode
     xs = m.batch_from_numpy(x_arr, device)
     xt = torch.tensor(x_arr, dtype=torch.float64).permute(0, 3, 1, 2).requires_grad_()
@@ -250,7 +250,7 @@ def test_pad_gradient_matches_f_pad_autograd(device, check, mode, torch_mode):
     g_arr = randn(gen, *yt.permute(0, 2, 3, 1).shape)
     (yt * torch.tensor(g_arr, dtype=torch.float64).permute(0, 3, 1, 2)).sum().backward()
     gs = m.batch_from_numpy(g_arr, device)
-    grad = m.NNPadGradient(device)
+    grad = persistent(m.NNPadGradient(device))
 
     def go(cb):
         ys, states = pad.encode_batch(cb, xs, destination_state_is_temporary=True)
@@ -269,12 +269,12 @@ def test_pad_gradient_apple_examples(device):
         x = m.Image.from_numpy(np.arange(3, dtype=np.float32).reshape(1, 1, 3, 1), device)
         d = np.array([1, 2, 4, 8, 16, 32, 64, 128], np.float32)
         g = m.Image.from_numpy(d.reshape(1, 1, 8, 1), device)
-        pad = m.NNPad(device, (before, 0, 0), (after, 0, 0))
+        pad = persistent(m.NNPad(device, (before, 0, 0), (after, 0, 0)))
         pad.edge_mode = mode
 
         def go(cb):
             y, state = pad.encode(cb, x, destination_state_is_temporary=True)
-            return y, m.NNPadGradient(device).encode(cb, g, x, state)
+            return y, persistent(m.NNPadGradient(device)).encode(cb, g, x, state)
 
         y, dx = run(device, go)
         forward = {E.CLAMP: [0, 0, 0, 1, 2, 2, 2, 2], E.MIRROR: [0, 1, 2, 1, 0, 1, 2, 1]}[mode]
@@ -290,7 +290,7 @@ def test_pad_header_channel_example(device):
     x_arr = np.arange(1, 9, dtype=np.float32).reshape(1, 1, 1, 8) * 10  # x0..x7 = 10..80
     x = m.Image.from_numpy(x_arr, device)
     for mode, want in ((E.ZERO, [0, 0, 50, 60, 70, 0, 0, 0]), (E.MIRROR_WITH_EDGE, [60, 50, 50, 60, 70, 70, 60, 50])):
-        pad = m.NNPad(device, (0, 0, 2), (0, 0, 3))
+        pad = persistent(m.NNPad(device, (0, 0, 2), (0, 0, 3)))
         pad.edge_mode = mode
         pad.source_feature_channel_offset = 4
         pad.source_feature_channel_max_count = 3
@@ -306,7 +306,7 @@ def test_pad_into_destination_offset_clip_and_fill_array(device, check):
     gen = rng("pad-explicit")
     x_arr = randn(gen, 4, 5, 3)
     fills = [0.5, -1.5, 2.5, 3.5, 4.5]
-    pad = m.NNPad(device, (0, 0, 1), (0, 0, 1), fill_value_array=fills)
+    pad = persistent(m.NNPad(device, (0, 0, 1), (0, 0, 1), fill_value_array=fills))
     pad.edge_mode = E.CONSTANT
     pad.fill_value = 99.0  # ignored: the array wins
     pad.offset = (-2, -1, 0)
@@ -316,7 +316,7 @@ def test_pad_into_destination_offset_clip_and_fill_array(device, check):
     state = pad.result_state(x)
     g_arr = randn(gen, 1, 7, 8, 5)
     g = m.Image.from_numpy(g_arr, device)
-    grad = m.NNPadGradient(device)
+    grad = persistent(m.NNPadGradient(device))
 
     def go(cb):
         pad.encode(cb, x, state, y)
@@ -336,14 +336,14 @@ def test_pad_into_destination_offset_clip_and_fill_array(device, check):
 def test_pad_gradient_zero_fills_unread_channels(device):
     """Channels the forward pass did not read get 0 in dX (Apple's header)."""
     x = m.Image.from_numpy(np.ones((1, 2, 2, 8), np.float32), device)
-    pad = m.NNPad(device, (1, 1, 0), (1, 1, 0))
+    pad = persistent(m.NNPad(device, (1, 1, 0), (1, 1, 0)))
     pad.source_feature_channel_offset = 4
     g = m.Image.from_numpy(np.ones((1, 4, 4, 4), np.float32), device)
     dx = m.Image.from_numpy(np.full((1, 2, 2, 8), 5.0, np.float32), device)
 
     def go(cb):
         _, state = pad.encode(cb, x, destination_state_is_temporary=True)
-        grad = m.NNPadGradient(device)
+        grad = persistent(m.NNPadGradient(device))
         grad.destination_image_descriptor([g, x], [state])  # copies the forward geometry (channel offset 4)
         grad.encode(cb, g, x, state, dx)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 from test_reshape_pad import gather_gradient, pad_reference
 
 E = m.ImageEdgeMode
@@ -51,7 +51,7 @@ def test_reshape_runs_across_pixels_and_threads(device, check):
     xs, gs = m.batch_from_numpy(x_arr, device), m.batch_from_numpy(g_arr, device)
 
     def once():
-        fwd, grad = m.NNReshape(device), m.NNReshapeGradient(device)
+        fwd, grad = persistent(m.NNReshape(device)), persistent(m.NNReshapeGradient(device))
         fwd.source_feature_channel_offset = 4
         fwd.source_feature_channel_max_count = c
 
@@ -79,7 +79,7 @@ def test_pad_channel_runs_across_threads(device, check, mode):
     xs, gs = m.batch_from_numpy(x_arr, device), m.batch_from_numpy(g_arr, device)
 
     def once():
-        pad, grad = m.NNPad(device, before, after), m.NNPadGradient(device)
+        pad, grad = persistent(m.NNPad(device, before, after)), persistent(m.NNPadGradient(device))
         pad.edge_mode = mode
         pad.fill_value = -0.5
 
@@ -105,7 +105,7 @@ def test_spatial_mean_channel_blocks_across_threads(device, check):
     xs, gs = m.batch_from_numpy(x_arr, device), m.batch_from_numpy(g_arr, device)
 
     def once():
-        fwd, grad = m.NNReductionSpatialMean(device), m.NNReductionSpatialMeanGradient(device)
+        fwd, grad = persistent(m.NNReductionSpatialMean(device)), persistent(m.NNReductionSpatialMeanGradient(device))
         fwd.clip_rect_source = m.Region(*rect)
 
         def go(cb):

@@ -60,6 +60,7 @@ m.set_num_threads(2)
 device = m.Device("cpu")
 queue = m.CommandQueue(device)
 relu = m.CNNNeuron(device, m.NNNeuronDescriptor(m.CNNNeuronType.RELU))
+relu.destination_image_allocator = m.ImageAllocator.persistent()  # results read after the wait
 x = np.random.default_rng(3).standard_normal((4, 64, 64, 16), dtype=np.float32)
 xs = m.batch_from_numpy(x, device)
 for _ in range(20):  # back-to-back ops: the pool's threads find the next job while spinning
@@ -90,6 +91,8 @@ def _conv_all(device, x, w, b, dy):
                                       output_feature_channels=cout)
     source = m.CNNConvolutionWeightsDataSource(desc, w, b)
     conv, grad = m.CNNConvolution(device, source), m.CNNConvolutionGradient(device, source)
+    for kernel in (conv, grad):  # results read after the wait: persistent images
+        kernel.destination_image_allocator = m.ImageAllocator.persistent()
     queue = m.CommandQueue(device)
     cb = queue.command_buffer()
     xs = m.batch_from_numpy(x, device)

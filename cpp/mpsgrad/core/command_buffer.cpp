@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/errors.h"
+#include "core/host_access.h"
 
 namespace mpsgrad {
 
@@ -118,6 +119,9 @@ void CommandBuffer::encodeHostCallback(std::function<void()> fn) {
     // callback through this wrapper, so the deadlock guard (CallbackScope) holds on all of them.
     // `this` outlives the callback: the backend holds the buffer until its work has finished.
     backend_->encodeHostCallback([this, fn = std::move(fn)] {
+        // The work encoded before this point has completed and the work after it has not started,
+        // so the callback may read what this buffer writes (core/host_access.h).
+        host_access::HostCallbackScope reads(id_);
         CallbackScope scope(this, queueId_, "host callback");
         try {
             fn();

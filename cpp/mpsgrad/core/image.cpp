@@ -10,6 +10,8 @@
 #include "core/errors.h"
 #include "core/half.h"
 
+#include "core/host_access.h"
+
 namespace mpsgrad {
 
 // ---- ImageDescriptor ------------------------------------------------------------------------
@@ -216,6 +218,8 @@ void checkImageIndex(int64_t index, int64_t count) {
 
 void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
     checkImageIndex(imageIndex, numberOfImages());
+    // Host reads follow Metal: not while a pending command buffer writes the image (core/host_access.h).
+    host_access::checkHostRead(storage(imageIndex), size_t(imageStride()) * bytesPerElement(), "read_bytes");
     int64_t count = channelsForReadWrite(params);
     const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
     const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
@@ -265,11 +269,14 @@ void Image::synchronizeOnCommandBuffer(CommandBuffer& cb) { checkUsable(cb, "ima
 TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor)
     : Image(cb.device(), descriptor), commandBufferId_(cb.id()) {
     cb.checkEncodable();
+    host_access::noteTemporaryStorage(cb, storage_.buffer, "temporary image");
 }
 
 TemporaryImage::TemporaryImage(CommandBuffer& cb, const ImageDescriptor& descriptor, BufferSlice storage)
     : Image(cb.device(), descriptor, std::move(storage), roundUpTo4(descriptor.featureChannels), 0, nullptr),
-      commandBufferId_(cb.id()) {}
+      commandBufferId_(cb.id()) {
+    host_access::noteTemporaryStorage(cb, storage_.buffer, "temporary image");
+}
 
 ImageBatch TemporaryImage::makeBatch(CommandBuffer& cb, const ImageDescriptor& descriptor, size_t count) {
     cb.checkEncodable();

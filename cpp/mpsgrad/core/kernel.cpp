@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/float16_shadow.h"
+#include "core/host_access.h"
 #include "core/kernel_support.h"
 
 namespace mpsgrad {
@@ -127,6 +128,10 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
+    // Before the reads: a temporary destination must still be accessible to be noted. A forward
+    // kernel's destination states are not noted: what the host reads of them (the gradient buffers)
+    // is written by the gradient kernels.
+    host_access::noteKernelWrites(cb, destinations);
     noteReadsOfUnique(sources);
 }
 
@@ -333,6 +338,7 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
+    host_access::noteKernelWrites(cb, destinations);
     ImageBatch reads = primaries;
     reads.insert(reads.end(), secondaries.begin(), secondaries.end());
     noteReadsOfUnique(reads);
@@ -530,6 +536,9 @@ void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBat
         encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));
         shadows.finish();
     }
+    // Gradient kernels write into their gradient states too (e.g. weight and bias gradients).
+    host_access::noteKernelWrites(cb, destinations);
+    host_access::noteKernelWrites(cb, states);
     ImageBatch reads = sourceGradients;
     reads.insert(reads.end(), sourceImages.begin(), sourceImages.end());
     noteReadsOfUnique(reads);

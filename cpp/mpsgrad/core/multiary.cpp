@@ -5,6 +5,7 @@
 #include "core/command_buffer.h"
 #include "core/errors.h"
 #include "core/float16_shadow.h"
+#include "core/host_access.h"
 #include "core/kernel_support.h"
 
 namespace mpsgrad {
@@ -168,6 +169,7 @@ void CNNMultiaryKernel::encodeResolved(CommandBuffer& cb, const std::vector<Imag
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
+    host_access::noteKernelWrites(cb, destinations);
     ImageBatch reads;
     for (const auto& batch : sourceBatches) reads.insert(reads.end(), batch.begin(), batch.end());
     noteReadsOfUnique(reads);

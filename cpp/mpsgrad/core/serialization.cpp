@@ -8,6 +8,7 @@
 #include <mutex>
 #include <typeinfo>
 
+#include "core/host_access.h"
 #include "core/image.h"
 #include "core/kernel.h"
 #include "core/multiary.h"
@@ -557,6 +558,9 @@ std::vector<uint8_t> State::serialize() const {
     if (temporary_)
         throwValueError("state: a temporary ", className(), " lives only on its command buffer and is not "
                         "serializable; serialize a persistent state");
+    // The bytes are a host read of the buffers: not while a pending command buffer writes them.
+    for (const auto& b : buffers_)
+        if (b.buffer) host_access::checkHostRead(b, b.buffer->length() - b.offset, "to_bytes");
     serial::Writer w;
     encodeWithCoder(w);
     return w.finish(className(), 1);

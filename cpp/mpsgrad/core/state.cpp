@@ -5,12 +5,16 @@
 
 #include "core/command_buffer.h"
 #include "core/errors.h"
+#include "core/host_access.h"
 
 namespace mpsgrad {
 
 State::State(const Device& device, const std::vector<size_t>& bufferSizes, bool temporary, const CommandBuffer* cb)
     : device_(device), temporary_(temporary), readCount_(temporary ? 1 : 0), commandBufferId_(cb ? cb->id() : 0) {
     for (size_t bytes : bufferSizes) addBuffer(bytes);
+    // A temporary state's storage exists only until its command buffer completes (host reads check it).
+    if (temporary && cb)
+        for (const auto& slice : buffers_) host_access::noteTemporaryStorage(*cb, slice.buffer, "temporary state");
 }
 
 State::State(const Device& device, size_t bufferSize)

@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/float16_shadow.h"
+#include "core/host_access.h"
 #include "core/kernel_support.h"
 #include "kernels/arithmetic.h"
 
@@ -311,6 +312,8 @@ void encodeLossPass(const Device& device, CommandBuffer& cb, const CNNLossDescri
         const Image& s = *im.source;
         s.checkUsable(cb, "source_image");
         im.gradient->checkUsable(cb, "destination_image");
+        host_access::noteKernelWrite(cb, im.gradient.get());  // the host reads it after completion
+        host_access::noteKernelWrite(cb, im.loss.get());
         if (s.numberOfImages() != 1 || im.gradient->numberOfImages() != 1)
             throwValueError("source_image: images with number_of_images > 1 are not supported; use "
                             "batch_representation()");
@@ -541,6 +544,7 @@ void NNForwardLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, co
     std::vector<LossPassImages> images = passImages(sources, labels, weights);
     const auto states = lossStates(destinationStates, sources.size(), "destination_states");
     for (const auto& state : states) state->checkUsable(cb, "destination_states");
+    host_access::noteKernelWrites(cb, states);
     if (destinations.size() != sources.size())
         throwValueError("destination_images: ", destinations.size(), " images for ", sources.size(),
                         " source images");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/host_access.h"
 #include "kernels/batch_normalization.h"
 #include "kernels/convolution.h"
 
@@ -195,6 +196,7 @@ void NNOptimizer::encodeConvolution(CommandBuffer& cb, OptimizerParams p, CNNCon
         {gradientState.gradientForWeights(), sourceState.weights(), result.weights(), weightCount, "weights"},
         {gradientState.gradientForBiases(), sourceState.biases(), result.biases(), biasCount, "biases"}};
     encodeParameters(cb, p, tensors, states, statesRequired);
+    host_access::noteKernelWrite(cb, &result);  // the updated weights (core/host_access.h)
     gradientState.noteRead();
     sourceState.noteRead();
 }
@@ -227,6 +229,7 @@ void NNOptimizer::encodeBatchNormalization(CommandBuffer& cb, const OptimizerPar
         {gradientState.gradientForGamma(), source.gamma(), resultState->gamma(), channels, "gamma"},
         {gradientState.gradientForBeta(), source.beta(), resultState->beta(), channels, "beta"}};
     encodeParameters(cb, p, tensors, states, statesRequired);
+    host_access::noteKernelWrite(cb, resultState);  // the updated gamma and beta
     gradientState.noteRead();
     if (split && sourceState != &gradientState) sourceState->noteRead();
 }

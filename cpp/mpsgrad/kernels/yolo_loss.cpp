@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/host_access.h"
 #include "core/float16_shadow.h"
 
 namespace mpsgrad {
@@ -176,6 +177,7 @@ void CNNYOLOLoss::encodeBatch(CommandBuffer& cb, const ImageBatch& sources, cons
         const Image& s = *sources[i];
         s.checkUsable(cb, "source_image");
         destinations[i]->checkUsable(cb, "destination_image");
+        host_access::noteKernelWrite(cb, destinations[i].get());  // the host reads it after completion
         labels[i]->checkUsable(cb, "labels");
         if (s.numberOfImages() != 1 || destinations[i]->numberOfImages() != 1)
             throwValueError("source_image: images with number_of_images > 1 are not supported; use "
