@@ -225,6 +225,7 @@ def optimizer_steps(q, dev, k):
 
 def loss_outputs(q, dev, k):
     """The gradient and the loss value of one image."""
+    k.destination_image_allocator = m.ImageAllocator.persistent()  # results read after completion
     gen = rng("loss")
     y, t = randn(gen, 1, 4, 5, 3), randn(gen, 4, 5, 3)
     labels = m.CNNLossLabels(dev, m.CNNLossDataDescriptor(t))
@@ -240,6 +241,7 @@ def loss_outputs(q, dev, k):
 def yolo_loss_outputs(q, dev, k):
     """The gradients and loss values of two 3 x 4 images of 2 anchors x 8 channels (3 classes), an
     object in some cells."""
+    k.destination_image_allocator = m.ImageAllocator.persistent()  # results read after completion
     gen = rng("yolo-loss")
     y = randn(gen, 2, 3, 4, 16)
     t = np.zeros((2, 3, 4, 2, 8), np.float32)
@@ -256,6 +258,7 @@ def yolo_loss_outputs(q, dev, k):
 def split_loss_outputs(q, dev, k):
     """NNForwardLoss: the loss images; NNLossGradient: the gradients for a source gradient of 2;
     NNInitialGradient: its ones."""
+    k.destination_image_allocator = m.ImageAllocator.persistent()  # results read after completion
     gen = rng("split-loss")
     ys = m.batch_from_numpy(randn(gen, 2, 4, 5, 3), dev)
     ts = m.batch_from_numpy(randn(gen, 2, 4, 5, 3), dev)

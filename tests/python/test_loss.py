@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 from conftest import FLOAT16
 
 T = m.CNNLossType
@@ -113,7 +113,7 @@ def _reference(d, y_np, t_np, w_np):
 
 
 def _run_loss(device, queue, d, y, t, w, layout=m.DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS):
-    loss = m.CNNLoss(device, d)
+    loss = persistent(m.CNNLoss(device, d))
     per_element = d.reduction_type == R.NONE
     N, H, W, C = y.shape  # noqa: N806
     labels = []
@@ -245,7 +245,7 @@ def test_single_encode_and_labels_from_images(device, queue, check):
     y, t = _inputs(gen, T.MEAN_SQUARED_ERROR)
     labels = m.CNNLossLabels(device, m.Image.from_numpy(t[:1], device))
     assert labels.weights_image is None and labels.loss_image.shape == (1, 1, 1, 1)
-    loss = m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM))
+    loss = persistent(m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM)))
     assert loss.loss_type == T.MEAN_SQUARED_ERROR and loss.reduction_type == R.SUM and loss.weight == 1.0
     cb = queue.command_buffer()
     dst = m.Image.from_numpy(np.zeros_like(y[:1]), device)
@@ -283,7 +283,7 @@ def test_bad_inputs_raise(device, queue):
     d.label_smoothing = 1.5
     with pytest.raises(ValueError, match="label_smoothing"):
         m.CNNLoss(device, d)
-    loss = m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM))
+    loss = persistent(m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM)))
     src = m.Image.from_numpy(np.zeros((1, 2, 2, 2), np.float32), device)
     cb = queue.command_buffer()
     wrong = m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 1), np.float32)))  # fewer channels
@@ -293,7 +293,7 @@ def test_bad_inputs_raise(device, queue):
                                   loss_image_size=(2, 2, 2))
     with pytest.raises(ValueError, match="loss_image_size"):
         loss.encode(cb, src, per_element)
-    none = m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.NONE))
+    none = persistent(m.CNNLoss(device, m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.NONE)))
     with pytest.raises(ValueError, match="loss_image_size"):
         none.encode(cb, src, m.CNNLossLabels(device, m.CNNLossDataDescriptor(np.zeros((2, 2, 2), np.float32))))
     with pytest.raises(ValueError, match="labels"):

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import persistent, randn, rng
 from serialization_cases import FACTORIES, yolo_descriptor
 
 T, R = m.CNNLossType, m.CNNReductionType
@@ -98,7 +98,7 @@ def _cnn_loss(device, queue, desc, y, t, w=None, per_element=False):
     n, h, wd, c = y.shape
     size = (wd, h, t.shape[-1] if per_element == "labels" else c) if per_element else None
     labels = [_labels(device, t[i], None if w is None else w[i], size) for i in range(n)]
-    kernel = m.CNNLoss(device, desc)
+    kernel = persistent(m.CNNLoss(device, desc))
     grads = _run(queue, lambda cb: kernel.encode_batch(cb, _images(y, device), labels))
     return _stack(grads), np.stack([la.loss_image.to_numpy()[..., :c] for la in labels])
 
@@ -139,7 +139,7 @@ def test_narrower_labels_and_weights_are_refused(device, queue):
     gen = rng("parity-narrow")
     y = _images(randn(gen, 1, 2, 2, C_OUT), device)
     desc = m.CNNLossDescriptor(T.MEAN_SQUARED_ERROR, R.SUM)
-    kernel = m.CNNLoss(device, desc)
+    kernel = persistent(m.CNNLoss(device, desc))
     cb = queue.command_buffer()
     narrow = _labels(device, np.zeros((2, 2, 8), np.float32))
     with pytest.raises(ValueError, match=r"labels: the labels image is 2 x 2 x 8 but the source image 2 x 2 x 10"):
@@ -152,7 +152,7 @@ def test_narrower_labels_and_weights_are_refused(device, queue):
         kernel.encode_batch(cb, y, [thin_weights])
     with pytest.raises(ValueError, match="loss_image_size"):  # more channels than the labels
         _labels(device, np.zeros((2, 2, C_LABELS), np.float32), None, (2, 2, 16))
-    forward = m.NNForwardLoss(device, desc)
+    forward = persistent(m.NNForwardLoss(device, desc))
     with pytest.raises(ValueError, match="labels image is 2 x 2 x 8"):
         forward.encode_batch(cb, y, _images(np.zeros((1, 2, 2, 8), np.float32), device))
     cb.commit()
@@ -169,7 +169,8 @@ def test_split_loss_reads_the_first_label_and_weight_channels(device, queue, che
     desc = m.CNNLossDescriptor(T.SIGMOID_CROSS_ENTROPY, reduction)
 
     def run(labels, weights, label_gradients):
-        forward, gradient = m.NNForwardLoss(device, desc), m.NNLossGradient(device, desc)
+        forward = persistent(m.NNForwardLoss(device, desc))
+        gradient = persistent(m.NNLossGradient(device, desc))
         gradient.compute_label_gradients = label_gradients
         ys = _images(y, device)
         losses = _run(queue, lambda cb: forward.encode_batch(cb, ys, _images(labels, device), _images(weights, device)))
@@ -234,7 +235,7 @@ def test_yolo_loss_reads_the_first_label_channels(device, queue, check):
     t = gen.random((2, 3, 2, 16)).astype(np.float32)
 
     def run(labels):
-        kernel = m.CNNYOLOLoss(device, desc)
+        kernel = persistent(m.CNNYOLOLoss(device, desc))
         states = [_labels(device, labels[i]) for i in range(2)]
         grads = _run(queue, lambda cb: kernel.encode_batch(cb, _images(y, device), states))
         return _stack(grads), np.array([s.loss_image.to_numpy().ravel()[0] for s in states])

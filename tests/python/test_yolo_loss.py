@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import rng
+from conftest import persistent, rng
 
 T = m.CNNLossType
 R = m.CNNReductionType
@@ -243,7 +243,7 @@ def safe_inputs(seed, n, h, w, cfg):
 
 
 def run(device, queue, cfg, src, lab, batch=True):
-    loss = m.CNNYOLOLoss(device, cfg.descriptor())
+    loss = persistent(m.CNNYOLOLoss(device, cfg.descriptor()))
     n, h, w, c = src.shape
     per_element = cfg.reduction == R.NONE
     labels = [m.CNNLossLabels(device, m.CNNLossDataDescriptor(lab[i]),
@@ -404,7 +404,7 @@ def test_descriptor_defaults_and_kernel_properties(device):
     d.classes_loss_descriptor.number_of_classes = 4
     d.reduction_type = R.SUM
     d.reduce_across_batch = True
-    k = m.CNNYOLOLoss(device, d)
+    k = persistent(m.CNNYOLOLoss(device, d))
     assert k.number_of_classes == 4 and k.number_of_anchor_boxes == 2
     for part, kind in ((k.loss_xy, T.MEAN_SQUARED_ERROR), (k.loss_wh, T.HUBER),
                        (k.loss_confidence, T.SIGMOID_CROSS_ENTROPY), (k.loss_classes, T.SOFTMAX_CROSS_ENTROPY)):
@@ -459,7 +459,7 @@ def test_bad_anchor_bytes_and_factory_arguments():
 
 def test_bad_images_raise_value_error(device, queue):
     cfg = Config(anchors=anchors_of(2), classes=3)
-    k = m.CNNYOLOLoss(device, cfg.descriptor())
+    k = persistent(m.CNNYOLOLoss(device, cfg.descriptor()))
     good = np.zeros((1, 2, 2, 16), np.float32)
     cb = queue.command_buffer()
     wrong = m.Image.from_numpy(np.zeros((1, 2, 2, 15), np.float32), device)
@@ -484,7 +484,7 @@ def test_bad_images_raise_value_error(device, queue):
 
 def test_serialization_round_trip(device, queue, check):
     cfg = Config(anchors=anchors_of(2), classes=3, reduction=R.MEAN, rescore=False, scale_object=7.0)
-    k = m.CNNYOLOLoss(device, cfg.descriptor())
+    k = persistent(m.CNNYOLOLoss(device, cfg.descriptor()))
     k2 = m.Kernel.from_bytes(k.to_bytes(), device)
     assert isinstance(k2, m.CNNYOLOLoss)
     assert k2.to_bytes() == k.to_bytes()

@@ -143,7 +143,7 @@ std::vector<LossLabelsPtr> lossLabels(const StateBatch& states, const char* node
 NodeEncodeResult CNNLossNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                                      const std::vector<StateBatch>& states) {
     std::vector<LossLabelsPtr> labels = lossLabels(states.at(0), className());
-    kernel_->label = label;
+    prepareKernel(*kernel_, ctx);  // the result images come from the graph's allocator
     NodeEncodeResult result;
     result.images = kernel_->encodeBatch(ctx.cb, images[0], labels);
     return result;
@@ -167,7 +167,7 @@ void CNNYOLOLossNode::createKernels(const Device& device) {
 NodeEncodeResult CNNYOLOLossNode::encode(NodeEncodeContext& ctx, const std::vector<ImageBatch>& images,
                                          const std::vector<StateBatch>& states) {
     std::vector<LossLabelsPtr> labels = lossLabels(states.at(0), className());
-    kernel_->label = label;
+    prepareKernel(*kernel_, ctx);  // the result images come from the graph's allocator
     NodeEncodeResult result;
     result.images = kernel_->encodeBatch(ctx.cb, images[0], labels);
     return result;
