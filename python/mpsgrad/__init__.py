@@ -202,6 +202,16 @@ def _call_bound(raw, name, owner, args, kwargs):
                         f"accepted keyword arguments: {listed}") from None
 
 
+def _forget_half_built(traceback):
+    """Clears the locals of the finished _call_bound frames of `traceback`: their `args` hold the
+    object whose constructor raised, which has no valid C++ part (its methods, repr included, would
+    read freed memory), and a traceback keeps frames alive (pytest reprs their locals)."""
+    while traceback is not None:
+        if traceback.tb_frame.f_code is _call_bound.__code__:
+            traceback.tb_frame.clear()
+        traceback = traceback.tb_next
+
+
 def _wrap_method(raw, name, cls):
     def method(self, *args, **kwargs):
         return _call_bound(raw, name, type(self).__name__, (self,) + args, kwargs)
@@ -254,10 +264,11 @@ def _guard_class(cls):
             # TypeError. Python subclasses construct through their own __init__ (pybind11 checks it).
             try:
                 _call_bound(raw_init, "__init__", cls.__name__, (obj,) + args, kwargs)
-            except BaseException:
+            except BaseException as error:
                 # The traceback keeps this frame's locals, and a bound object whose constructor
                 # raised has no valid C++ part (its methods would read freed memory): let it go.
                 del obj
+                _forget_half_built(error.__traceback__)
                 raise
             if is_enum and int(obj) not in {int(v) for v in cls.__members__.values()}:
                 raise ValueError(f"{cls.__name__}: {int(obj)} is not one of its values "
@@ -268,8 +279,9 @@ def _guard_class(cls):
         if not _mpsgrad._is_initialized(self):
             try:
                 _call_bound(raw_init, "__init__", type(self).__name__, (self,) + args, kwargs)
-            except BaseException:
+            except BaseException as error:
                 del self  # as in __new__: no traceback keeps the half-built object
+                _forget_half_built(error.__traceback__)
                 raise
 
     def __reduce_ex__(self, protocol):

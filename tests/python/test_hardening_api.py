@@ -430,7 +430,8 @@ def test_8_concatenation_gradient_of_clamped_reads_on_multi_image_images(device,
 def test_object_of_a_failed_constructor_is_not_kept(device):
     """The traceback of a failed construction used to keep the half-built object (the __new__
     guard's local), whose methods read the freed C++ object: pytest's failure report crashed on its
-    repr. No frame of the traceback holds such an object now."""
+    repr. No frame of the traceback holds such an object now, not even inside its call arguments
+    (the keyword-checking wrapper's `args`)."""
     run_isolated("""
         import pytest
         failing = [
@@ -443,7 +444,9 @@ def test_object_of_a_failed_constructor_is_not_kept(device):
                 make()
             tb = info.value.__traceback__
             while tb is not None:
-                for value in list(tb.tb_frame.f_locals.values()):
+                values = list(tb.tb_frame.f_locals.values())
+                values += [v for c in values if isinstance(c, (tuple, list)) for v in c]  # e.g. call arguments
+                for value in values:
                     if type(value).__module__.startswith("mpsgrad"):
                         assert m._mpsgrad._is_initialized(value), f"a half-built {type(value).__name__} is kept"
                         repr(value)
