@@ -126,8 +126,11 @@ std::vector<py::ssize_t> weightShape(const CNNConvolutionDescriptor& d) {
 Device deviceOf(const DeviceArg& device) { return toDevice(device, "device"); }
 
 // The descriptor of a state over existing weights: given, or read off a 4-D (O, kH, kW, I) array
-// (groups 1), the one case where the memory says its own shape.
-CNNConvolutionDescriptor aliasedDescriptor(py::handle descriptor, py::handle weights) {
+// (groups 1), or, for -initWithWeights:biases: (no descriptor, no offsets), what the two buffers
+// say: their float counts, as a 1 x 1 convolution of weights / biases inputs and biases outputs
+// (every consumer of the state checks those two counts only).
+CNNConvolutionDescriptor aliasedDescriptor(py::handle descriptor, py::handle weights, py::handle biases,
+                                           py::handle device, bool offsets) {
     if (!descriptor.is_none()) {
         if (!py::isinstance<CNNConvolutionDescriptor>(descriptor))
             throwTypeError("descriptor: expected a CNNConvolutionDescriptor, got ", typeName(descriptor));
@@ -138,8 +141,16 @@ CNNConvolutionDescriptor aliasedDescriptor(py::handle descriptor, py::handle wei
         return CNNConvolutionDescriptor(int64_t(a.shape(2)), int64_t(a.shape(1)), int64_t(a.shape(3)),
                                         int64_t(a.shape(0)));
     }
-    throwTypeError("descriptor: required unless weights is a 4-D (O, kH, kW, I) array (a Vector or a flat array "
-                   "does not say its convolution's shape)");
+    if (!biases.is_none() && !offsets) {
+        const size_t w = aliasedStorage(weights, device, "weights").floats;
+        const size_t b = aliasedStorage(biases, device, "biases").floats;
+        if (b == 0 || w == 0 || w % b != 0)
+            throwValueError("weights: ", w, " floats are not a whole number of filters for the ", b,
+                            " biases; pass descriptor= to say the convolution's shape");
+        return CNNConvolutionDescriptor(1, 1, int64_t(w / b), int64_t(b));
+    }
+    throwTypeError("descriptor: required unless weights is a 4-D (O, kH, kW, I) array or biases are given "
+                   "without offsets (the two buffers' sizes then give the counts)");
 }
 
 // -initWithWeights:weightsOffset:biases:biasesOffset:cnnConvolutionDescriptor: over Vectors or
@@ -147,7 +158,11 @@ CNNConvolutionDescriptor aliasedDescriptor(py::handle descriptor, py::handle wei
 std::shared_ptr<CNNConvolutionWeightsAndBiasesState> weightsStateOver(py::handle weights, py::handle biases,
                                                                        py::handle descriptor, py::handle weightsOffset,
                                                                        py::handle biasesOffset, py::handle device) {
-    const CNNConvolutionDescriptor d = aliasedDescriptor(descriptor, weights);
+    const bool offsets = !(weightsOffset.is_none() || (py::isinstance<py::int_>(weightsOffset) &&
+                                                         weightsOffset.cast<py::ssize_t>() == 0)) ||
+                         !(biasesOffset.is_none() || (py::isinstance<py::int_>(biasesOffset) &&
+                                                      biasesOffset.cast<py::ssize_t>() == 0));
+    const CNNConvolutionDescriptor d = aliasedDescriptor(descriptor, weights, biases, device, offsets);
     d.validate();
     AliasedStorage w = aliasedStorage(weights, device, "weights");
     BufferSlice wSlice = aliasSlice(w.slice, byteOffset(weightsOffset, "weights_offset"),

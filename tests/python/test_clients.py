@@ -83,11 +83,8 @@ class ConvDataSource:
         self.momentum = [m.Vector(device, weights), m.Vector(device, output_channels)]
         self.velocity = [m.Vector(device, weights), m.Vector(device, output_channels)]
         self.updater = m.NNOptimizerAdam(device, learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-8, time_step=0)
-        # initWithWeights:biases: (mpsgrad needs the descriptor too: a Vector does not say the
-        # convolution's shape)
         self.conv_wts_and_bias = m.CNNConvolutionWeightsAndBiasesState(weights=self.weight_vector,
-                                                                      biases=self.bias_vector,
-                                                                      descriptor=self.conv_desc)
+                                                                      biases=self.bias_vector)
         self.t = 0
 
     def data_type(self):

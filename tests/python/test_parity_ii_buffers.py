@@ -548,3 +548,25 @@ def test_aliased_states_serialize_their_values(device):
     buffer.numpy()[PAD] = -77.0
     assert state.weights.reshape(-1)[0] == -77.0 and restored.weights.reshape(-1)[0] == w.reshape(-1)[0]
     np.testing.assert_array_equal(mv.mean, np.arange(1, C + 1))
+
+
+def test_weights_state_without_descriptor_takes_the_counts_of_its_buffers(device):
+    """-initWithWeights:biases: has no descriptor: the buffers' sizes give the counts (a 1 x 1
+    convolution of weights / biases inputs); the memory is still aliased."""
+    weights, biases = m.Vector(device, 5 * 5 * 3 * 8), m.Vector(device, 8)
+    state = m.CNNConvolutionWeightsAndBiasesState(weights=weights, biases=biases)
+    assert np.asarray(state.weights).size == 75 * 8 and np.asarray(state.biases).size == 8
+    weights.numpy()[:] = 2.0
+    assert np.all(np.asarray(state.weights) == 2.0)
+    # it serves a 5 x 5 x 3 -> 8 convolution, which checks the two counts
+    conv = m.CNNConvolution(device, m.CNNConvolutionWeightsDataSource(
+        m.CNNConvolutionDescriptor(5, 5, 3, 8), np.zeros((8, 5, 5, 3), np.float32), np.zeros(8, np.float32)))
+    cb = m.CommandQueue(device).command_buffer()
+    conv.reload_weights_and_biases_with_command_buffer(cb, state)
+    cb.commit()
+    cb.wait_until_completed()
+    assert cb.error is None
+    with pytest.raises(ValueError, match="weights"):
+        m.CNNConvolutionWeightsAndBiasesState(weights=m.Vector(device, 10), biases=m.Vector(device, 3))
+    with pytest.raises(TypeError, match="descriptor"):
+        m.CNNConvolutionWeightsAndBiasesState(weights=weights)
