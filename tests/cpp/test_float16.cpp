@@ -80,7 +80,7 @@ std::vector<Out> convertOn(const std::string& deviceName, const std::vector<In>&
     auto destination = backend.newBuffer(input.size() * sizeof(Out));
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
-    backend.convertImageFormat(*cb, ConvertFormatParams{int32_t(input.size()), toHalf ? 1 : 0},
+    backend.convertImageFormat(*cb, ConvertFormatParams{int32_t(input.size()), toHalf ? 1 : 0, kStorageFloat16},
                                BufferSlice{source, 0}, BufferSlice{destination, 0});
     cb->commit();
     cb->waitUntilCompleted();
@@ -125,19 +125,22 @@ TEST(Float16, BindingChecks) {
     const BufferSlice whole{buffer, 0};
     auto other = device.backend().newBuffer(64);
     const BufferSlice second{other, 0};
-    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 0}, whole, second));  // 32 -> 64 bytes
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{17, 0}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{-1, 0}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 2}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, BufferSlice{buffer, 2}, second),
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 0, kStorageFloat16}, whole, second));  // 32 -> 64 bytes
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{17, 0, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{-1, 0, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 2, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, 0}, whole, second), ValueError);  // NONE
+    // unorm8 storage: 16 floats (64 bytes) -> 16 bytes; the byte offset of a uint8 run may be odd.
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 1, kStorageUnorm8}, second, BufferSlice{buffer, 1}));
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, BufferSlice{buffer, 2}, second),
                  ValueError);  // a float binding at a 2-byte offset
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{buffer, 8}),
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, whole, BufferSlice{buffer, 8}),
                  ValueError);  // overlap
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{}), ValueError);
-    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{0, 1}, BufferSlice{}, BufferSlice{}));
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, whole, BufferSlice{}), ValueError);
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{0, 1, kStorageFloat16}, BufferSlice{}, BufferSlice{}));
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
-    EXPECT_THROW(device.backend().convertImageFormat(*cb, ConvertFormatParams{17, 0}, whole, second), ValueError);
+    EXPECT_THROW(device.backend().convertImageFormat(*cb, ConvertFormatParams{17, 0, kStorageFloat16}, whole, second), ValueError);
 }
 
 ImagePtr halfImage(const Device& device, int64_t w, int64_t h, int64_t c) {
