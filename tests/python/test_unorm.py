@@ -186,6 +186,21 @@ def test_graph_format_errors_name_the_format(device):
     assert "code" not in str(error.value)
 
 
+def test_graph_reads_unorm_source_images(device, queue):
+    """A graph's source image may be UNORM (its own intermediates are FLOAT16 / FLOAT32): a sigmoid
+    -> max pooling chain with FLOAT32 intermediates equals the float32 chain on x / 255."""
+    codes = rng("unorm graph").integers(0, 256, size=(1, 4, 6, 8)).astype(np.uint8)
+    x = m.NNImageNode()
+    pooled = m.CNNPoolingMaxNode(m.CNNNeuronSigmoidNode(x).result_image, 2)
+    graph = m.NNGraph(device, pooled.result_image)
+    graph.format = F32
+    out = run(queue, lambda cb: graph.encode(cb, [m.Image.from_numpy(codes, device)]))
+    reference = run(queue, lambda cb: graph.encode(cb, [m.Image.from_numpy(from_codes(codes, U8), device,
+                                                                             channel_format=F32)]))
+    assert out.feature_channel_format == F32
+    assert np.array_equal(out.to_numpy(), reference.to_numpy())
+
+
 # ---- the device conversion --------------------------------------------------------------------
 
 
