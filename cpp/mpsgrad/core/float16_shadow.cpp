@@ -42,7 +42,8 @@ size_t elementBytes(ImageFeatureChannelFormat format) {
 void encodeConversion(CommandBuffer& cb, const BufferSlice& source, const BufferSlice& destination, size_t elements,
                       ImageFeatureChannelFormat format, bool toStorage) {
     const size_t stored = elementBytes(format);
-    const size_t sourceElement = toStorage ? sizeof(float) : stored, destinationElement = toStorage ? stored : sizeof(float);
+    const size_t sourceElement = toStorage ? sizeof(float) : stored;
+    const size_t destinationElement = toStorage ? stored : sizeof(float);
     // MPSImageFeatureChannelFormat's values are the StorageFormatCode's (metal/convert_params.h).
     const int32_t storage = int32_t(format);
     for (size_t done = 0; done < elements; done += kMaxConvertElements) {

@@ -258,6 +258,30 @@ void copyElements(T* storage, T* array, int64_t pixels, int64_t count, int64_t p
     else
         forEachElement(pixels, count, pixelStride, chw, [&](int64_t s, int64_t a) { storage[s] = array[a]; });
 }
+
+// The same for elements of `element` bytes (1, 2 or 4); whole float32 pixels' channels are copied
+// with memcpy in HWC order.
+void copyStored(size_t element, char* storage, void* array, int64_t pixels, int64_t count, int64_t pixelStride,
+                bool chw, bool toArray) {
+    if (element == 4 && !chw) {
+        const size_t bytes = size_t(count) * sizeof(float);
+        for (int64_t p = 0; p < pixels; ++p) {
+            char* stored = storage + p * pixelStride * 4;
+            char* row = static_cast<char*>(array) + p * count * 4;
+            std::memcpy(toArray ? row : stored, toArray ? stored : row, bytes);
+        }
+        return;
+    }
+    if (element == 1)
+        copyElements(reinterpret_cast<uint8_t*>(storage), static_cast<uint8_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+    else if (element == 2)
+        copyElements(reinterpret_cast<uint16_t*>(storage), static_cast<uint16_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+    else
+        copyElements(reinterpret_cast<uint32_t*>(storage), static_cast<uint32_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+}
 }  // namespace
 
 void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
@@ -322,40 +346,19 @@ void Image::readElements(void* elements, DataLayout layout, int64_t imageIndex, 
     checkImageIndex(imageIndex, numberOfImages());
     int64_t count = channelsForReadWrite(params);
     const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
-    const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
     char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
-    if (bytesPerElement() == 4 && !chw) {  // float32 HWC: whole pixels' channels at once
-        for (int64_t p = 0; p < pixels; ++p)
-            std::memcpy(static_cast<float*>(elements) + p * count, reinterpret_cast<float*>(base) + p * pixelStride_,
-                        size_t(count) * sizeof(float));
-        return;
-    }
-    switch (bytesPerElement()) {
-        case 1: copyElements(reinterpret_cast<uint8_t*>(base), static_cast<uint8_t*>(elements), pixels, count, pixelStride_, chw, true); break;
-        case 2: copyElements(reinterpret_cast<uint16_t*>(base), static_cast<uint16_t*>(elements), pixels, count, pixelStride_, chw, true); break;
-        default: copyElements(reinterpret_cast<uint32_t*>(base), static_cast<uint32_t*>(elements), pixels, count, pixelStride_, chw, true);
-    }
+    copyStored(bytesPerElement(), base, elements, pixels, count, pixelStride_,
+               layout != DataLayout::HeightxWidthxFeatureChannels, true);
 }
 
 void Image::writeElements(const void* elements, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) {
     checkImageIndex(imageIndex, numberOfImages());
     int64_t count = channelsForReadWrite(params);
     const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
-    const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
     char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
-    if (bytesPerElement() == 4 && !chw) {
-        for (int64_t p = 0; p < pixels; ++p)
-            std::memcpy(reinterpret_cast<float*>(base) + p * pixelStride_, static_cast<const float*>(elements) + p * count,
-                        size_t(count) * sizeof(float));
-        return;
-    }
-    // copyElements only reads the array when writing to the storage.
-    void* array = const_cast<void*>(elements);
-    switch (bytesPerElement()) {
-        case 1: copyElements(reinterpret_cast<uint8_t*>(base), static_cast<uint8_t*>(array), pixels, count, pixelStride_, chw, false); break;
-        case 2: copyElements(reinterpret_cast<uint16_t*>(base), static_cast<uint16_t*>(array), pixels, count, pixelStride_, chw, false); break;
-        default: copyElements(reinterpret_cast<uint32_t*>(base), static_cast<uint32_t*>(array), pixels, count, pixelStride_, chw, false);
-    }
+    // copyStored only reads the array when it writes the storage.
+    copyStored(bytesPerElement(), base, const_cast<void*>(elements), pixels, count, pixelStride_,
+               layout != DataLayout::HeightxWidthxFeatureChannels, false);
 }
 
 void Image::synchronizeOnCommandBuffer(CommandBuffer& cb) { checkUsable(cb, "image"); }
