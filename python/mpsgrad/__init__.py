@@ -75,7 +75,7 @@ class KernelOptions(_enum.IntFlag):
 
 def _image_dlpack(self, stream=None, **kwargs):
     """DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
-    dtype (float32, or float16 for a FLOAT16 image)."""
+    dtype (float32, float16 for FLOAT16, uint8 for UNORM8, uint16 for UNORM16)."""
     return self._numpy_view().__dlpack__(**kwargs)
 
 
@@ -85,8 +85,8 @@ def _image_dlpack_device(self):
 
 
 def _image_from_dlpack(obj, device=None):
-    """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
-    (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
+    """Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32, float16,
+    uint8 (UNORM8) or uint16 (UNORM16) (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
     otherwise a copy. 3-D (height, width, channels) input gives one image."""
     try:
         array = _np.from_dlpack(obj)
@@ -114,8 +114,17 @@ Image.__array__ = _image_array
 
 
 def batch_to_numpy(batch):
-    """Stack a list of images into one array (n, height, width, channels) (float32 unless every image is FLOAT16)."""
-    return _np.concatenate([image.to_numpy() for image in batch], axis=0)
+    """Stack a list of images into one array (n, height, width, channels) with NumPy's type promotion of
+    their dtypes (float32, float16 if every image is FLOAT16, uint8 / uint16 if every image is UNORM8 /
+    UNORM16: the stored codes). UNORM codes and float values do not mix: a batch of UNORM images and
+    images of another format is a TypeError (docs/storage_formats.md)."""
+    arrays = [image.to_numpy() for image in batch]
+    codes = {a.dtype for a in arrays if a.dtype.kind == "u"}
+    if codes and len({a.dtype for a in arrays}) > 1:
+        names = sorted({str(image.feature_channel_format).rsplit(".", 1)[-1] for image in batch})
+        raise TypeError(f"batch: images of formats {', '.join(names)} cannot be stacked: UNORM images give their "
+                        "stored codes, the others their values")
+    return _np.concatenate(arrays, axis=0)
 
 
 def from_dlpack(obj, device=None):

@@ -612,7 +612,7 @@ class ImageDescriptor:
         ...
 class Image:
     """
-    MPSImage: float32 or float16 feature channels, NHWC storage.
+    MPSImage: float32, float16, unorm8 or unorm16 feature channels, NHWC storage.
     """
     label: str
     @staticmethod
@@ -621,21 +621,21 @@ class Image:
     @staticmethod
     def from_dlpack(obj, device = None):
         """
-        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32 or float16
-            (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
+        Image from any DLPack producer (NumPy, PyTorch, ...): zero copy for C-contiguous float32, float16,
+            uint8 (UNORM8) or uint16 (UNORM16) (n, height, width, channels) CPU tensors with channels a multiple of 4 on the CPU device,
             otherwise a copy. 3-D (height, width, channels) input gives one image.
         """
     @staticmethod
-    def from_numpy(array: typing.Any, device: Device | str = None, channel_format: typing.Any = None) -> Image:
+    def from_numpy(array: typing.Any, device: Device | str | None = None, channel_format: ImageFeatureChannelFormat | None = None) -> Image:
         """
-        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 values into FLOAT16 storage rounds to nearest even.
+        A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; channel_format None takes the array's dtype (float16 -> FLOAT16, uint8 -> UNORM8, uint16 -> UNORM16, else FLOAT32); values are written as write_bytes writes them.
         """
     def __array__(self, dtype = None, copy = None):
         ...
     def __dlpack__(self, stream = None, **kwargs):
         """
         DLPack export (zero copy): a (number_of_images, height, width, channels) tensor of the storage's
-            dtype (float32, or float16 for a FLOAT16 image).
+            dtype (float32, float16 for FLOAT16, uint8 for UNORM8, uint16 for UNORM16).
         """
     def __dlpack_device__(self):
         ...
@@ -657,7 +657,7 @@ class Image:
         """
     def read_bytes(self, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> numpy.ndarray:
         """
-        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16). Host reads follow Metal (docs/user_guide.md "Reading results"): CommandBufferError while a command buffer that has not completed writes the image, ValueError for a temporary image once its command buffer completed.
+        -[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array (height, width, channels) or (channels, height, width) of the storage's dtype, values as stored (float32, float16, uint8 for UNORM8, uint16 for UNORM16). Host reads follow Metal (docs/user_guide.md "Reading results"): CommandBufferError while a command buffer that has not completed writes the image, ValueError for a temporary image once its command buffer completed.
         """
     def sub_image_with_feature_channel_range(self, location: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> Image:
         """
@@ -669,11 +669,11 @@ class Image:
         """
     def to_numpy(self) -> numpy.ndarray:
         """
-        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype: float32, or float16 for a FLOAT16 image. Host reads follow Metal, as for read_bytes.
+        A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's dtype, values as stored: float32, float16 (FLOAT16), uint8 (UNORM8) or uint16 (UNORM16). Host reads follow Metal, as for read_bytes.
         """
     def write_bytes(self, data: typing.Any, data_layout: DataLayout = ..., image_index: typing.SupportsInt | typing.SupportsIndex = 0, feature_channel_offset: typing.SupportsInt | typing.SupportsIndex = 0, number_of_feature_channels: typing.Any = None) -> None:
         """
-        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are accepted, FLOAT16 storage rounds float32 values to nearest even
+        -[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have exactly the shape of the region written (or as many float32 bytes). An array of the storage's dtype is stored as it is; other floating-point values are rounded (FLOAT16: to nearest even; UNORM: clamped to [0, 1], times 255 or 65535, to nearest even, NaN to 0). uint8 / uint16 arrays into FLOAT32 or FLOAT16 storage, and non-float arrays into UNORM storage, raise TypeError.
         """
     @property
     def device(self) -> Device:
@@ -6520,7 +6520,7 @@ def _is_initialized(object: typing.Any) -> bool:
     """
     Internal: whether a bound object's C++ part has been constructed.
     """
-def batch_from_numpy(array: typing.Any, device: Device | str = None, channel_format: typing.Any = None) -> list[Image]:
+def batch_from_numpy(array: typing.Any, device: Device | str | None = None, channel_format: ImageFeatureChannelFormat | None = None) -> list[Image]:
     """
     An image batch (list of Image, one contiguous allocation) from an (n, height, width, channels) array; channel_format as for Image.from_numpy.
     """

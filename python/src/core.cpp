@@ -208,11 +208,56 @@ int64_t channelCountArgument(const py::object& channelCount) {
     return n;
 }
 
-// A float32 array as the dtype of `image`'s storage: float16 for a FLOAT16 image (exact, the
-// values were halves), else unchanged.
-py::array inImageDtype(const Image& image, py::array_t<float> values) {
-    if (!image.isFloat16()) return std::move(values);
-    return values.attr("astype")("float16");
+// ---- image data in and out (docs/storage_formats.md) -------------------------------------------
+// Arrays of the storage's own dtype (float32, float16, uint8 for UNORM8, uint16 for UNORM16) are
+// copied as they are; floating-point arrays of another dtype are float32 values that the storage
+// rounds (FLOAT16) or normalizes (UNORM: clamp to [0, 1], round); raw bytes are float32.
+
+// The NumPy dtype of a format's stored elements.
+py::dtype storageDtype(ImageFeatureChannelFormat format) {
+    switch (format) {
+        case ImageFeatureChannelFormat::Float16: return py::dtype("float16");
+        case ImageFeatureChannelFormat::Unorm8: return py::dtype("uint8");
+        case ImageFeatureChannelFormat::Unorm16: return py::dtype("uint16");
+        default: return py::dtype::of<float>();
+    }
+}
+
+bool isUnormFormat(ImageFeatureChannelFormat f) {
+    return f == ImageFeatureChannelFormat::Unorm8 || f == ImageFeatureChannelFormat::Unorm16;
+}
+
+bool isBytesLike(py::handle data) {
+    return py::isinstance<py::bytes>(data) || py::isinstance<py::bytearray>(data) || py::isinstance<py::memoryview>(data);
+}
+
+// `data` as a NumPy array (lists and other array-likes converted by NumPy), or a TypeError.
+py::array asArray(py::handle data, const char* what) {
+    try {
+        return py::module_::import("numpy").attr("asarray")(data);
+    } catch (py::error_already_set&) {
+        throwTypeError(what, ": expected an array-like, got ", std::string(py::repr(py::type::of(data))));
+    }
+}
+
+// Throws TypeError when an array of `dtype` cannot be written into storage of `format` without
+// guessing: integer codes of a unorm dtype into float storage (0..255 would become floats, not
+// 0..1), or anything but the storage's dtype and floating-point values into UNORM storage.
+void checkDtypeFits(const py::dtype& dtype, ImageFeatureChannelFormat format, const char* what) {
+    if (dtype.is(storageDtype(format)) || dtype.kind() == 'f') return;
+    const std::string name = featureChannelFormatName(format), got = std::string(py::str(dtype));
+    const bool unormCodes = dtype.is(py::dtype("uint8")) || dtype.is(py::dtype("uint16"));
+    if (!isUnormFormat(format)) {
+        if (!unormCodes) return;  // other numbers (int64 from a list of ints, bool) are their values
+        const bool eight = dtype.is(py::dtype("uint8"));
+        throwTypeError(what, ": a ", got, " array cannot be written into a ", name, " image (its codes 0..",
+                       eight ? "255" : "65535", " would be stored as float values); write data / ",
+                       eight ? "255" : "65535", " for normalized values, or use a ", eight ? "UNORM8" : "UNORM16",
+                       " image (channel_format=ImageFeatureChannelFormat.", eight ? "UNORM8" : "UNORM16", ")");
+    }
+    throwTypeError(what, ": a ", got, " array cannot be written into a ", name, " image, which takes ",
+                   std::string(py::str(storageDtype(format))), " arrays (stored as they are) or floating-point "
+                   "arrays (normalized values: clamped to [0, 1] and rounded to the nearest code)");
 }
 
 py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
@@ -220,20 +265,27 @@ py::array readImage(const Image& image, DataLayout layout, int64_t imageIndex, i
     host_access::checkHostRead(image, "read_bytes");
     ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
     int64_t channels = image.channelsForReadWrite(params);
-    std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
-    py::array_t<float> out(shape);
-    image.readBytes(out.mutable_data(), layout, imageIndex, params);
-    return inImageDtype(image, std::move(out));
+    py::array out(storageDtype(image.featureChannelFormat()), readWriteShape(image, channels, layout));
+    image.readElements(out.mutable_data(), layout, imageIndex, params);
+    return out;
 }
 
 py::array imageToNumpy(const Image& image) {
     host_access::checkHostRead(image, "to_numpy");
-    py::array_t<float> out({py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
-                            py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
-    int64_t per = image.height() * image.width() * image.featureChannels();
+    py::array out(storageDtype(image.featureChannelFormat()),
+                  std::vector<py::ssize_t>{py::ssize_t(image.numberOfImages()), py::ssize_t(image.height()),
+                                           py::ssize_t(image.width()), py::ssize_t(image.featureChannels())});
+    const size_t per = size_t(image.height() * image.width() * image.featureChannels()) * image.bytesPerElement();
     for (int64_t n = 0; n < image.numberOfImages(); ++n)
-        image.readBytes(out.mutable_data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
-    return inImageDtype(image, std::move(out));
+        image.readElements(static_cast<char*>(out.mutable_data()) + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
+    return out;
+}
+
+// `array` C-contiguous in its own dtype, with exactly `shape` (ValueError naming `what` otherwise).
+py::array contiguousOfShape(const py::array& array, const std::vector<py::ssize_t>& shape, const char* what) {
+    std::vector<py::ssize_t> got(array.shape(), array.shape() + array.ndim());
+    if (got != shape) floatArrayOfShape(array, shape, what);  // raises its shape error
+    return py::module_::import("numpy").attr("ascontiguousarray")(array);
 }
 
 void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageIndex, int64_t channelOffset,
@@ -241,6 +293,15 @@ void writeImage(Image& image, py::handle data, DataLayout layout, int64_t imageI
     ImageReadWriteParams params{channelOffset, channelCountArgument(channelCount)};
     int64_t channels = image.channelsForReadWrite(params);
     std::vector<py::ssize_t> shape = readWriteShape(image, channels, layout);
+    if (!isBytesLike(data)) {
+        py::array array = asArray(data, "data");
+        checkDtypeFits(array.dtype(), image.featureChannelFormat(), "data");
+        if (array.dtype().is(storageDtype(image.featureChannelFormat()))) {  // stored as it is
+            py::array elements = contiguousOfShape(array, shape, "data");
+            image.writeElements(elements.data(), layout, imageIndex, params);
+            return;
+        }
+    }
     auto array = floatArrayOfShape(data, shape, "data");
     image.writeBytes(array.data(), layout, imageIndex, params);
 }
@@ -254,15 +315,9 @@ std::vector<size_t> resourceListSizes(py::handle resourceList) {
     return resourceList.cast<const StateResourceList&>().bufferSizes();
 }
 
-// (H, W, C) or (N, H, W, C) float array → N (1 for 3-D input) and its 4-D view.
-py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle data, const char* what) {
-    using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-    Array array;
-    try {
-        array = Array::ensure(data);
-    } catch (...) {
-    }
-    if (!array) throwTypeError(what, ": expected a float32 array-like, got ", std::string(py::repr(py::type::of(data))));
+// (H, W, C) or (N, H, W, C) array -> its 4-D (N, H, W, C) form (N = 1 for 3-D input), in its own dtype.
+py::array asNHWC(py::handle data, const char* what) {
+    py::array array = asArray(data, what);
     if (array.ndim() == 3) array = array.reshape({py::ssize_t(1), array.shape(0), array.shape(1), array.shape(2)});
     if (array.ndim() != 4)
         throwValueError(what, ": expected an array of shape (height, width, channels) or (n, height, width, channels), "
@@ -272,45 +327,67 @@ py::array_t<float, py::array::c_style | py::array::forcecast> asNHWC(py::handle 
     return array;
 }
 
-// channel_format: None takes the array's dtype (float16 -> FLOAT16, anything else FLOAT32).
-ImageFeatureChannelFormat formatFor(py::handle data, const py::object& channelFormat) {
+// channel_format: None takes the array's dtype (float16 -> FLOAT16, uint8 -> UNORM8, uint16 ->
+// UNORM16, anything else FLOAT32).
+ImageFeatureChannelFormat formatFor(const py::array& array, const py::object& channelFormat) {
     if (!channelFormat.is_none()) {
         auto format = fromPython<ImageFeatureChannelFormat>(channelFormat, "channel_format");
-        if (format != ImageFeatureChannelFormat::Float32 && format != ImageFeatureChannelFormat::Float16)
-            throwValueError("channel_format: expected ImageFeatureChannelFormat.FLOAT32 or FLOAT16, got ",
-                            static_cast<uint32_t>(format));
+        if (ImageDescriptor::make(format, 1, 1, 1).bytesPerElement() == 0)
+            throwValueError("channel_format: expected ImageFeatureChannelFormat.FLOAT32, FLOAT16, UNORM8 or UNORM16, "
+                            "got ", featureChannelFormatName(format));
         return format;
     }
-    py::object dtype = py::getattr(data, "dtype", py::none());
-    if (!dtype.is_none() && py::dtype::from_args(dtype).is(py::dtype("float16")))
-        return ImageFeatureChannelFormat::Float16;
+    for (auto format : {ImageFeatureChannelFormat::Float16, ImageFeatureChannelFormat::Unorm8,
+                        ImageFeatureChannelFormat::Unorm16})
+        if (array.dtype().is(storageDtype(format))) return format;
     return ImageFeatureChannelFormat::Float32;
 }
 
+// Writes image n of the (N, H, W, C) `array` into images[n] (image index imageIndex(n)): as stored
+// elements when the dtype is the storage's, else as float32 values.
+template <class ImageOf>
+void writeNHWC(const py::array& array, ImageFeatureChannelFormat format, ImageOf imageOf) {
+    checkDtypeFits(array.dtype(), format, "array");
+    const int64_t count = array.shape(0), per = array.shape(1) * array.shape(2) * array.shape(3);
+    if (array.dtype().is(storageDtype(format))) {
+        py::array elements = py::module_::import("numpy").attr("ascontiguousarray")(array);
+        const auto* base = static_cast<const char*>(elements.data());
+        for (int64_t n = 0; n < count; ++n) {
+            auto [image, index] = imageOf(n);
+            image->writeElements(base + n * per * elements.itemsize(), DataLayout::HeightxWidthxFeatureChannels, index);
+        }
+        return;
+    }
+    auto floats = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
+    if (!floats) throwTypeError("array: expected numbers, got an array of ", std::string(py::str(array.dtype())));
+    for (int64_t n = 0; n < count; ++n) {
+        auto [image, index] = imageOf(n);
+        image->writeBytes(floats.data() + n * per, DataLayout::HeightxWidthxFeatureChannels, index);
+    }
+}
+
 ImagePtr imageFromNumpy(py::handle data, const DeviceArg& device, const py::object& channelFormat) {
-    const ImageFeatureChannelFormat format = formatFor(data, channelFormat);
-    auto array = asNHWC(data, "array");
+    py::array array = asNHWC(data, "array");
+    const ImageFeatureChannelFormat format = formatFor(array, channelFormat);
+    checkDtypeFits(array.dtype(), format, "array");  // before allocating
     auto d = ImageDescriptor::make(format, array.shape(2), array.shape(1), array.shape(3), array.shape(0));
     auto image = std::make_shared<Image>(deviceOr(device), d);
-    int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
-    for (int64_t n = 0; n < array.shape(0); ++n)
-        image->writeBytes(array.data() + n * per, DataLayout::HeightxWidthxFeatureChannels, n);
+    writeNHWC(array, format, [&](int64_t n) { return std::make_pair(image, n); });
     return image;
 }
 
 ImageBatch batchFromNumpy(py::handle data, const DeviceArg& device, const py::object& channelFormat) {
-    const ImageFeatureChannelFormat format = formatFor(data, channelFormat);
-    auto array = asNHWC(data, "array");
+    py::array array = asNHWC(data, "array");
+    const ImageFeatureChannelFormat format = formatFor(array, channelFormat);
+    checkDtypeFits(array.dtype(), format, "array");
     auto d = ImageDescriptor::make(format, array.shape(2), array.shape(1), array.shape(3));
     auto batch = Image::makeBatch(deviceOr(device), d, size_t(array.shape(0)));
-    int64_t per = array.shape(1) * array.shape(2) * array.shape(3);
-    for (int64_t n = 0; n < array.shape(0); ++n)
-        batch[n]->writeBytes(array.data() + n * per, DataLayout::HeightxWidthxFeatureChannels, 0);
+    writeNHWC(array, format, [&](int64_t n) { return std::make_pair(batch[size_t(n)], int64_t(0)); });
     return batch;
 }
 
-// Zero-copy view of all images: (N, H, W, C) with the padded pixel stride.
-// (float16 for a FLOAT16 image).
+// Zero-copy view of all images: (N, H, W, C) with the padded pixel stride, in the storage's dtype
+// (float32, float16, uint8 or uint16).
 py::array numpyView(const Image& image) {
     host_access::checkHostRead(image, "DLPack export");  // __dlpack__ goes through this view
     BufferSlice base = image.storage(0);
@@ -321,22 +398,23 @@ py::array numpyView(const Image& image) {
                                    py::ssize_t(image.width()), py::ssize_t(image.featureChannels())};
     std::vector<py::ssize_t> strides{py::ssize_t(image.imageStride()), py::ssize_t(image.width() * image.pixelStride()),
                                      py::ssize_t(image.pixelStride()), 1};
-    if (!image.isFloat16()) return floatView(base, shape, strides);
+    if (image.isFloat32()) return floatView(base, shape, strides);
     for (auto& s : strides) s *= element;
     auto keepAlive = new std::shared_ptr<Buffer>(base.buffer);
     py::capsule owner(keepAlive, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
-    return py::array(py::dtype("float16"), shape, strides, static_cast<const void*>(base.floats()), owner);
+    return py::array(storageDtype(image.featureChannelFormat()), shape, strides, static_cast<const void*>(base.floats()),
+                     owner);
 }
 
-// Wraps a C-contiguous float32 (N, H, W, C) CPU array without copying when C is a multiple of
-// 4 (the image layout's pixel stride); otherwise copies.
+// Wraps a C-contiguous (N, H, W, C) CPU array of a storage dtype (float32, float16, uint8, uint16)
+// without copying when C is a multiple of 4 (the image layout's pixel stride); otherwise copies.
 ImagePtr imageFromArrayZeroCopy(py::array array, const DeviceArg& device) {
     Device dev = deviceOr(device);
-    const bool isHalf = array.dtype().is(py::dtype("float16"));
-    bool contiguous = (array.flags() & py::array::c_style) && (array.dtype().is(py::dtype::of<float>()) || isHalf);
-    if (dev.name() == "cpu" && contiguous && array.ndim() == 4 && array.shape(3) % 4 == 0 && array.writeable()) {
-        auto d = ImageDescriptor::make(isHalf ? ImageFeatureChannelFormat::Float16 : ImageFeatureChannelFormat::Float32,
-                                       array.shape(2), array.shape(1), array.shape(3), array.shape(0));
+    const ImageFeatureChannelFormat format = formatFor(array, py::none());
+    const bool storable = array.dtype().is(storageDtype(format));
+    if (dev.name() == "cpu" && storable && (array.flags() & py::array::c_style) && array.ndim() == 4 &&
+        array.shape(3) % 4 == 0 && array.writeable()) {
+        auto d = ImageDescriptor::make(format, array.shape(2), array.shape(1), array.shape(3), array.shape(0));
         size_t bytes = size_t(array.nbytes());
         auto buffer = std::make_shared<PythonOwnedBuffer>(array, array.mutable_data(), bytes);
         return Image::wrap(dev, d, BufferSlice{buffer, 0}, array.shape(3));
@@ -532,7 +610,7 @@ void bindCore(py::module_& m) {
                    ", number_of_images=" + std::to_string(d.numberOfImages) + ")";
         });
 
-    py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32 or float16 feature channels, NHWC storage.")
+    py::class_<Image, std::shared_ptr<Image>>(m, "Image", "MPSImage: float32, float16, unorm8 or unorm16 feature channels, NHWC storage.")
         .def(py::init([](const DeviceArg& device, py::handle d) {
                  return std::make_shared<Image>(deviceOr(device), fromPython<ImageDescriptor>(d, "image_descriptor"));
              }),
@@ -560,27 +638,29 @@ void bindCore(py::module_& m) {
              py::arg("image_index") = 0, py::arg("feature_channel_offset") = 0,
              py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage readBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:] → an array "
-             "(height, width, channels) or (channels, height, width) of the storage's dtype (float32 or float16)."
-             " Host reads follow Metal (docs/user_guide.md \"Reading results\"): CommandBufferError while a command "
-             "buffer that has not completed writes the image, ValueError for a temporary image once its command "
-             "buffer completed.")
+             "(height, width, channels) or (channels, height, width) of the storage's dtype, values as stored "
+             "(float32, float16, uint8 for UNORM8, uint16 for UNORM16). Host reads follow Metal "
+             "(docs/user_guide.md \"Reading results\"): CommandBufferError while a command buffer that has not "
+             "completed writes the image, ValueError for a temporary image once its command buffer completed.")
         .def("write_bytes", &writeImage, py::arg("data"),
              py::arg_v("data_layout", DataLayout::HeightxWidthxFeatureChannels, "DataLayout.HEIGHT_X_WIDTH_X_FEATURE_CHANNELS"), py::arg("image_index") = 0,
              py::arg("feature_channel_offset") = 0, py::arg("number_of_feature_channels") = py::none(),
              "-[MPSImage writeBytes:dataLayout:bytesPerRow:region:featureChannelInfo:imageIndex:]; `data` must have "
-             "exactly the shape of the region written (or as many float32 bytes); float16 and float32 arrays are "
-             "accepted, FLOAT16 storage rounds float32 values to nearest even")
+             "exactly the shape of the region written (or as many float32 bytes). An array of the storage's dtype "
+             "is stored as it is; other floating-point values are rounded (FLOAT16: to nearest even; UNORM: "
+             "clamped to [0, 1], times 255 or 65535, to nearest even, NaN to 0). uint8 / uint16 arrays into "
+             "FLOAT32 or FLOAT16 storage, and non-float arrays into UNORM storage, raise TypeError.")
         .def("synchronize_on_command_buffer", &Image::synchronizeOnCommandBuffer, py::arg("command_buffer"),
              "-[MPSImage synchronizeOnCommandBuffer:]")
         .def("to_numpy", &imageToNumpy,
              "A copy of the image as an array (number_of_images, height, width, feature_channels) of the storage's "
-             "dtype: float32, or float16 for a FLOAT16 image."
-             " Host reads follow Metal, as for read_bytes.")
+             "dtype, values as stored: float32, float16 (FLOAT16), uint8 (UNORM8) or uint16 (UNORM16). Host reads "
+             "follow Metal, as for read_bytes.")
         .def_static("from_numpy", &imageFromNumpy, py::arg("array"), py::arg("device") = py::none(),
                     py::arg("channel_format") = py::none(),
                     "A new image holding a copy of a (height, width, channels) or (n, height, width, channels) array; "
-                    "channel_format None takes the array's dtype (float16 -> FLOAT16, else FLOAT32); writing float32 "
-                    "values into FLOAT16 storage rounds to nearest even.")
+                    "channel_format None takes the array's dtype (float16 -> FLOAT16, uint8 -> UNORM8, uint16 -> "
+                    "UNORM16, else FLOAT32); values are written as write_bytes writes them.")
         .def("_numpy_view", &numpyView, "Zero-copy (n, height, width, channels) view of the storage.")
         .def_static("_from_array_zero_copy", &imageFromArrayZeroCopy, py::arg("array"), py::arg("device") = py::none());
 

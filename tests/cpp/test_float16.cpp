@@ -18,6 +18,7 @@
 #include "core/errors.h"
 #include "core/half.h"
 #include "core/image.h"
+#include "core/unorm.h"
 #include "kernels/neuron.h"
 
 namespace mpsgrad {
@@ -72,7 +73,8 @@ TEST(Float16, FloatToHalfMatchesTheCompilersConversion) {
 
 // Runs p on `device` over the given data, returns the destination's bytes.
 template <class Out, class In>
-std::vector<Out> convertOn(const std::string& deviceName, const std::vector<In>& input, bool toHalf) {
+std::vector<Out> convertOn(const std::string& deviceName, const std::vector<In>& input, bool toHalf,
+                           int32_t storage = kStorageFloat16) {
     Device device(deviceName);
     Backend& backend = device.backend();
     auto source = backend.newBuffer(input.size() * sizeof(In));
@@ -80,7 +82,7 @@ std::vector<Out> convertOn(const std::string& deviceName, const std::vector<In>&
     auto destination = backend.newBuffer(input.size() * sizeof(Out));
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
-    backend.convertImageFormat(*cb, ConvertFormatParams{int32_t(input.size()), toHalf ? 1 : 0},
+    backend.convertImageFormat(*cb, ConvertFormatParams{int32_t(input.size()), toHalf ? 1 : 0, storage},
                                BufferSlice{source, 0}, BufferSlice{destination, 0});
     cb->commit();
     cb->waitUntilCompleted();
@@ -119,25 +121,80 @@ TEST(Float16, ConvertOpMatchesScalarCodeOnEveryDevice) {
     }
 }
 
+// UNORM8 / UNORM16 (docs/storage_formats.md): the scalar rule's edges, and the convertImageFormat
+// op of every device (convert.metal's unorm kernels on Metal) against it, bit for bit.
+TEST(Unorm, ScalarRuleEdges) {
+    EXPECT_EQ(floatToUnorm8(0.5f), 128);       // 127.5: ties to even
+    EXPECT_EQ(floatToUnorm16(0.5f), 32768);    // 32767.5: ties to even
+    EXPECT_EQ(floatToUnorm8(1.5f / 255.0f * (1.0f - 1e-7f)), 1);
+    EXPECT_EQ(floatToUnorm8(NAN), 0);
+    EXPECT_EQ(floatToUnorm8(-INFINITY), 0);
+    EXPECT_EQ(floatToUnorm8(INFINITY), 255);
+    EXPECT_EQ(floatToUnorm16(1.0000001f), 65535);
+    EXPECT_EQ(floatToUnorm16(-0.0f), 0);
+    for (uint32_t c = 0; c < 65536; ++c) {
+        ASSERT_EQ(floatToUnorm16(unorm16ToFloat(uint16_t(c))), c);
+        if (c < 256) ASSERT_EQ(floatToUnorm8(unorm8ToFloat(uint8_t(c))), c);
+    }
+    EXPECT_EQ(unorm8ToFloat(255), 1.0f);
+    EXPECT_EQ(unorm16ToFloat(65535), 1.0f);
+}
+
+TEST(Unorm, ConvertOpMatchesScalarCodeOnEveryDevice) {
+    std::vector<float> floats = testFloats();
+    floats.resize(20001);  // odd: tails
+    std::mt19937 gen(99);
+    std::uniform_real_distribution<float> around(-0.25f, 1.25f);
+    for (int i = 0; i < 20000; ++i) floats.push_back(around(gen));
+    floats.push_back(NAN);
+    std::vector<uint8_t> codes8(256);
+    std::vector<uint16_t> codes16(65536);
+    for (uint32_t c = 0; c < 65536; ++c) {
+        codes16[c] = uint16_t(c);
+        if (c < 256) codes8[c] = uint8_t(c);
+    }
+    for (const auto& name : Device::availableDevices()) {
+        SCOPED_TRACE(name);
+        const auto to8 = convertOn<uint8_t>(name, floats, true, kStorageUnorm8);
+        const auto to16 = convertOn<uint16_t>(name, floats, true, kStorageUnorm16);
+        for (size_t i = 0; i < floats.size(); ++i) {
+            ASSERT_EQ(to8[i], floatToUnorm8(floats[i])) << floats[i];
+            ASSERT_EQ(to16[i], floatToUnorm16(floats[i])) << floats[i];
+        }
+        const auto from8 = convertOn<float>(name, codes8, false, kStorageUnorm8);
+        const auto from16 = convertOn<float>(name, codes16, false, kStorageUnorm16);
+        for (uint32_t c = 0; c < 65536; ++c) {
+            const float expected16 = unorm16ToFloat(uint16_t(c));
+            ASSERT_EQ(std::memcmp(&from16[c], &expected16, sizeof(float)), 0) << c;
+            if (c >= 256) continue;
+            const float expected8 = unorm8ToFloat(uint8_t(c));
+            ASSERT_EQ(std::memcmp(&from8[c], &expected8, sizeof(float)), 0) << c;
+        }
+    }
+}
+
 TEST(Float16, BindingChecks) {
     Device device("cpu");
     auto buffer = device.backend().newBuffer(64);
     const BufferSlice whole{buffer, 0};
     auto other = device.backend().newBuffer(64);
     const BufferSlice second{other, 0};
-    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 0}, whole, second));  // 32 -> 64 bytes
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{17, 0}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{-1, 0}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 2}, whole, second), ValueError);
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, BufferSlice{buffer, 2}, second),
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 0, kStorageFloat16}, whole, second));  // 32 -> 64 bytes
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{17, 0, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{-1, 0, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 2, kStorageFloat16}, whole, second), ValueError);
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, 0}, whole, second), ValueError);  // NONE
+    // unorm8 storage: 16 floats (64 bytes) -> 16 bytes; the byte offset of a uint8 run may be odd.
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{16, 1, kStorageUnorm8}, second, BufferSlice{buffer, 1}));
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, BufferSlice{buffer, 2}, second),
                  ValueError);  // a float binding at a 2-byte offset
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{buffer, 8}),
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, whole, BufferSlice{buffer, 8}),
                  ValueError);  // overlap
-    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1}, whole, BufferSlice{}), ValueError);
-    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{0, 1}, BufferSlice{}, BufferSlice{}));
+    EXPECT_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{4, 1, kStorageFloat16}, whole, BufferSlice{}), ValueError);
+    EXPECT_NO_THROW(bindings::checkConvertImageFormat(ConvertFormatParams{0, 1, kStorageFloat16}, BufferSlice{}, BufferSlice{}));
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
-    EXPECT_THROW(device.backend().convertImageFormat(*cb, ConvertFormatParams{17, 0}, whole, second), ValueError);
+    EXPECT_THROW(device.backend().convertImageFormat(*cb, ConvertFormatParams{17, 0, kStorageFloat16}, whole, second), ValueError);
 }
 
 ImagePtr halfImage(const Device& device, int64_t w, int64_t h, int64_t c) {

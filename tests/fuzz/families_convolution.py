@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from fuzz_support import (Context, FLOAT16_TOL, WrongResult, as_stored, check_close, family, forward_and_gradient_into,
-                          image_format, random_array, run)
+from fuzz_support import (Context, WrongResult, as_stored, check_close, family, format_tol,
+                          forward_and_gradient_into, image_format, random_array, run, values_of)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,9 +64,10 @@ def convolution_ops(r: random.Random, ctx: Context):
     ctx.expect_rejected_if_invalid("convolution encode")
     ref_y, ref_dx, ref_dw, ref_db = conv_reference(x_arr, wgt, bias, e_arr.astype(np.float64))
     # Results take the format of their primary source (docs/float16.md): y that of x, dx that of e.
-    half = m.ImageFeatureChannelFormat.FLOAT16
-    check_close(y.to_numpy()[0], ref_y, "convolution forward", tol=FLOAT16_TOL if fx == half else 1e-4)
-    check_close(dx.to_numpy()[0], ref_dx, "convolution data gradient", tol=FLOAT16_TOL if fe == half else 1e-4)
+    # UNORM results are clamped to [0, 1] and rounded to codes (docs/storage_formats.md).
+    check_close(values_of(y.to_numpy()[0], fx, m), as_stored(ref_y, fx, m), "convolution forward", tol=format_tol(fx, m))
+    check_close(values_of(dx.to_numpy()[0], fe, m), as_stored(ref_dx, fe, m), "convolution data gradient",
+                tol=format_tol(fe, m))
     check_close(np.asarray(state.gradient_for_weights).reshape(ref_dw.shape), ref_dw, "weight gradient")
     check_close(np.asarray(state.gradient_for_biases), ref_db, "bias gradient")
 
@@ -157,11 +158,10 @@ def fully_connected_ops(r: random.Random, ctx: Context):
     ctx.expect_rejected_if_invalid("fully connected encode")
     x2, w2 = x_arr.reshape(n, -1).astype(np.float64), wgt.reshape(cout, -1).astype(np.float64)
     e2 = e_arr.reshape(n, cout).astype(np.float64)
-    half = m.ImageFeatureChannelFormat.FLOAT16
-    check_close(m.batch_to_numpy(ys).reshape(n, cout), x2 @ w2.T + bias, "fully connected forward",
-                tol=FLOAT16_TOL if fx == half else 1e-4)
-    check_close(m.batch_to_numpy(dxs).reshape(n, -1), e2 @ w2, "fully connected data gradient",
-                tol=FLOAT16_TOL if fe == half else 1e-4)
+    check_close(values_of(m.batch_to_numpy(ys), fx, m).reshape(n, cout), as_stored(x2 @ w2.T + bias, fx, m),
+                "fully connected forward", tol=format_tol(fx, m))
+    check_close(values_of(m.batch_to_numpy(dxs), fe, m).reshape(n, -1), as_stored(e2 @ w2, fe, m),
+                "fully connected data gradient", tol=format_tol(fe, m))
     check_close(np.asarray(states[0].gradient_for_weights).reshape(cout, -1), e2.T @ x2, "fully connected dW")
     check_close(np.asarray(states[0].gradient_for_biases), e2.sum(0), "fully connected dB")
 

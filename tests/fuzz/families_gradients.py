@@ -314,7 +314,8 @@ def gradient_forms_ops(r: random.Random, ctx: Context):
         return _gradient_batch_forms(r, ctx, forward, gradient, kind, r.randint(1, 3), h, w, c)
     x_arr = random_array(r, h, w, c)
     x = m.Image.from_numpy(x_arr, ctx.device)
-    fmt = r.choice([m.ImageFeatureChannelFormat.FLOAT32, m.ImageFeatureChannelFormat.FLOAT16])
+    fmt = r.choice([m.ImageFeatureChannelFormat.FLOAT32, m.ImageFeatureChannelFormat.FLOAT16,
+                    m.ImageFeatureChannelFormat.UNORM8, m.ImageFeatureChannelFormat.UNORM16])
     forward.destination_image_allocator = m.ImageAllocator.persistent()  # y is read by both forms
     ctx.start_call()
     cb = ctx.queue.command_buffer()

@@ -224,15 +224,46 @@ def small_image(r: random.Random, ctx: "Context", h=None, w=None, c=None, n: int
 
 
 def image_format(r: random.Random, m):
-    """FLOAT16 for about a third of the images (docs/float16.md), else FLOAT32."""
-    return m.ImageFeatureChannelFormat.FLOAT16 if r.random() < 0.3 else m.ImageFeatureChannelFormat.FLOAT32
+    """FLOAT16 for about a third of the images (docs/float16.md), UNORM8 and UNORM16 for about a
+    twelfth each (docs/storage_formats.md), else FLOAT32."""
+    x = r.random()
+    f = m.ImageFeatureChannelFormat
+    return f.FLOAT16 if x < 0.3 else f.UNORM8 if x < 0.38 else f.UNORM16 if x < 0.46 else f.FLOAT32
+
+
+def unorm_maximum(fmt, m):
+    """255 for UNORM8, 65535 for UNORM16, None for the float formats."""
+    return {m.ImageFeatureChannelFormat.UNORM8: 255, m.ImageFeatureChannelFormat.UNORM16: 65535}.get(fmt)
 
 
 def as_stored(array: np.ndarray, fmt, m) -> np.ndarray:
-    """The values an image of format `fmt` holds after writing `array` (half rounding for FLOAT16)."""
+    """The values an image of format `fmt` holds after writing `array` (half rounding for FLOAT16;
+    for UNORM, clamping to [0, 1] and rounding to the nearest code, ties to even, NaN to 0)."""
     if fmt == m.ImageFeatureChannelFormat.FLOAT16:
         return np.asarray(array, np.float32).astype(np.float16).astype(np.float32)
+    maximum = unorm_maximum(fmt, m)
+    if maximum:
+        v = np.asarray(array, np.float32)
+        with np.errstate(invalid="ignore"):
+            codes = np.rint(np.where(np.isnan(v), 0, np.clip(v, 0, 1)).astype(np.float32) * np.float32(maximum))
+        return codes.astype(np.float32) / np.float32(maximum)
     return array
+
+
+def values_of(array: np.ndarray, fmt, m) -> np.ndarray:
+    """The values an array read from an image of format `fmt` stands for (UNORM: codes / maximum)."""
+    maximum = unorm_maximum(fmt, m)
+    return np.asarray(array).astype(np.float32) / np.float32(maximum) if maximum else array
+
+
+def format_tol(fmt, m, tol: float = 1e-4) -> float:
+    """check_close's tolerance for a result stored in `fmt` against a reference passed through
+    as_stored: FLOAT16_TOL, one UNORM code (the float32 kernel and the float64 reference may round
+    to neighbouring codes), else `tol`."""
+    if fmt == m.ImageFeatureChannelFormat.FLOAT16:
+        return FLOAT16_TOL
+    maximum = unorm_maximum(fmt, m)
+    return max(tol, 1.01 / maximum) if maximum else tol
 
 
 # One rounding of the result to half (2**-11 relative) plus the rounding of the inputs the reference

@@ -112,13 +112,19 @@ def _install_float16_constructors():
     from_numpy, batch_from_numpy, write_bytes = m.Image.from_numpy, m.batch_from_numpy, m.Image.write_bytes
     descriptor_init = m.ImageDescriptor.__init__
 
+    def default_format(array, channel_format):
+        # uint8 / uint16 arrays keep the UNORM format their dtype picks (docs/storage_formats.md).
+        if channel_format is None and getattr(array, "dtype", None) not in (np.uint8, np.uint16):
+            return fp16
+        return channel_format
+
     def image_from_numpy(array, device=None, channel_format=None):
         _round_in_place(array)
-        return from_numpy(array, device, fp16 if channel_format is None else channel_format)
+        return from_numpy(array, device, default_format(array, channel_format))
 
     def batch_from_numpy_fp16(array, device=None, channel_format=None):
         _round_in_place(array)
-        return batch_from_numpy(array, device, fp16 if channel_format is None else channel_format)
+        return batch_from_numpy(array, device, default_format(array, channel_format))
 
     def image_write_bytes(self, data, *args, **kwargs):
         if self.feature_channel_format == fp16:

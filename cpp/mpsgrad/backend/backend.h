@@ -26,7 +26,7 @@
 #include "metal/optimizers_params.h"  // optimizers (issue 14)
 #include "metal/reshape_pad_params.h"  // reshape and pad (issue 13)
 #include "metal/reduction_params.h"    // Gram matrix and spatial mean (issue 13)
-#include "metal/convert_params.h"      // float16 image storage (docs/float16.md)
+#include "metal/convert_params.h"      // float16 and unorm image storage (docs/float16.md)
 #include "metal/sub_pixel_params.h"    // sub-pixel convolution (issue 13)
 
 namespace mpsgrad {
@@ -334,8 +334,8 @@ public:
                                      const BufferSlice& gradient, const BufferSlice& destination) = 0;
 
     // ---- image storage formats (metal/convert_params.h, docs/float16.md) -----------------
-    // p.count elements of source (half when !p.toHalf, else float) into destination (the other);
-    // the two ranges must not overlap.
+    // p.count elements of source (of format p.storage when !p.toStorage, else float) into
+    // destination (the other); the two ranges must not overlap.
     virtual void convertImageFormat(CommandBuffer& cb, const ConvertFormatParams& p, const BufferSlice& source,
                                     const BufferSlice& destination) = 0;
     // ---- sub-pixel convolution (metal/sub_pixel_params.h) ------------------------------

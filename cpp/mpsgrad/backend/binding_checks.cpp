@@ -192,9 +192,12 @@ void checkCopyBuffer(const BufferSlice& source, const BufferSlice& destination, 
 void checkConvertImageFormat(const ConvertFormatParams& p, const BufferSlice& source, const BufferSlice& destination) {
     const char* op = "convertImageFormat";
     if (p.count < 0) throwValueError(op, ": count must be >= 0, got ", p.count);
-    if (p.toHalf != 0 && p.toHalf != 1) throwValueError(op, ": toHalf must be 0 or 1, got ", p.toHalf);
+    if (p.toStorage != 0 && p.toStorage != 1) throwValueError(op, ": toStorage must be 0 or 1, got ", p.toStorage);
+    if (p.storage != kStorageUnorm8 && p.storage != kStorageUnorm16 && p.storage != kStorageFloat16)
+        throwValueError(op, ": storage must be 1 (UNORM8), 2 (UNORM16) or 3 (FLOAT16), got ", p.storage);
     if (p.count == 0) return;
-    const size_t sourceElement = p.toHalf ? 4 : 2, destinationElement = p.toHalf ? 2 : 4;
+    const size_t storageElement = p.storage == kStorageUnorm8 ? 1 : 2;
+    const size_t sourceElement = p.toStorage ? 4 : storageElement, destinationElement = p.toStorage ? storageElement : 4;
     struct Binding {
         const char* name;
         const BufferSlice* slice;

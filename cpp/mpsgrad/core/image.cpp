@@ -9,6 +9,7 @@
 #include "core/command_buffer.h"
 #include "core/errors.h"
 #include "core/half.h"
+#include "core/unorm.h"
 
 #include "core/host_access.h"
 
@@ -41,14 +42,30 @@ void ImageDescriptor::validate(const char* what) const {
     if (floatsPerImage > uint64_t(INT32_MAX))
         throwValueError(what, ": a ", width, "x", height, "x", featureChannels, " image holds ", floatsPerImage,
                         " floats (channels padded to 4); images are limited to 2**31 - 1 floats each");
-    if (featureChannelFormat != ImageFeatureChannelFormat::Float32 &&
-        featureChannelFormat != ImageFeatureChannelFormat::Float16)
-        throwValueError(what, ": only ImageFeatureChannelFormat.FLOAT32 and FLOAT16 storage are supported, got format ",
-                        static_cast<uint32_t>(featureChannelFormat));
+    if (bytesPerElement() == 0)
+        throwValueError(what, ": the channel format must be ImageFeatureChannelFormat.FLOAT32, FLOAT16, UNORM8 or "
+                              "UNORM16, got ", featureChannelFormatName(featureChannelFormat));
 }
 
 size_t ImageDescriptor::bytesPerElement() const {
-    return featureChannelFormat == ImageFeatureChannelFormat::Float16 ? 2 : sizeof(float);
+    switch (featureChannelFormat) {
+        case ImageFeatureChannelFormat::Float32: return sizeof(float);
+        case ImageFeatureChannelFormat::Float16:
+        case ImageFeatureChannelFormat::Unorm16: return 2;
+        case ImageFeatureChannelFormat::Unorm8: return 1;
+        default: return 0;  // NONE or a value outside the enumeration: rejected by validate()
+    }
+}
+
+std::string featureChannelFormatName(ImageFeatureChannelFormat format) {
+    switch (format) {
+        case ImageFeatureChannelFormat::None: return "NONE";
+        case ImageFeatureChannelFormat::Unorm8: return "UNORM8";
+        case ImageFeatureChannelFormat::Unorm16: return "UNORM16";
+        case ImageFeatureChannelFormat::Float16: return "FLOAT16";
+        case ImageFeatureChannelFormat::Float32: return "FLOAT32";
+    }
+    return "code " + std::to_string(static_cast<uint32_t>(format));
 }
 
 // ---- Image ----------------------------------------------------------------------------------
@@ -112,6 +129,15 @@ ImagePtr Image::wrap(const Device& device, const ImageDescriptor& descriptor, Bu
     return ImagePtr(new Image(device, descriptor, std::move(storage), pixelStride, 0, nullptr));
 }
 
+int64_t Image::precision() const {
+    switch (featureChannelFormat()) {
+        case ImageFeatureChannelFormat::Float16: return 11;
+        case ImageFeatureChannelFormat::Unorm8: return 8;
+        case ImageFeatureChannelFormat::Unorm16: return 16;
+        default: return 24;
+    }
+}
+
 size_t Image::resourceSize() const { return storageElements() * bytesPerElement(); }
 
 void Image::checkAccessible(const char* what) const {
@@ -133,8 +159,9 @@ ImagePtr Image::float32Twin(BufferSlice storage) const {
 }
 
 ImageLayout Image::layout(int64_t channelOffset, int64_t channels) const {
-    if (isFloat16())
-        throwValueError("image: a FLOAT16 image reached a float32-only kernel path without its float32 conversion "
+    if (!isFloat32())
+        throwValueError("image: a ", featureChannelFormatName(featureChannelFormat()),
+                        " image reached a float32-only kernel path without its float32 conversion "
                         "(an mpsgrad bug: please report it)");
     return storageLayout(channelOffset, channels);
 }
@@ -216,6 +243,49 @@ void checkImageIndex(int64_t index, int64_t count) {
 }
 }  // namespace
 
+namespace {
+// Visits the elements of a read or write: f(storage element index, array element index) for
+// `count` channels of every pixel, the array in HWC or CHW order.
+template <class F>
+void forEachElement(int64_t pixels, int64_t count, int64_t pixelStride, bool chw, F f) {
+    for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t c = 0; c < count; ++c) f(p * pixelStride + c, chw ? c * pixels + p : p * count + c);
+}
+
+// Copies elements of type T between the storage and an array, as they are.
+template <class T>
+void copyElements(T* storage, T* array, int64_t pixels, int64_t count, int64_t pixelStride, bool chw, bool toArray) {
+    if (toArray)
+        forEachElement(pixels, count, pixelStride, chw, [&](int64_t s, int64_t a) { array[a] = storage[s]; });
+    else
+        forEachElement(pixels, count, pixelStride, chw, [&](int64_t s, int64_t a) { storage[s] = array[a]; });
+}
+
+// The same for elements of `element` bytes (1, 2 or 4); whole float32 pixels' channels are copied
+// with memcpy in HWC order.
+void copyStored(size_t element, char* storage, void* array, int64_t pixels, int64_t count, int64_t pixelStride,
+                bool chw, bool toArray) {
+    if (element == 4 && !chw) {
+        const size_t bytes = size_t(count) * sizeof(float);
+        for (int64_t p = 0; p < pixels; ++p) {
+            char* stored = storage + p * pixelStride * 4;
+            char* row = static_cast<char*>(array) + p * count * 4;
+            std::memcpy(toArray ? row : stored, toArray ? stored : row, bytes);
+        }
+        return;
+    }
+    if (element == 1)
+        copyElements(reinterpret_cast<uint8_t*>(storage), static_cast<uint8_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+    else if (element == 2)
+        copyElements(reinterpret_cast<uint16_t*>(storage), static_cast<uint16_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+    else
+        copyElements(reinterpret_cast<uint32_t*>(storage), static_cast<uint32_t*>(array), pixels, count, pixelStride,
+                     chw, toArray);
+}
+}  // namespace
+
 void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
     checkImageIndex(imageIndex, numberOfImages());
     // Host reads follow Metal: not while a pending command buffer writes the image (core/host_access.h).
@@ -223,20 +293,27 @@ void Image::readBytes(float* bytes, DataLayout layout, int64_t imageIndex, Image
     int64_t count = channelsForReadWrite(params);
     const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
     const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
-    if (isFloat16()) {
-        const auto* base = reinterpret_cast<const uint16_t*>(storage(imageIndex).floats()) + first;
-        for (int64_t p = 0; p < pixels; ++p)
-            for (int64_t c = 0; c < count; ++c)
-                bytes[chw ? c * pixels + p : p * count + c] = halfBitsToFloat(base[p * pixelStride_ + c]);
-        return;
-    }
-    const float* base = storage(imageIndex).floats() + first;
-    for (int64_t p = 0; p < pixels; ++p) {
-        const float* px = base + p * pixelStride_;
-        if (!chw)
-            std::memcpy(bytes + p * count, px, count * sizeof(float));
-        else
-            for (int64_t c = 0; c < count; ++c) bytes[c * pixels + p] = px[c];
+    char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
+    switch (featureChannelFormat()) {
+        case ImageFeatureChannelFormat::Float16: {
+            const auto* halves = reinterpret_cast<const uint16_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { bytes[a] = halfBitsToFloat(halves[s]); });
+            return;
+        }
+        case ImageFeatureChannelFormat::Unorm8: {
+            const auto* codes = reinterpret_cast<const uint8_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { bytes[a] = unorm8ToFloat(codes[s]); });
+            return;
+        }
+        case ImageFeatureChannelFormat::Unorm16: {
+            const auto* codes = reinterpret_cast<const uint16_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { bytes[a] = unorm16ToFloat(codes[s]); });
+            return;
+        }
+        default: readElements(bytes, layout, imageIndex, params);
     }
 }
 
@@ -245,21 +322,47 @@ void Image::writeBytes(const float* bytes, DataLayout layout, int64_t imageIndex
     int64_t count = channelsForReadWrite(params);
     const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
     const bool chw = layout != DataLayout::HeightxWidthxFeatureChannels;
-    if (isFloat16()) {
-        auto* base = reinterpret_cast<uint16_t*>(storage(imageIndex).floats()) + first;
-        for (int64_t p = 0; p < pixels; ++p)
-            for (int64_t c = 0; c < count; ++c)
-                base[p * pixelStride_ + c] = floatToHalfBits(bytes[chw ? c * pixels + p : p * count + c]);
-        return;
+    char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
+    switch (featureChannelFormat()) {
+        case ImageFeatureChannelFormat::Float16: {
+            auto* halves = reinterpret_cast<uint16_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { halves[s] = floatToHalfBits(bytes[a]); });
+            return;
+        }
+        case ImageFeatureChannelFormat::Unorm8: {
+            auto* codes = reinterpret_cast<uint8_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { codes[s] = floatToUnorm8(bytes[a]); });
+            return;
+        }
+        case ImageFeatureChannelFormat::Unorm16: {
+            auto* codes = reinterpret_cast<uint16_t*>(base);
+            forEachElement(pixels, count, pixelStride_, chw,
+                           [&](int64_t s, int64_t a) { codes[s] = floatToUnorm16(bytes[a]); });
+            return;
+        }
+        default: writeElements(bytes, layout, imageIndex, params);
     }
-    float* base = storage(imageIndex).floats() + first;
-    for (int64_t p = 0; p < pixels; ++p) {
-        float* px = base + p * pixelStride_;
-        if (!chw)
-            std::memcpy(px, bytes + p * count, count * sizeof(float));
-        else
-            for (int64_t c = 0; c < count; ++c) px[c] = bytes[c * pixels + p];
-    }
+}
+
+void Image::readElements(void* elements, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) const {
+    checkImageIndex(imageIndex, numberOfImages());
+    int64_t count = channelsForReadWrite(params);
+    const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
+    char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
+    copyStored(bytesPerElement(), base, elements, pixels, count, pixelStride_,
+               layout != DataLayout::HeightxWidthxFeatureChannels, true);
+}
+
+void Image::writeElements(const void* elements, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params) {
+    checkImageIndex(imageIndex, numberOfImages());
+    int64_t count = channelsForReadWrite(params);
+    const int64_t pixels = width() * height(), first = channelBase_ + params.featureChannelOffset;
+    char* base = reinterpret_cast<char*>(storage(imageIndex).floats()) + first * int64_t(bytesPerElement());
+    // copyStored only reads the array when it writes the storage.
+    copyStored(bytesPerElement(), base, const_cast<void*>(elements), pixels, count, pixelStride_,
+               layout != DataLayout::HeightxWidthxFeatureChannels, false);
 }
 
 void Image::synchronizeOnCommandBuffer(CommandBuffer& cb) { checkUsable(cb, "image"); }

@@ -1,10 +1,11 @@
 // ImageDescriptor, Image, TemporaryImage, image batches and allocators (MPSImage family).
 //
-// Storage: float32 or IEEE half (FLOAT16, docs/float16.md), NHWC with each pixel's channels
-// padded to a multiple of 4 (MPS keeps channels in RGBA slices), images of a batch or of a
-// multi-image Image back to back. Padding lanes are zero and every kernel leaves them zero.
-// The kernels compute in float32: a FLOAT16 image reaches them through a float32 shadow
-// (core/float16_shadow.h) unless the kernel reads and writes half natively.
+// Storage: float32, IEEE half (FLOAT16, docs/float16.md) or 8 / 16-bit normalized unsigned
+// integers (UNORM8 / UNORM16, docs/storage_formats.md), NHWC with each pixel's channels padded to
+// a multiple of 4 (MPS keeps channels in RGBA slices), images of a batch or of a multi-image Image
+// back to back. Padding lanes are zero and every kernel leaves them zero. The kernels compute in
+// float32: an image of another format reaches them through a float32 shadow
+// (core/float16_shadow.h) unless the kernel reads and writes half natively (FLOAT16 only).
 #pragma once
 
 #include <cstddef>
@@ -36,7 +37,7 @@ struct ImageDescriptor {
                                 int64_t featureChannels, int64_t numberOfImages = 1, uint32_t usage = 3);
     // Throws ValueError naming `what` when a dimension is not positive or the format unsupported.
     void validate(const char* what) const;
-    // Bytes of one stored element: 4 for FLOAT32, 2 for FLOAT16.
+    // Bytes of one stored element: 4 for FLOAT32, 2 for FLOAT16 and UNORM16, 1 for UNORM8.
     size_t bytesPerElement() const;
 
     // Serialization (docs/serialization.md); deserialize throws SerializationError.
@@ -49,6 +50,10 @@ struct ImageReadWriteParams {
     int64_t featureChannelOffset = 0;
     int64_t numberOfFeatureChannelsToReadWrite = -1;  // -1: all channels after the offset
 };
+
+// The format's Python name ("FLOAT32", "UNORM8", ...), for error messages; "code N" for a value
+// outside the enumeration.
+std::string featureChannelFormatName(ImageFeatureChannelFormat format);
 
 class Image;
 using ImagePtr = std::shared_ptr<Image>;
@@ -76,10 +81,15 @@ public:
     int64_t numberOfImages() const { return descriptor_.numberOfImages; }
     ImageFeatureChannelFormat featureChannelFormat() const { return descriptor_.featureChannelFormat; }
     uint32_t usage() const { return descriptor_.usage; }
-    // Significant bits of the storage (MPS's precision: float 24, half 11).
-    int64_t precision() const { return isFloat16() ? 11 : 24; }
+    // Significant bits of the storage (MPS's precision: float 24, half 11, unorm 8 / 16).
+    int64_t precision() const;
     int64_t pixelSize() const { return int64_t(bytesPerElement()) * pixelStride_; }
+    bool isFloat32() const { return descriptor_.featureChannelFormat == ImageFeatureChannelFormat::Float32; }
     bool isFloat16() const { return descriptor_.featureChannelFormat == ImageFeatureChannelFormat::Float16; }
+    bool isUnorm() const {
+        return descriptor_.featureChannelFormat == ImageFeatureChannelFormat::Unorm8 ||
+               descriptor_.featureChannelFormat == ImageFeatureChannelFormat::Unorm16;
+    }
     size_t bytesPerElement() const { return descriptor_.bytesPerElement(); }
     const ImageDescriptor& descriptor() const { return descriptor_; }
     // -resourceSize
@@ -97,9 +107,14 @@ public:
 
     // -readBytes:dataLayout:imageIndex: / -writeBytes:dataLayout:imageIndex: with
     // MPSImageReadWriteParams. `bytes` holds height*width*channels floats in `layout`; a FLOAT16
-    // image converts (reads exactly, writes rounding to nearest even, core/half.h).
+    // image converts (reads exactly, writes rounding to nearest even, core/half.h), a UNORM image
+    // reads x / 255 (x / 65535) and writes clamping and rounding (core/unorm.h).
     void readBytes(float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {}) const;
     void writeBytes(const float* bytes, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {});
+    // The same with elements of the storage's own type (float, half bits, uint8 or uint16), copied
+    // as they are: MPS's readBytes / writeBytes in the image's format.
+    void readElements(void* elements, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {}) const;
+    void writeElements(const void* elements, DataLayout layout, int64_t imageIndex, ImageReadWriteParams params = {});
     // Number of channels a read or write with `params` touches (validated).
     int64_t channelsForReadWrite(const ImageReadWriteParams& params) const;
 
@@ -114,14 +129,14 @@ public:
     // The storage at image `imageIndex`; throws when the image can no longer be used.
     BufferSlice storage(int64_t imageIndex = 0) const;
     // The layout of channels [channelOffset, channelOffset + channels) of this image, for a
-    // float32 kernel: throws for a FLOAT16 image (such a kernel must read it through a float32
-    // shadow, core/float16_shadow.h). storageLayout is the same for either format (in elements).
+    // float32 kernel: throws for an image of another format (such a kernel must read it through a
+    // float32 shadow, core/float16_shadow.h). storageLayout is the same for any format (in elements).
     ImageLayout layout(int64_t channelOffset, int64_t channels) const;
     ImageLayout storageLayout(int64_t channelOffset, int64_t channels) const;
     // Elements of the storage from storage(0) to the end of the last image.
     size_t storageElements() const { return size_t(imageStride()) * size_t(numberOfImages()); }
     // A FLOAT32 image of this image's geometry (pixel stride, channel base, images) whose storage is
-    // `storage`: the float32 shadow of a FLOAT16 image.
+    // `storage`: the float32 shadow of a FLOAT16 or UNORM image.
     ImagePtr float32Twin(BufferSlice storage) const;
     // Throws ValueError naming `what` when this image cannot be used with `cb`
     // (another device, a temporary image of another buffer, read count already 0).

@@ -116,15 +116,14 @@ void CNNKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& sources, con
                     throwValueError("destination_states: ", className(),
                                     " shares one state across a batch; pass the same state for every image");
     }
-    // FLOAT16 images reach the kernel as float32 shadows (core/float16_shadow.h); the read counts
-    // below stay with the originals.
-    Float32Shadows shadows(cb);
-    if (!readsFloat16Natively()) {
-        shadows.cover({&sources, &destinations});  // one conversion per batch block
-        for (auto& d : dispatches) {
-            d.source = shadows.read(d.source);
-            d.destination = shadows.write(d.destination);
-        }
+    // FLOAT16 and UNORM images reach the kernel as float32 shadows (core/float16_shadow.h), FLOAT16
+    // ones as they are when the kernel reads half natively; the read counts below stay with the
+    // originals.
+    Float32Shadows shadows(cb, readsFloat16Natively());
+    shadows.cover({&sources, &destinations});  // one conversion per batch block
+    for (auto& d : dispatches) {
+        d.source = shadows.read(d.source);
+        d.destination = shadows.write(d.destination);
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
@@ -327,14 +326,13 @@ void CNNBinaryKernel::encodeResolved(CommandBuffer& cb, const ImageBatch& primar
             s->checkUsable(cb, "destination_state");
         }
     }
-    Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
-    if (!readsFloat16Natively()) {
-        shadows.cover({&primaries, &secondaries, &destinations});  // one conversion per batch block
-        for (auto& d : dispatches) {
-            d.primary = shadows.read(d.primary);
-            d.secondary = shadows.read(d.secondary);
-            d.destination = shadows.write(d.destination);
-        }
+    // FLOAT16 and UNORM images: core/float16_shadow.h (FLOAT16 as it is when read natively).
+    Float32Shadows shadows(cb, readsFloat16Natively());
+    shadows.cover({&primaries, &secondaries, &destinations});  // one conversion per batch block
+    for (auto& d : dispatches) {
+        d.primary = shadows.read(d.primary);
+        d.secondary = shadows.read(d.secondary);
+        d.destination = shadows.write(d.destination);
     }
     encodeImpl(cb, dispatches, states);
     shadows.finish();
@@ -527,10 +525,9 @@ void CNNGradientKernel::encodeGradientResolved(CommandBuffer& cb, const ImageBat
         if (!snapshotOf(*states[i]).encoded)
             throwValueError("gradient_state: the forward kernel has not encoded with this state yet");
     }
-    if (readsFloat16Natively()) {
-        encodeGradientImpl(cb, sourceGradients, sourceImages, states, destinations);
-    } else {
-        Float32Shadows shadows(cb);  // FLOAT16 images: core/float16_shadow.h
+    {
+        // FLOAT16 and UNORM images: core/float16_shadow.h (FLOAT16 as it is when read natively).
+        Float32Shadows shadows(cb, readsFloat16Natively());
         shadows.cover({&sourceGradients, &sourceImages, &destinations});  // one conversion per batch block
         ImageBatch gradients32 = shadows.read(sourceGradients), images32 = shadows.read(sourceImages);
         encodeGradientImpl(cb, gradients32, images32, states, shadows.write(destinations));

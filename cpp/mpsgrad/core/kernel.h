@@ -113,6 +113,7 @@ public:
     virtual bool writesEveryDestinationPixel() const { return false; }
     // True when encodeImpl takes FLOAT16 images as they are (native half loads and stores,
     // docs/float16.md); otherwise the funnel hands it float32 shadows (core/float16_shadow.h).
+    // UNORM images get shadows either way.
     virtual bool readsFloat16Natively() const { return false; }
 
     // -encodeToCommandBuffer:sourceImage:destinationImage: (offset as set; padding ignored)
@@ -230,6 +231,7 @@ public:
     virtual bool writesEveryDestinationPixel() const { return false; }
     // True when the binary or gradient encode implementation takes FLOAT16 images as they are (native half loads and stores,
     // docs/float16.md); otherwise the funnel hands it float32 shadows (core/float16_shadow.h).
+    // UNORM images get shadows either way.
     virtual bool readsFloat16Natively() const { return false; }
 
     // -encodeToCommandBuffer:primaryImage:secondaryImage:[destinationState:]destinationImage:

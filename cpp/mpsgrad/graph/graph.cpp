@@ -131,13 +131,13 @@ void NNGraph::checkFormats() const {
         return f == ImageFeatureChannelFormat::Float32 || f == ImageFeatureChannelFormat::Float16;
     };
     if (!supported(format))
-        throwValueError("format: the graph's intermediates can be FLOAT16 or FLOAT32 (the storage mpsgrad images "
-                        "have), got format code ", int(format));
+        throwValueError("format: the graph's intermediates can be FLOAT16 or FLOAT32, got ",
+                        featureChannelFormatName(format));
     for (const auto& node : order_)
         if (node->resultImage()->format != ImageFeatureChannelFormat::None && !supported(node->resultImage()->format))
             throwValueError("format: the result image of ", node->className(),
-                            " asks for an unsupported storage format (code ", int(node->resultImage()->format),
-                            "); use NONE, FLOAT16 or FLOAT32");
+                            " asks for an unsupported storage format (",
+                            featureChannelFormatName(node->resultImage()->format), "); use NONE, FLOAT16 or FLOAT32");
 }
 
 std::vector<HandlePtr> NNGraph::sourceImageHandles() const {

@@ -281,8 +281,10 @@ void CNNArithmetic::encodeImpl(CommandBuffer& cb, const std::vector<BinaryDispat
                 state.secondaryCopyIndex = state.addResource(elements * sizeof(float));
                 state.secondaryCopyLayout = r.secondary.image;
                 if (d.secondary->isFloat16())
-                    backend.convertImageFormat(cb, ConvertFormatParams{checked::toInt32(int64_t(elements), "secondary"
-                                                                                        " elements"), 0},
+                    backend.convertImageFormat(cb,
+                                               ConvertFormatParams{checked::toInt32(int64_t(elements), "secondary"
+                                                                                                       " elements"),
+                                                                   0, kStorageFloat16},
                                                d.secondary->storage(d.secondaryImageIndex),
                                                state.resourceAtIndex(state.secondaryCopyIndex));
                 else

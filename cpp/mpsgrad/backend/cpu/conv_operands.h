@@ -88,7 +88,8 @@ public:
 private:
     void convert(bool toHalf) const {
         for (int64_t done = 0; done < elements_; done += kChunk) {
-            const ConvertFormatParams p{int32_t(std::min<int64_t>(kChunk, elements_ - done)), toHalf ? 1 : 0};
+            const ConvertFormatParams p{int32_t(std::min<int64_t>(kChunk, elements_ - done)), toHalf ? 1 : 0,
+                                        kStorageFloat16};
             uint16_t* halves = static_cast<uint16_t*>(data_) + done;
             float* floats = copy_.data() + done;
             if (toHalf)

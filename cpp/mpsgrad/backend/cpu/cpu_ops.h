@@ -176,7 +176,7 @@ void normalizationForward(const NormalizationParams& p, const float* source, flo
 void normalizationGradient(const NormalizationParams& p, const float* gradient, const float* source,
                            float* destination);
 
-// Image storage formats (metal/convert_params.h): half <-> float of p.count elements.
+// Image storage formats (metal/convert_params.h): half or unorm <-> float of p.count elements.
 void convertImageFormat(const ConvertFormatParams& p, const void* source, void* destination);
 // Sub-pixel convolution (metal/sub_pixel_params.h; sub_pixel.cpp).
 void subPixelShuffle(const SubPixelShuffleParams& p, const BufferSlice& low, const BufferSlice& high);
