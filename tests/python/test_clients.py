@@ -42,14 +42,17 @@ def _digits():
     return big, digits.target.astype(np.int64)
 
 
-def _input_images(device, pixels):
-    """UNORM8 28x28x1 images written with write_bytes (the sample's MNIST batches)."""
+def _input_images(device, pixels, channel_format=m.ImageFeatureChannelFormat.UNORM8):
+    """28x28x1 images written with write_bytes: UNORM8 codes as Apple's sample writes its MNIST
+    batches, or FLOAT32 values in [0, 1]."""
     descriptor = m.ImageDescriptor(width=MNIST_SIZE, height=MNIST_SIZE, feature_channels=1,
-                                   channel_format=m.ImageFeatureChannelFormat.UNORM8)
+                                   channel_format=channel_format)
     batch = []
     for p in pixels:
         image = m.Image(device, descriptor)
-        image.write_bytes(np.ascontiguousarray(p.reshape(MNIST_SIZE, MNIST_SIZE, 1)))
+        data = np.ascontiguousarray(p.reshape(MNIST_SIZE, MNIST_SIZE, 1))
+        image.write_bytes(data if channel_format == m.ImageFeatureChannelFormat.UNORM8
+                          else data.astype(np.float32) / 255.0)
         batch.append(image)
     return batch
 
@@ -227,6 +230,9 @@ def test_apple_mnist_sample_trains(device):
 # ---- 2. a hand-wired classifier with the kernels ------------------------------------------------------
 
 
+FLOAT32 = m.ImageFeatureChannelFormat.FLOAT32  # the kernels' results take their source's format
+
+
 def test_hand_wired_fully_connected_softmax_sgd_trains(device):
     pixels, labels = _digits()
     train, test = np.arange(0, 1500), np.arange(1500, len(labels))
@@ -248,7 +254,7 @@ def test_hand_wired_fully_connected_softmax_sgd_trains(device):
     losses = []
     for _ in range(40):
         pick = rng.choice(train, BATCH_SIZE, replace=False)
-        batch = _input_images(device, pixels[pick])
+        batch = _input_images(device, pixels[pick], FLOAT32)
         loss_states = [_loss_labels(device, d) for d in labels[pick]]
         cb = queue.command_buffer()
         fc.reload_weights_and_biases_with_command_buffer(cb, state)
@@ -267,7 +273,7 @@ def test_hand_wired_fully_connected_softmax_sgd_trains(device):
         cb = queue.command_buffer()
         fc.reload_weights_and_biases_with_command_buffer(cb, state)
         fc.destination_image_allocator = m.ImageAllocator.persistent()
-        outputs = fc.encode_batch(cb, _input_images(device, pixels[idx]))
+        outputs = fc.encode_batch(cb, _input_images(device, pixels[idx], FLOAT32))
         cb.commit()
         cb.wait_until_completed()
         predictions = np.array([int(np.argmax(o.to_numpy().reshape(-1)[:10])) for o in outputs])
