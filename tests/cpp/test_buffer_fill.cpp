@@ -23,6 +23,8 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 ImagePtr returningSigmoid(const Device& device, const ImagePtr& source, CNNNeuron& neuron) {
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
+    // Read after completion: a persistent result (a built-in allocator, so the fill rule still applies).
+    neuron.destinationImageAllocator = ImageAllocator::persistentAllocator();
     ImagePtr result = neuron.encode(*cb, source);
     cb->commit();
     cb->waitUntilCompleted();

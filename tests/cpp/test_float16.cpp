@@ -227,6 +227,7 @@ TEST(Float16, KernelsReadAndWriteThroughShadowsOnEveryDevice) {
         auto temporary = std::make_shared<TemporaryImage>(*cb, source->descriptor());
         temporary->setReadCount(2);
         CNNNeuronLinear linear(device, 2.0f, 1.0f);
+        linear.destinationImageAllocator = ImageAllocator::persistentAllocator();  // `first` is read at the end
         linear.encode(*cb, source, temporary);          // half -> shadow -> half
         ImagePtr first = linear.encode(*cb, temporary);  // returning: takes the source's format
         EXPECT_EQ(temporary->readCount(), 1);

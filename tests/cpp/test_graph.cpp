@@ -59,6 +59,7 @@ TEST(Graph, InferenceChainEqualsKernelsByHand) {
     auto kTanh = std::make_shared<CNNNeuron>(device, NNNeuronDescriptor::withType(CNNNeuronType::TanH));
     auto kPool = std::make_shared<CNNPoolingAverage>(device, 2, 2, 2, 2);
     kPool->edgeMode = ImageEdgeMode::Clamp;  // the graph pooling nodes' default
+    kPool->destinationImageAllocator = ImageAllocator::persistentAllocator();  // read after completion
     ImageBatch hand = kPool->encodeBatch(*cb, kTanh->encodeBatch(*cb, xs));
     cb->commit();
     cb->waitUntilCompleted();
@@ -123,7 +124,9 @@ TEST(Graph, FullyConnectedNodeUsesTheFullyConnectedKernels) {
     CommandQueue queue(device);
     auto cb = queue.commandBuffer();
     ImageBatch ys = graph.encodeBatch(*cb, {xs});
-    ImageBatch hand = std::make_shared<CNNFullyConnected>(device, ds)->encodeBatch(*cb, xs);
+    auto kFc = std::make_shared<CNNFullyConnected>(device, ds);
+    kFc->destinationImageAllocator = ImageAllocator::persistentAllocator();  // read after completion
+    ImageBatch hand = kFc->encodeBatch(*cb, xs);
     cb->commit();
     cb->waitUntilCompleted();
     for (size_t i = 0; i < ys.size(); ++i) {

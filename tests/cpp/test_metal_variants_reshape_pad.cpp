@@ -32,10 +32,12 @@ TEST(MetalVariantsReshapePad, ReshapeForwardAndGradient) {
     expectSameOnBothBackends([](const Device& device, CommandBuffer& cb) {
         auto x = noiseImage(device, 9, 7, 6, 1, 1);  // 378 elements, reshaped to 14 x 9 x 3
         auto k = std::make_shared<NNReshape>(device);
+        k->destinationImageAllocator = ImageAllocator::persistentAllocator();  // results read after completion
         StatePtr state;
         ImagePtr y = k->encode(cb, x, &state, false, 14, 9, 3);
         auto g = noiseImage(device, 14, 9, 3, 1, 2);
         auto grad = std::make_shared<NNReshapeGradient>(device);
+        grad->destinationImageAllocator = ImageAllocator::persistentAllocator();
         ImagePtr dx = grad->encode(cb, g, x, state);
         return std::vector<ImagePtr>{y, dx};
     }, "reshape");
