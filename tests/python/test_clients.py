@@ -28,6 +28,16 @@ import mpsgrad as m
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
+
+@pytest.fixture
+def device(device):
+    """The ports train for dozens of steps: on the CPU device. The emulated Metal device runs every
+    GPU thread on the host (with CI's race check, minutes per step); the kernels these programs use
+    are checked on metal by their families' tests."""
+    if device.name != "cpu":
+        pytest.skip("training runs: cpu only (the emulated Metal device is too slow for them)")
+    return device
+
 MNIST_SIZE = 28
 BATCH_SIZE = 40
 LABEL_CHANNELS = 12  # Apple's sample: "the closest multiple of 4 greater than 10"
