@@ -41,7 +41,7 @@ void dropoutRows(const DropoutParams& p, const void* source, void* destination) 
             const int64_t n = r / p.clipHeight;
             const int32_t row = int32_t(r % p.clipHeight);
             // The source rectangle is inside the image (checked): one run of consecutive pixels.
-            const Run in = x.runs(n, p.sourceX, p.sourceY + row, p.clipWidth, kEdgeZero, nullptr).runs[0];
+            const Run in = x.runs(n, p.sourceX, saturatedIndex(p.sourceY, row), p.clipWidth, kEdgeZero, nullptr).runs[0];
             float* outRow = y.row(n, p.clipX, p.clipY + row, p.clipWidth);
             for (int32_t i = 0; i < p.clipWidth; ++i) {
                 const float* xp = in.ptr + i * in.stride;

@@ -315,4 +315,12 @@ inline int64_t rowGrain(int64_t rowElements) {
     return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rowElements));
 }
 
+// origin + offset as an int32 row / column index, saturated: the bindings check the window but not
+// every pointwise offset, and an index past int32 is past any image (edge-mode handling then reads
+// the same as at the saturated value for Zero, Clamp and Constant), never a signed overflow.
+inline int32_t saturatedIndex(int32_t origin, int64_t offset) {
+    const int64_t at = int64_t(origin) + offset;
+    return int32_t(std::min<int64_t>(std::max<int64_t>(at, INT32_MIN), INT32_MAX));
+}
+
 }  // namespace mpsgrad::cpu::elementwise

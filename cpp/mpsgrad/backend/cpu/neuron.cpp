@@ -148,7 +148,7 @@ void neuronForwardRows(const NeuronForwardParams& p, const void* source, const f
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.clipHeight;
             const int32_t y = int32_t(r % p.clipHeight);
-            RowRuns in[1] = {x.runs(n, p.sourceX, p.sourceY + y, p.clipWidth, p.edgeMode, zeros.data())};
+            RowRuns in[1] = {x.runs(n, p.sourceX, saturatedIndex(p.sourceY, y), p.clipWidth, p.edgeMode, zeros.data())};
             float* dRow = d.row(n, p.clipX, p.clipY + y, p.clipWidth);
             forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
                 PixelSpan s{e - b, C, ptrs[0], strides[0], nullptr, 0,
@@ -176,7 +176,7 @@ void neuronGradientRows(const NeuronGradientParams& p, const void* gradient, con
             const int64_t n = r / p.clipHeight;
             const int32_t y = int32_t(r % p.clipHeight);
             RowRuns in[2] = {g.runs(n, p.gradientX, p.gradientY + y, p.clipWidth, p.gradientEdgeMode, zeros.data()),
-                             x.runs(n, p.sourceX, p.sourceY + y, p.clipWidth, p.sourceEdgeMode, zeros.data())};
+                             x.runs(n, p.sourceX, saturatedIndex(p.sourceY, y), p.clipWidth, p.sourceEdgeMode, zeros.data())};
             float* dRow = d.row(n, p.clipX, p.clipY + y, p.clipWidth);
             forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
                 PixelSpan s{e - b, C, ptrs[1], strides[1], ptrs[0], strides[0],
@@ -280,7 +280,7 @@ void cnnNeuronPReLUWeightGradient(const NeuronGradientParams& p, const float* gr
                 RowRuns in[2] = {
                     rowRuns(p.gradient, gradient, n, p.gradientX, p.gradientY + y, 1, p.clipWidth,
                             p.gradientEdgeMode, zeros.data()),
-                    rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
+                    rowRuns(p.source, source, n, p.sourceX, saturatedIndex(p.sourceY, y), 1, p.clipWidth,
                             p.sourceEdgeMode, zeros.data())};
                 forEachSegment(in, [&](int32_t b, int32_t e, const float* const* ptrs, const int64_t* strides) {
                     for (int32_t i = 0; i < e - b; ++i) {

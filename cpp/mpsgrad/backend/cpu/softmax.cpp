@@ -130,7 +130,7 @@ void softmaxForward(const SoftmaxParams& p, const float* source, float* destinat
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.clipHeight;
             const int32_t y = int32_t(r % p.clipHeight);
-            RowRuns in[1] = {rowRuns(p.source, source, n, p.sourceX, p.sourceY + y, 1, p.clipWidth,
+            RowRuns in[1] = {rowRuns(p.source, source, n, p.sourceX, saturatedIndex(p.sourceY, y), 1, p.clipWidth,
                                      p.edgeMode, zeros.data())};
             float* dRow = destination + pixelIndex(p.destination, n, p.clipX, p.clipY + y);
             const int64_t ds = p.destination.pixelStride;
