@@ -245,6 +245,19 @@ def run(queue, fn):
     return result
 
 
+def run_completed(queue, fn):
+    """run(), then an assertion that the command buffer completed (its error otherwise)."""
+    buffers = []
+
+    def encode(cb):
+        buffers.append(cb)
+        return fn(cb)
+
+    result = run(queue, encode)
+    assert buffers[0].status == m.CommandBufferStatus.COMPLETED, buffers[0].error
+    return result
+
+
 def rng(seed) -> np.random.Generator:
     """A reproducible generator; `seed` may be a string (hashed with crc32, stable across runs)."""
     if isinstance(seed, str):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import randn, rng, run_completed
 
 pytestmark = pytest.mark.float32_only("vectors and states are float32; the images are not under test")
 
@@ -41,14 +41,6 @@ NW, NB = COUT * KH * KW * CIN, COUT
 PAD = 4  # floats before the weights in a shared buffer: offsets must be honoured
 PAD_VALUE = 123.0
 
-
-def _run(queue, fn):
-    cb = queue.command_buffer()
-    out = fn(cb)
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
-    return out
 
 
 def _descriptor():
@@ -119,7 +111,7 @@ def test_optimizer_updates_only_its_range_of_a_shared_buffer(device, queue, chec
     base = m.Vector.from_numpy(data, device)
     w = m.Vector(buffer=base, descriptor=6, offset=20)
     sgd = m.NNOptimizerStochasticGradientDescent(device, 0.25)
-    _run(queue, lambda cb: sgd.encode(cb, m.Vector.from_numpy(g, device), w))
+    run_completed(queue, lambda cb: sgd.encode(cb, m.Vector.from_numpy(g, device), w))
     expected = data.astype(np.float64)
     expected[5:11] -= 0.25 * g
     check(base.to_numpy(), expected, "the updated range")
@@ -136,7 +128,7 @@ def test_vector_over_a_numpy_array(device, queue, check):
         return
     v = m.Vector(buffer=array, descriptor=4, offset=8, device=device)
     g = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    _run(queue, lambda cb: m.NNOptimizerStochasticGradientDescent(device, 0.5).encode(
+    run_completed(queue, lambda cb: m.NNOptimizerStochasticGradientDescent(device, 0.5).encode(
         cb, m.Vector.from_numpy(g, device), v))
     check(array, np.concatenate([[0, 0], -0.5 * g, [0, 0, 0, 0]]), "the array after the update")
 
@@ -201,11 +193,11 @@ def test_weights_state_over_one_shared_vector(device, queue, check):
         grad.encode(cb, m.Image.from_numpy(e, device), xi, gstate)
         return y, gstate
 
-    y, gstate = _run(queue, forward_and_gradient)
+    y, gstate = run_completed(queue, forward_and_gradient)
     check(y.to_numpy(), _torch_conv(x, w, b), "convolution with the aliased weights")
     dw, db = _torch_conv_gradients(x, w, b, e)
     check(gstate.gradient_for_weights, dw, "dW")
-    _run(queue, lambda cb: m.NNOptimizerStochasticGradientDescent(device, 0.1).encode(cb, gstate, state))
+    run_completed(queue, lambda cb: m.NNOptimizerStochasticGradientDescent(device, 0.1).encode(cb, gstate, state))
     after = buffer.to_numpy()
     check(after[PAD:PAD + NW], (w - 0.1 * dw).reshape(-1), "weights updated in the shared buffer")
     check(after[PAD + NW:], b - 0.1 * db, "biases updated in the shared buffer")
@@ -217,7 +209,7 @@ def test_weights_state_over_one_shared_vector(device, queue, check):
     def forward(cb):
         conv.reload_weights_and_biases_with_command_buffer(cb, state)
         return conv.encode(cb, xi)
-    check(_run(queue, forward).to_numpy(), _torch_conv(x, w2, after[PAD + NW:]), "after writing the buffer")
+    check(run_completed(queue, forward).to_numpy(), _torch_conv(x, w2, after[PAD + NW:]), "after writing the buffer")
 
 
 def test_weights_state_over_numpy_arrays(device, queue, check):
@@ -239,7 +231,7 @@ def test_weights_state_over_numpy_arrays(device, queue, check):
     def forward(cb):
         conv.reload_weights_and_biases_with_command_buffer(cb, state)
         return conv.encode(cb, m.Image.from_numpy(x, device))
-    check(_run(queue, forward).to_numpy(), _torch_conv(x, w, np.zeros(COUT)), "convolution over the array")
+    check(run_completed(queue, forward).to_numpy(), _torch_conv(x, w, np.zeros(COUT)), "convolution over the array")
     b = randn(gen, COUT)
     flat = m.CNNConvolutionWeightsAndBiasesState(weights=w.reshape(-1), biases=b, descriptor=_descriptor())
     np.testing.assert_array_equal(flat.biases_vector.numpy(), b)
@@ -268,7 +260,7 @@ def test_temporary_weights_state(device, queue, check, factory):
         with pytest.raises(ValueError, match="read_count"):
             state.weights_vector  # consumed: its storage is released
         return conv.encode(cb, m.Image.from_numpy(x, device))
-    y = _run(queue, forward)
+    y = run_completed(queue, forward)
     assert seen["read_count"] == 0
     check(y.to_numpy(), _torch_conv(x, w, b), "convolution with the temporary state's weights")
 
@@ -354,7 +346,7 @@ def test_normalization_states_over_vectors_are_not_copies(device, queue, check):
             bn.reload_mean_and_variance_with_command_buffer(cb, mv)
             bn.reload_gamma_and_beta_with_command_buffer(cb, gb)
             return bn.encode_batch(cb, xs)
-        ys = _run(queue, forward)
+        ys = run_completed(queue, forward)
         check(m.batch_to_numpy(ys), _torch_inference(x, gamma, beta, mean, variance), f"round {round_}")
 
 
@@ -378,7 +370,7 @@ def test_optimizer_result_state_over_a_vector(device, queue, check):
         bn.encode_batch(cb, xs, state)
         statistics_gradient.encode_batch(cb, gs, xs, state)
         m.NNOptimizerStochasticGradientDescent(device, 0.5).encode(cb, state, None, result)
-    _run(queue, step)
+    run_completed(queue, step)
     X = torch.tensor(np.transpose(x, (0, 3, 1, 2)), dtype=torch.float64)
     W = torch.tensor(gamma, dtype=torch.float64, requires_grad=True)
     B = torch.tensor(beta, dtype=torch.float64, requires_grad=True)
@@ -398,7 +390,7 @@ def test_batch_normalization_state_buffers_as_vectors(device, queue):
     state = bn.result_state(xs[0])
     vectors = {name: getattr(state, f"{name}_vector") for name in
                ("gamma", "beta", "mean", "variance", "gradient_for_gamma", "gradient_for_beta")}
-    _run(queue, lambda cb: statistics.encode_batch(cb, xs, state))
+    run_completed(queue, lambda cb: statistics.encode_batch(cb, xs, state))
     for name in ("mean", "variance"):  # made before the kernel ran: the same memory, not a snapshot
         assert vectors[name].length == C and vectors[name].device == device
         np.testing.assert_array_equal(vectors[name].numpy(), getattr(state, name), err_msg=name)
@@ -418,7 +410,7 @@ def test_convolution_gradient_state_buffers_as_vectors(device, queue, check):
         _, gstate = conv.encode(cb, xi, destination_state_is_temporary=False)
         grad.encode(cb, m.Image.from_numpy(e, device), xi, gstate)
         return gstate
-    gstate = _run(queue, step)
+    gstate = run_completed(queue, step)
     dw, db = _torch_conv_gradients(x, w, b, e)
     check(gstate.gradient_for_weights_vector.numpy(), dw.reshape(-1), "gradient_for_weights_vector")
     check(gstate.gradient_for_biases_vector.numpy(), db, "gradient_for_biases_vector")
@@ -451,7 +443,7 @@ def test_turi_create_running_statistics(device, queue, check):
             statistics.encode_batch(cb, xs, state)
             sgd.encode(cb, state.mean_vector, running_mean)  # in place: result None
             sgd.encode(cb, state.variance_vector, running_variance)
-        _run(queue, update)
+        run_completed(queue, update)
         x64 = x.astype(np.float64)
         ref_mean = 0.9 * ref_mean + 0.1 * x64.mean(axis=(0, 1, 2))
         ref_variance = 0.9 * ref_variance + 0.1 * x64.var(axis=(0, 1, 2))  # the state's biased variance
@@ -469,7 +461,7 @@ def test_turi_create_running_statistics(device, queue, check):
         bn.reload_mean_and_variance_with_command_buffer(cb, mv)
         bn.reload_gamma_and_beta_with_command_buffer(cb, m.CNNNormalizationGammaAndBetaState(device, gamma, beta))
         return bn.encode_batch(cb, m.batch_from_numpy(x, device))
-    check(m.batch_to_numpy(_run(queue, infer)), _torch_inference(x, gamma, beta, ref_mean, ref_variance),
+    check(m.batch_to_numpy(run_completed(queue, infer)), _torch_inference(x, gamma, beta, ref_mean, ref_variance),
           "inference with the running statistics")
 
 
@@ -483,7 +475,7 @@ def test_any_finite_learning_rate_and_regularization_scale(device, queue, check)
     assert sgd.learning_rate == -0.25
     w, g = np.array([1.0, -2.0, 0.0], np.float32), np.array([0.5, 0.5, -1.0], np.float32)
     wv = m.Vector.from_numpy(w, device)
-    _run(queue, lambda cb: sgd.encode(cb, m.Vector.from_numpy(g, device), wv))
+    run_completed(queue, lambda cb: sgd.encode(cb, m.Vector.from_numpy(g, device), wv))
     check(wv.to_numpy(), w + 0.25 * g, "gradient ascent")
     for bad in (float("nan"), float("inf"), float("-inf")):
         with pytest.raises(ValueError, match="learning_rate"):

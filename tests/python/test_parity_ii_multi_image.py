@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import mpsgrad as m
-from conftest import randn, rng
+from conftest import randn, rng, run_completed
 from serialization_cases import FACTORIES
 from test_parity_ii import H5, W5, _forward_for, _input
 
@@ -49,14 +49,6 @@ def _gradient_names():
 GRADIENTS = _gradient_names()
 
 
-def _run(queue, encode):
-    cb = queue.command_buffer()
-    result = encode(cb)
-    cb.commit()
-    cb.wait_until_completed()
-    assert cb.status == m.CommandBufferStatus.COMPLETED, cb.error
-    return result
-
 
 def _filled(device, shape):
     return m.Image.from_numpy(np.full(shape, SENTINEL, np.float32), device)
@@ -84,7 +76,7 @@ def _single_images(device, queue, name, x, x2, g):
         gs = m.batch_from_numpy(g[WRITE:WRITE + COUNT], device)
         return ys, gradient.encode_batch(cb, gs, ys if name in READS_OUTPUT else other, states)
 
-    ys, dxs = _run(queue, encode)
+    ys, dxs = run_completed(queue, encode)
     return m.batch_to_numpy(ys), m.batch_to_numpy(dxs)
 
 
@@ -119,7 +111,7 @@ def _multi_image(device, queue, name, x, x2, g, y_shape, dx_shape):
         gradient.destination_image_descriptor([gm, other], [state])
         gradient.encode(cb, gm, other, state, dxm)
 
-    _run(queue, encode)
+    run_completed(queue, encode)
     return ym.to_numpy(), dxm.to_numpy()
 
 
@@ -136,7 +128,7 @@ def test_gradient_kernels_address_the_images_the_forward_addressed(device, queue
     first = [m.Image.from_numpy(x[:1], device)]
     if isinstance(probe, m.CNNBinaryKernel):
         first.append(m.Image.from_numpy(x2[:1], device))
-    y_shape = _run(queue, lambda cb: probe.encode(cb, *first)).to_numpy().shape[1:]
+    y_shape = run_completed(queue, lambda cb: probe.encode(cb, *first)).to_numpy().shape[1:]
     g = randn(rng(f"mi-g-{name}"), IMAGES, *y_shape)
     if name.startswith(SINGLE_IMAGE_ONLY):
         with pytest.raises(ValueError, match="number_of_images"):
